@@ -1,0 +1,88 @@
+// The desired dataplane: what calc computes and dataplane makes the kernel hold.
+// Structured records only; iptables/ipset syntax is written by dataplane/render.ts alone.
+
+import type { Family, Protocol } from '../model/types.ts';
+
+/** hash:net holds addresses and prefixes; hash:ip,port holds "ip,proto:port" members. */
+export type SetType = 'hash:net' | 'hash:ip,port';
+
+export interface DesiredSet {
+  readonly name: string;
+  readonly family: Family;
+  readonly type: SetType;
+  /** Canonical member text: "10.0.0.0/8", "10.1.2.3", "10.1.2.3,tcp:8080", "fd00::1,udp:53". */
+  readonly members: ReadonlySet<string>;
+}
+
+export interface PortRange {
+  readonly from: number;
+  /** Equal to from for a single port. */
+  readonly to: number;
+}
+
+export type Match =
+  /** -m set --match-set <set> src|dst, or dst,dst for hash:ip,port sets. */
+  | { readonly kind: 'set'; readonly set: string; readonly dir: 'src' | 'dst' | 'dst,dst' }
+  /** -s / -d with one address or prefix. */
+  | { readonly kind: 'addr'; readonly dir: 'src' | 'dst'; readonly cidr: string }
+  /** -p proto, optionally with destination ports (rendered with multiport). */
+  | { readonly kind: 'proto'; readonly protocol: Protocol; readonly dports?: readonly PortRange[] }
+  | { readonly kind: 'ctstate'; readonly states: readonly ('RELATED' | 'ESTABLISHED' | 'INVALID' | 'NEW')[] }
+  /** -m mark --mark value/mask */
+  | { readonly kind: 'mark'; readonly value: number; readonly mask: number };
+
+export type Action =
+  | { readonly kind: 'accept' }
+  | { readonly kind: 'drop' }
+  | { readonly kind: 'return' }
+  | { readonly kind: 'jump'; readonly chain: string }
+  | { readonly kind: 'goto'; readonly chain: string }
+  /** -j MARK --set-xmark value/mask */
+  | { readonly kind: 'setMark'; readonly value: number; readonly mask: number };
+
+export interface Rule {
+  readonly matches: readonly Match[];
+  readonly action: Action;
+  /** Human text kept in the rule comment next to its hash, e.g. "policy ns/name ingress rule 0". */
+  readonly comment?: string;
+}
+
+export interface DesiredChains {
+  /** Chain name -> rules, for one family's filter table. Includes the top chain, not the hook. */
+  readonly chains: ReadonlyMap<string, readonly Rule[]>;
+}
+
+/** What one batch of model changes dirtied. Coalesce by union; apply only these. */
+export interface Dirty {
+  /** Set name -> members whose presence may have changed, or 'all' (created, deleted or rebuilt). */
+  readonly sets: Map<string, Set<string> | 'all'>;
+  /** Chain names per family whose rules may have changed (including created or deleted). */
+  readonly chains: { readonly 4: Set<string>; readonly 6: Set<string> };
+}
+
+export function emptyDirty(): Dirty {
+  return { sets: new Map(), chains: { 4: new Set(), 6: new Set() } };
+}
+
+export function isDirtyEmpty(d: Dirty): boolean {
+  return d.sets.size === 0 && d.chains[4].size === 0 && d.chains[6].size === 0;
+}
+
+/** Union `from` into `into` (mutates `into`). */
+export function mergeDirty(into: Dirty, from: Dirty): void {
+  for (const [name, members] of from.sets) {
+    const cur = into.sets.get(name);
+    if (members === 'all' || cur === 'all') into.sets.set(name, 'all');
+    else if (cur === undefined) into.sets.set(name, new Set(members));
+    else for (const m of members) cur.add(m);
+  }
+  for (const f of [4, 6] as const) for (const c of from.chains[f]) into.chains[f].add(c);
+}
+
+/** A read-only view of the whole desired dataplane, owned by calc. */
+export interface DesiredDataplane {
+  readonly sets: ReadonlyMap<string, DesiredSet>;
+  readonly chains: { readonly 4: ReadonlyMap<string, readonly Rule[]>; readonly 6: ReadonlyMap<string, readonly Rule[]> };
+  /** The chain the FORWARD hook jumps to (e.g. cali-FORWARD). */
+  readonly topChain: string;
+}

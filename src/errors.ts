@@ -1,0 +1,109 @@
+// The error catalog. Every error Weir raises is a WeirError with a stable `code` and
+// structured context; docs/errors.md lists the same codes (a test keeps them in step).
+
+export type ErrorCode =
+  | 'WEIR_CONFIG_INVALID'
+  | 'WEIR_COMMAND_FAILED'
+  | 'WEIR_COMMAND_MISSING'
+  | 'WEIR_RESTORE_FAILED'
+  | 'WEIR_KERNEL_READ_FAILED'
+  | 'WEIR_MANIFEST_PARSE'
+  | 'WEIR_MANIFEST_OBJECT'
+  | 'WEIR_POLICY_INVALID'
+  | 'WEIR_PRECONDITION';
+
+export interface WeirErrorOptions {
+  readonly cause?: unknown;
+}
+
+export class WeirError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: WeirErrorOptions) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** Bad flags, environment or configuration values; `problems` lists every one found. */
+export class ConfigError extends WeirError {
+  readonly problems: readonly string[];
+  constructor(problems: readonly string[]) {
+    super('WEIR_CONFIG_INVALID', `invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.problems = problems;
+  }
+}
+
+/** A command (iptables, ipset, ...) exited non-zero or could not start. */
+export class CommandError extends WeirError {
+  readonly command: string;
+  readonly args: readonly string[];
+  readonly exitCode: number | undefined;
+  readonly stderr: string;
+  constructor(
+    code: 'WEIR_COMMAND_FAILED' | 'WEIR_COMMAND_MISSING' | 'WEIR_KERNEL_READ_FAILED',
+    command: string,
+    args: readonly string[],
+    exitCode: number | undefined,
+    stderr: string,
+    options?: WeirErrorOptions,
+  ) {
+    const tail = stderr.trim().split('\n').slice(-5).join('\n');
+    const what = code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)' : `exited with ${exitCode}`;
+    super(code, `${command} ${args.join(' ')} ${what}${tail ? `: ${tail}` : ''}`, options);
+    this.command = command;
+    this.args = args;
+    this.exitCode = exitCode;
+    this.stderr = stderr;
+  }
+}
+
+/** iptables-restore or ipset restore rejected a payload; names the failing line. */
+export class RestoreError extends WeirError {
+  readonly tool: string;
+  readonly family: 4 | 6 | undefined;
+  readonly line: number | undefined;
+  readonly lineText: string | undefined;
+  readonly stderr: string;
+  constructor(tool: string, family: 4 | 6 | undefined, stderr: string, payload: string, options?: WeirErrorOptions) {
+    const m = /line:?\s*(\d+)/i.exec(stderr);
+    const line = m ? Number(m[1]) : undefined;
+    const lineText = line !== undefined ? payload.split('\n')[line - 1] : undefined;
+    const where = line !== undefined ? ` at payload line ${line}${lineText ? ` (${lineText})` : ''}` : '';
+    super('WEIR_RESTORE_FAILED', `${tool}${family ? ` (IPv${family})` : ''} rejected the payload${where}: ${stderr.trim()}`, options);
+    this.tool = tool;
+    this.family = family;
+    this.line = line;
+    this.lineText = lineText;
+    this.stderr = stderr;
+  }
+}
+
+/** A manifest file that does not parse; the file keeps its last good content. */
+export class ManifestParseError extends WeirError {
+  readonly file: string;
+  readonly line: number | undefined;
+  constructor(file: string, line: number | undefined, detail: string, options?: WeirErrorOptions) {
+    super('WEIR_MANIFEST_PARSE', `${file}${line !== undefined ? `:${line}` : ''}: ${detail}`, options);
+    this.file = file;
+    this.line = line;
+  }
+}
+
+/** A manifest object Weir cannot use (missing name, wrong kind shape, ...). */
+export class ManifestObjectError extends WeirError {
+  readonly file: string;
+  readonly objectRef: string;
+  constructor(file: string, objectRef: string, detail: string) {
+    super('WEIR_MANIFEST_OBJECT', `${file}: ${objectRef}: ${detail}`);
+    this.file = file;
+    this.objectRef = objectRef;
+  }
+}
+
+/** The host lacks something Weir needs (a binary, a module, a sysctl, privileges). */
+export class PreconditionError extends WeirError {
+  constructor(message: string, options?: WeirErrorOptions) {
+    super('WEIR_PRECONDITION', message, options);
+  }
+}

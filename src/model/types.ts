@@ -1,0 +1,166 @@
+// The model's view of the cluster: only the fields Weir needs, already normalised.
+// Sources convert Kubernetes objects into these; nothing downstream sees raw API objects
+// except the NetworkPolicy spec, which the model validates itself (see policy.ts).
+
+export type Labels = Readonly<Record<string, string>>;
+
+export type Protocol = 'TCP' | 'UDP' | 'SCTP';
+export const PROTOCOLS: readonly Protocol[] = ['TCP', 'UDP', 'SCTP'];
+
+export type Family = 4 | 6;
+export const FAMILIES: readonly Family[] = [4, 6];
+
+export interface ContainerPort {
+  readonly name: string;
+  readonly port: number;
+  readonly protocol: Protocol;
+}
+
+export interface Pod {
+  /** Unique identity: the UID from the API server, or namespace/name in manifest mode. */
+  readonly uid: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly labels: Labels;
+  readonly nodeName: string;
+  readonly hostNetwork: boolean;
+  /** Pending | Running | Succeeded | Failed | Unknown */
+  readonly phase: string;
+  /** True once metadata.deletionTimestamp is set. */
+  readonly terminating: boolean;
+  /** status.podIPs (IPv4 and/or IPv6), canonical text form. */
+  readonly ips: readonly string[];
+  /** Named container ports, for named-port rules. */
+  readonly ports: readonly ContainerPort[];
+}
+
+export interface Namespace {
+  readonly name: string;
+  readonly labels: Labels;
+}
+
+export interface Node {
+  readonly name: string;
+  readonly podCIDRs: readonly string[];
+}
+
+// ---- Raw NetworkPolicy (networking.k8s.io/v1), as untrusted input ------------------------
+// Every field is optional/unknown here: policy.ts validates and reports precise paths.
+
+export interface RawLabelSelectorRequirement {
+  key?: unknown;
+  operator?: unknown;
+  values?: unknown;
+}
+export interface RawLabelSelector {
+  matchLabels?: unknown;
+  matchExpressions?: unknown;
+}
+
+export interface RawNetworkPolicy {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  readonly generation: number;
+  /** The spec exactly as received; validated by compilePolicy. */
+  readonly spec: unknown;
+}
+
+export type ObjectKind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';
+
+/** One change delivered by a source. Both sources (manifests, kube) emit exactly these. */
+export type ModelEvent =
+  | { readonly kind: 'Pod'; readonly op: 'upsert'; readonly object: Pod }
+  | { readonly kind: 'Pod'; readonly op: 'delete'; readonly uid: string }
+  | { readonly kind: 'Namespace'; readonly op: 'upsert'; readonly object: Namespace }
+  | { readonly kind: 'Namespace'; readonly op: 'delete'; readonly name: string }
+  | { readonly kind: 'Node'; readonly op: 'upsert'; readonly object: Node }
+  | { readonly kind: 'Node'; readonly op: 'delete'; readonly name: string }
+  | { readonly kind: 'NetworkPolicy'; readonly op: 'upsert'; readonly object: RawNetworkPolicy }
+  | { readonly kind: 'NetworkPolicy'; readonly op: 'delete'; readonly namespace: string; readonly name: string };
+
+export function policyKey(namespace: string, name: string): string {
+  return `${namespace}/${name}`;
+}
+
+export function familyOf(ip: string): Family {
+  return ip.includes(':') ? 6 : 4;
+}
+
+// ---- Compiled (validated, normalised) NetworkPolicy -----------------------------------------
+
+export type SelectorOperator = 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';
+
+export interface Requirement {
+  readonly key: string;
+  readonly operator: SelectorOperator;
+  /** Sorted, de-duplicated. matchLabels k: v becomes { key: k, operator: 'In', values: [v] }. */
+  readonly values: readonly string[];
+}
+
+/** A parsed label selector. Two selectors with the same meaning have the same `key`. */
+export interface Selector {
+  /** Canonical text: requirements sorted by key, operator, values. '' for the empty selector. */
+  readonly key: string;
+  readonly requirements: readonly Requirement[];
+}
+
+/** Pods chosen by selectors. `namespace` set: only that namespace (podSelector alone).
+ *  `namespaceSelector` set: every namespace whose labels match it. Exactly one of them is set. */
+export interface PodsPeer {
+  readonly kind: 'pods';
+  readonly key: string;
+  readonly namespace: string | null;
+  readonly namespaceSelector: Selector | null;
+  readonly podSelector: Selector;
+}
+
+/** An ipBlock after exact except-subtraction: a minimal sorted list of disjoint prefixes. */
+export interface IpBlockPeer {
+  readonly kind: 'ipBlock';
+  readonly key: string;
+  readonly family: Family;
+  /** Canonical, network-aligned, sorted, disjoint. May be empty (everything excepted). */
+  readonly cidrs: readonly string[];
+}
+
+export type Peer = PodsPeer | IpBlockPeer;
+
+/** One entry of `ports`. Neither port nor name: every port of the protocol. */
+export interface PortMatch {
+  readonly protocol: Protocol;
+  readonly port?: number;
+  readonly endPort?: number;
+  /** A named port, resolved against container ports of the receiving pod. */
+  readonly name?: string;
+}
+
+export interface PolicyRule {
+  /** null: any peer (from/to missing or empty), including outside the cluster. */
+  readonly peers: readonly Peer[] | null;
+  /** null: every port of every protocol. */
+  readonly ports: readonly PortMatch[] | null;
+}
+
+export interface PolicyError {
+  /** Field path, e.g. spec.ingress[0].from[1].ipBlock.except[0] */
+  readonly path: string;
+  readonly message: string;
+}
+
+export interface CompiledPolicy {
+  readonly key: string;
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  readonly generation: number;
+  /** null only for an invalid policy whose podSelector could not be read: it then isolates
+   *  every pod of its namespace, so that a broken policy never opens traffic. */
+  readonly podSelector: Selector | null;
+  /** null: the policy does not isolate that direction. [] isolates and allows nothing. */
+  readonly ingress: readonly PolicyRule[] | null;
+  readonly egress: readonly PolicyRule[] | null;
+  /** Non-empty means invalid: then ingress/egress hold no rules ([] or null), so the pods it
+   *  selects stay isolated in the directions it names (both if those are unreadable). */
+  readonly errors: readonly PolicyError[];
+}
