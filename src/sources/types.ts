@@ -1,0 +1,19 @@
+// The contract every source fulfils. The manifest source and the kube source emit the same
+// events, so nothing downstream can tell them apart.
+
+import type { ModelEvent } from '../model/types.ts';
+
+export interface SourceBatch {
+  readonly events: readonly ModelEvent[];
+  /** True from the batch that completes the source's first full view of the world on.
+   *  The agent writes nothing to the kernel before it has seen a synced batch. */
+  readonly synced: boolean;
+  /** An opaque digest of the input this batch brings the source to (used by /readyz). */
+  readonly revision: string;
+}
+
+export interface Source {
+  /** Starts delivering batches; resolves once watching has begun (after the first batch). */
+  start(onBatch: (batch: SourceBatch) => void): Promise<void>;
+  stop(): Promise<void>;
+}
