@@ -1,0 +1,448 @@
+// The incremental compiler: model events in, desired dataplane and exactly-what-changed out.
+//
+// Work per event follows what the event touches:
+// - a pod change looks up only the active peer sets its labels (or its namespace's) may
+//   satisfy, and refreshes its own chains if it runs on this node;
+// - a namespace label change revisits only sets whose namespace selector may match it;
+// - a policy change recompiles that policy and the local pods of its namespace.
+// Only policies that select a pod of this node are "active": they own chains and hold
+// references on peer sets; a set lives while some active policy references it.
+
+import { ClusterState, isPeerEligible } from '../model/cluster.ts';
+import { narrowing, SelectorIndex } from '../model/label-index.ts';
+import { compilePolicy } from '../model/policy.ts';
+import { selectorMatches } from '../model/selector.ts';
+import type { CompiledPolicy, Family, Labels, ModelEvent, Pod, PodsPeer } from '../model/types.ts';
+import { familyOf } from '../model/types.ts';
+import type { DesiredDataplane, DesiredSet, Dirty, Rule, SetType } from './desired.ts';
+import { emptyDirty } from './desired.ts';
+import type { Names } from './names.ts';
+import type { Direction, MarkBits, SetSpec } from './rules.ts';
+import { ipBlockMembers, policyChainRules, topChainRules, workloadChainRules } from './rules.ts';
+
+export interface CalcConfig {
+  readonly nodeName: string;
+  readonly names: Names;
+  readonly families: readonly Family[];
+  readonly marks: MarkBits;
+}
+
+/** What the status reporter and logs want to know about a policy on this node. */
+export interface PolicyReport {
+  readonly key: string;
+  readonly uid: string;
+  readonly generation: number;
+  readonly errors: CompiledPolicy['errors'];
+  /** Local pods it selects. */
+  readonly localPods: number;
+}
+
+class ActiveSet implements DesiredSet {
+  readonly name: string;
+  readonly family: Family;
+  readonly type: SetType;
+  readonly spec: SetSpec;
+  refs = 0;
+  /** Member -> number of pods (or blocks) contributing it: two pods may briefly share an IP. */
+  readonly counts = new Map<string, number>();
+  readonly members = new Set<string>();
+  constructor(name: string, family: Family, type: SetType, spec: SetSpec) {
+    this.name = name;
+    this.family = family;
+    this.type = type;
+    this.spec = spec;
+  }
+}
+
+interface ActivePolicy {
+  readonly policy: CompiledPolicy;
+  readonly sets: readonly ActiveSet[];
+}
+
+interface Workload {
+  readonly pod: Pod;
+  /** Keys of the policies selecting the pod that isolate each direction, sorted. */
+  readonly ingress: readonly string[];
+  readonly egress: readonly string[];
+}
+
+export class Calculator {
+  readonly #cfg: CalcConfig;
+  readonly #cluster = new ClusterState();
+  readonly #sets = new Map<string, ActiveSet>();
+  readonly #chains = { 4: new Map<string, readonly Rule[]>(), 6: new Map<string, readonly Rule[]>() };
+  readonly #workloads = new Map<string, Workload>();
+  readonly #workloadsByNs = new Map<string, Set<string>>();
+  /** Local workloads selecting each policy key (in any direction it isolates). */
+  readonly #policyRefs = new Map<string, number>();
+  readonly #active = new Map<string, ActivePolicy>();
+  // Reverse indexes over active pod-peer sets, see the header comment.
+  readonly #setsByOwnNs = new Map<string, Set<ActiveSet>>();
+  readonly #setsByPodLabels = new SelectorIndex<ActiveSet>();
+  readonly #setsByNsLabelsForPods = new SelectorIndex<ActiveSet>();
+  readonly #setsByNsLabels = new SelectorIndex<ActiveSet>();
+  #dirty: Dirty = emptyDirty();
+  #touchedPolicies = new Set<string>();
+  #dispatchDirty = false;
+
+  constructor(cfg: CalcConfig) {
+    this.#cfg = cfg;
+    const n = cfg.names;
+    for (const f of cfg.families) {
+      this.#setChain(f, n.forward, topChainRules(n.fromWorkloadDispatch, n.toWorkloadDispatch, cfg.marks));
+    }
+    this.#rebuildDispatch();
+  }
+
+  /** The whole desired dataplane (live view; read it between calls to applyEvents). */
+  get desired(): DesiredDataplane {
+    return { sets: this.#sets, chains: this.#chains, topChain: this.#cfg.names.forward };
+  }
+
+  get cluster(): ClusterState {
+    return this.#cluster;
+  }
+
+  /** Applies a batch of events; returns exactly the sets, members and chains they changed. */
+  applyEvents(events: Iterable<ModelEvent>): Dirty {
+    for (const e of events) this.#apply(e);
+    return this.#finishBatch();
+  }
+
+  /** Dirty state accumulated since construction/last call (the cold-start payload). */
+  takeDirty(): Dirty {
+    const d = this.#dirty;
+    this.#dirty = emptyDirty();
+    return d;
+  }
+
+  policyReports(): PolicyReport[] {
+    const out: PolicyReport[] = [];
+    for (const p of this.#cluster.policies.values()) {
+      out.push({ key: p.key, uid: p.uid, generation: p.generation, errors: p.errors, localPods: this.#policyRefs.get(p.key) ?? 0 });
+    }
+    return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  }
+
+  get localPodCount(): number {
+    return this.#workloads.size;
+  }
+
+  // ---- events -------------------------------------------------------------------------
+
+  #apply(e: ModelEvent): void {
+    switch (e.kind) {
+      case 'Pod': {
+        const old = e.op === 'upsert' ? this.#cluster.upsertPod(e.object) : this.#cluster.deletePod(e.uid);
+        this.#onPod(old, e.op === 'upsert' ? e.object : undefined);
+        return;
+      }
+      case 'Namespace': {
+        const name = e.op === 'upsert' ? e.object.name : e.name;
+        const old = e.op === 'upsert' ? this.#cluster.upsertNamespace(e.object) : this.#cluster.deleteNamespace(name);
+        this.#onNamespaceLabels(name, old, this.#cluster.namespaceLabels(name));
+        return;
+      }
+      case 'Node':
+        if (e.op === 'upsert') this.#cluster.nodes.set(e.object.name, e.object);
+        else this.#cluster.nodes.delete(e.name);
+        return;
+      case 'NetworkPolicy': {
+        const ns = e.op === 'upsert' ? e.object.namespace : e.namespace;
+        const key = e.op === 'upsert' ? `${ns}/${e.object.name}` : `${ns}/${e.name}`;
+        if (e.op === 'upsert') this.#cluster.upsertPolicy(compilePolicy(e.object));
+        else this.#cluster.deletePolicy(key);
+        this.#touchedPolicies.add(key);
+        for (const uid of [...(this.#workloadsByNs.get(ns) ?? [])]) this.#refreshWorkload(uid, this.#workloads.get(uid)!.pod);
+        return;
+      }
+    }
+  }
+
+  #onPod(old: Pod | undefined, pod: Pod | undefined): void {
+    // Peer sets: only those the old or new labels (or the namespace's labels) may satisfy.
+    const candidates = new Set<ActiveSet>();
+    for (const p of [old, pod]) {
+      if (!p) continue;
+      const own = this.#setsByOwnNs.get(p.namespace);
+      if (own) for (const s of own) candidates.add(s);
+      this.#setsByPodLabels.collect(p.labels, candidates);
+      this.#setsByNsLabelsForPods.collect(this.#cluster.namespaceLabels(p.namespace), candidates);
+    }
+    for (const set of candidates) {
+      const peer = set.spec.peer as PodsPeer;
+      const before = old && this.#cluster.peerMatchesPod(peer, old) ? podMembers(old, set) : [];
+      const after = pod && this.#cluster.peerMatchesPod(peer, pod) ? podMembers(pod, set) : [];
+      if (before.length === after.length && before.every((m, i) => m === after[i])) continue;
+      for (const m of before) this.#removeMember(set, m);
+      for (const m of after) this.#addMember(set, m);
+    }
+    const uid = (pod ?? old)!.uid;
+    if (this.#workloads.has(uid) || (pod && this.#isLocal(pod))) this.#refreshWorkload(uid, pod);
+  }
+
+  #onNamespaceLabels(ns: string, before: Labels, after: Labels): void {
+    const candidates = new Set<ActiveSet>();
+    this.#setsByNsLabels.collect(before, candidates);
+    this.#setsByNsLabels.collect(after, candidates);
+    for (const set of candidates) {
+      const peer = set.spec.peer as PodsPeer;
+      const was = selectorMatches(peer.namespaceSelector!, before);
+      const is = selectorMatches(peer.namespaceSelector!, after);
+      if (was === is) continue;
+      for (const pod of this.#cluster.podsIn(ns)) {
+        if (!selectorMatches(peer.podSelector, pod.labels)) continue;
+        for (const m of podMembers(pod, set)) (is ? this.#addMember(set, m) : this.#removeMember(set, m));
+      }
+    }
+  }
+
+  // ---- local workloads ------------------------------------------------------------------
+
+  #isLocal(pod: Pod): boolean {
+    return (
+      pod.nodeName === this.#cfg.nodeName &&
+      !pod.hostNetwork &&
+      pod.ips.length > 0 &&
+      pod.phase !== 'Succeeded' &&
+      pod.phase !== 'Failed'
+    );
+  }
+
+  /** Recomputes which policies select a pod of this node and rewrites its chains. */
+  #refreshWorkload(uid: string, pod: Pod | undefined): void {
+    const old = this.#workloads.get(uid);
+    let next: Workload | undefined;
+    if (pod && this.#isLocal(pod)) {
+      const ingress: string[] = [];
+      const egress: string[] = [];
+      for (const p of this.#cluster.policiesIn(pod.namespace)) {
+        if (p.podSelector !== null && !selectorMatches(p.podSelector, pod.labels)) continue;
+        if (p.ingress !== null) ingress.push(p.key);
+        if (p.egress !== null) egress.push(p.key);
+      }
+      ingress.sort();
+      egress.sort();
+      next = { pod, ingress, egress };
+    }
+    // Reference counts decide which policies are active on this node.
+    const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress] : []);
+    const before = keys(old);
+    const after = keys(next);
+    for (const k of after) if (!before.has(k)) this.#refPolicy(k, +1);
+    for (const k of before) if (!after.has(k)) this.#refPolicy(k, -1);
+
+    const names = this.#cfg.names;
+    if (old && (!next || old.pod.namespace !== next.pod.namespace)) this.#workloadsByNs.get(old.pod.namespace)?.delete(uid);
+    if (next) {
+      let s = this.#workloadsByNs.get(next.pod.namespace);
+      if (!s) this.#workloadsByNs.set(next.pod.namespace, (s = new Set()));
+      s.add(uid);
+      this.#workloads.set(uid, next);
+    } else this.#workloads.delete(uid);
+    if (!old || !next || !sameStrings(old.pod.ips, next.pod.ips)) this.#dispatchDirty = true;
+
+    for (const f of this.#cfg.families) {
+      const ip = next?.pod.ips.find((a) => familyOf(a) === f);
+      const tw = names.toWorkload(uid);
+      const fw = names.fromWorkload(uid);
+      if (!next || ip === undefined) {
+        this.#deleteChain(f, tw);
+        this.#deleteChain(f, fw);
+        continue;
+      }
+      const podRef = `${next.pod.namespace}/${next.pod.name}`;
+      const chainsOf = (dir: Direction, list: readonly string[]) => {
+        const isolated = list.length > 0;
+        const chains = list.map((k) => (dir === 'ingress' ? names.policyIngress(k) : names.policyEgress(k)));
+        return workloadChainRules({ direction: dir, podRef, podIp: ip, policyChains: isolated ? chains : null, marks: this.#cfg.marks });
+      };
+      this.#setChain(f, tw, chainsOf('ingress', next.ingress));
+      this.#setChain(f, fw, chainsOf('egress', next.egress));
+    }
+  }
+
+  #refPolicy(key: string, delta: number): void {
+    const n = (this.#policyRefs.get(key) ?? 0) + delta;
+    if (n === 0) this.#policyRefs.delete(key);
+    else this.#policyRefs.set(key, n);
+    this.#touchedPolicies.add(key);
+  }
+
+  // ---- active policies ------------------------------------------------------------------
+
+  /** Makes the active record of a policy match (refs > 0 ? current compiled policy : none). */
+  #syncPolicy(key: string): void {
+    const current = this.#active.get(key);
+    const policy = (this.#policyRefs.get(key) ?? 0) > 0 ? this.#cluster.policies.get(key) : undefined;
+    if (current?.policy === policy) return;
+    const names = this.#cfg.names;
+    const acquired: ActiveSet[] = [];
+    if (policy) {
+      const useSet = (spec: SetSpec) => {
+        const s = this.#acquireSet(spec);
+        acquired.push(s);
+        return s.name;
+      };
+      for (const f of this.#cfg.families) {
+        for (const dir of ['ingress', 'egress'] as const) {
+          const chain = dir === 'ingress' ? names.policyIngress(key) : names.policyEgress(key);
+          if ((dir === 'ingress' ? policy.ingress : policy.egress) === null) this.#deleteChain(f, chain);
+          else this.#setChain(f, chain, policyChainRules(policy, dir, f, this.#cfg.marks, useSet));
+        }
+      }
+      this.#active.set(key, { policy, sets: acquired });
+    } else {
+      for (const f of this.#cfg.families) {
+        this.#deleteChain(f, names.policyIngress(key));
+        this.#deleteChain(f, names.policyEgress(key));
+      }
+      this.#active.delete(key);
+    }
+    // Release after acquiring, so a set both versions use is never torn down and rebuilt.
+    for (const s of current?.sets ?? []) this.#releaseSet(s);
+  }
+
+  // ---- sets -----------------------------------------------------------------------------
+
+  #acquireSet(spec: SetSpec): ActiveSet {
+    const key = spec.peer.key + (spec.namedPort ? `|port=${spec.namedPort.protocol}/${spec.namedPort.name}` : '');
+    const name = this.#cfg.names.peerSet(spec.family, key);
+    let set = this.#sets.get(name);
+    if (!set) {
+      set = new ActiveSet(name, spec.family, spec.namedPort ? 'hash:ip,port' : 'hash:net', spec);
+      this.#sets.set(name, set);
+      this.#dirty.sets.set(name, 'all');
+      const peer = spec.peer;
+      if (peer.kind === 'ipBlock') {
+        for (const m of ipBlockMembers(peer.cidrs)) this.#addMember(set, m);
+      } else {
+        for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
+        this.#indexSet(set, peer, true);
+      }
+    }
+    set.refs++;
+    return set;
+  }
+
+  #releaseSet(set: ActiveSet): void {
+    if (--set.refs > 0) return;
+    this.#sets.delete(set.name);
+    this.#dirty.sets.set(set.name, 'all');
+    if (set.spec.peer.kind === 'pods') this.#indexSet(set, set.spec.peer, false);
+  }
+
+  #indexSet(set: ActiveSet, peer: PodsPeer, add: boolean): void {
+    if (peer.namespace !== null) {
+      let s = this.#setsByOwnNs.get(peer.namespace);
+      if (add) {
+        if (!s) this.#setsByOwnNs.set(peer.namespace, (s = new Set()));
+        s.add(set);
+      } else if (s) {
+        s.delete(set);
+        if (s.size === 0) this.#setsByOwnNs.delete(peer.namespace);
+      }
+      return;
+    }
+    const op = add ? 'add' : 'remove';
+    // For pod changes: by the pod selector when it narrows, else by the namespace selector.
+    if (narrowing(peer.podSelector)) this.#setsByPodLabels[op](set, peer.podSelector);
+    else this.#setsByNsLabelsForPods[op](set, peer.namespaceSelector);
+    this.#setsByNsLabels[op](set, peer.namespaceSelector);
+  }
+
+  #addMember(set: ActiveSet, m: string): void {
+    const n = set.counts.get(m) ?? 0;
+    set.counts.set(m, n + 1);
+    if (n === 0) {
+      set.members.add(m);
+      this.#dirtyMember(set.name, m);
+    }
+  }
+
+  #removeMember(set: ActiveSet, m: string): void {
+    const n = set.counts.get(m) ?? 0;
+    if (n <= 1) {
+      set.counts.delete(m);
+      if (set.members.delete(m)) this.#dirtyMember(set.name, m);
+    } else set.counts.set(m, n - 1);
+  }
+
+  #dirtyMember(set: string, m: string): void {
+    const cur = this.#dirty.sets.get(set);
+    if (cur === 'all') return;
+    if (cur) cur.add(m);
+    else this.#dirty.sets.set(set, new Set([m]));
+  }
+
+  // ---- chains ---------------------------------------------------------------------------
+
+  #setChain(f: Family, name: string, rules: readonly Rule[]): void {
+    const cur = this.#chains[f].get(name);
+    if (cur && sameRules(cur, rules)) return;
+    this.#chains[f].set(name, rules);
+    this.#dirty.chains[f].add(name);
+  }
+
+  #deleteChain(f: Family, name: string): void {
+    if (this.#chains[f].delete(name)) this.#dirty.chains[f].add(name);
+  }
+
+  #finishBatch(): Dirty {
+    for (const key of this.#touchedPolicies) this.#syncPolicy(key);
+    this.#touchedPolicies.clear();
+    if (this.#dispatchDirty) {
+      this.#dispatchDirty = false;
+      this.#rebuildDispatch();
+    }
+    return this.takeDirty();
+  }
+
+  #rebuildDispatch(): void {
+    const names = this.#cfg.names;
+    const ordered = [...this.#workloads.entries()].sort(([ua, a], [ub, b]) =>
+      compare(`${a.pod.namespace}/${a.pod.name}/${ua}`, `${b.pod.namespace}/${b.pod.name}/${ub}`),
+    );
+    for (const f of this.#cfg.families) {
+      const from: Rule[] = [];
+      const to: Rule[] = [];
+      for (const [uid, w] of ordered) {
+        for (const ip of w.pod.ips) {
+          if (familyOf(ip) !== f) continue;
+          const cidr = ip.includes(':') ? `${ip}/128` : `${ip}/32`;
+          from.push({ matches: [{ kind: 'addr', dir: 'src', cidr }], action: { kind: 'goto', chain: names.fromWorkload(uid) } });
+          to.push({ matches: [{ kind: 'addr', dir: 'dst', cidr }], action: { kind: 'goto', chain: names.toWorkload(uid) } });
+        }
+      }
+      this.#setChain(f, names.fromWorkloadDispatch, from);
+      this.#setChain(f, names.toWorkloadDispatch, to);
+    }
+  }
+}
+
+/** Members a pod gives a set: its addresses of the set's family, with the resolved port
+ *  for a named-port set (pods lacking that name and protocol give none). */
+function podMembers(pod: Pod, set: ActiveSet): string[] {
+  if (!isPeerEligible(pod)) return [];
+  const ips = pod.ips.filter((ip) => familyOf(ip) === set.family);
+  const np = set.spec.namedPort;
+  if (!np) return ips;
+  const proto = np.protocol.toLowerCase();
+  const out: string[] = [];
+  for (const cp of pod.ports) {
+    if (cp.name === np.name && cp.protocol === np.protocol) for (const ip of ips) out.push(`${ip},${proto}:${cp.port}`);
+  }
+  return out;
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function sameStrings(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+function sameRules(a: readonly Rule[], b: readonly Rule[]): boolean {
+  return a.length === b.length && JSON.stringify(a) === JSON.stringify(b);
+}

@@ -1,0 +1,152 @@
+// The cluster as the model sees it: pods, namespaces, nodes and compiled policies, with the
+// indexes that answer "which pods does this peer select" in time proportional to the answer.
+
+import { LabelIndex } from './label-index.ts';
+import { selectorMatches } from './selector.ts';
+import type { CompiledPolicy, Labels, Namespace, Node, Pod, PodsPeer } from './types.ts';
+
+/** The API server labels every namespace with its own name; manifests may omit it. */
+export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
+
+export function namespaceLabels(name: string, labels: Labels | undefined): Labels {
+  return { ...labels, [NAMESPACE_NAME_LABEL]: name };
+}
+
+/** A pod is a member of peer sets only while Running with an IP; an IP that outlives its pod
+ *  is reused by the next one, and a stale member would be a hole. */
+export function isPeerEligible(pod: Pod): boolean {
+  return pod.phase === 'Running' && pod.ips.length > 0 && !pod.hostNetwork;
+}
+
+export class ClusterState {
+  readonly pods = new Map<string, Pod>();
+  readonly nodes = new Map<string, Node>();
+  readonly policies = new Map<string, CompiledPolicy>();
+  readonly #namespaces = new Map<string, Labels>();
+  readonly #podsByNs = new Map<string, Set<Pod>>();
+  readonly #podLabels = new LabelIndex<Pod>();
+  readonly #nsLabels = new LabelIndex<string>();
+  /** What #nsLabels holds: known namespaces, and namespaces only known from their pods. */
+  readonly #nsIndexed = new Map<string, Labels>();
+  readonly #policiesByNs = new Map<string, Set<CompiledPolicy>>();
+
+  /** Effective labels of a namespace, known or not (pods may arrive before their namespace). */
+  namespaceLabels(name: string): Labels {
+    return this.#namespaces.get(name) ?? namespaceLabels(name, undefined);
+  }
+
+  hasNamespace(name: string): boolean {
+    return this.#namespaces.has(name);
+  }
+
+  /** Returns the previous pod with that uid, if any. */
+  upsertPod(pod: Pod): Pod | undefined {
+    const old = this.deletePod(pod.uid);
+    this.pods.set(pod.uid, pod);
+    let s = this.#podsByNs.get(pod.namespace);
+    if (!s) this.#podsByNs.set(pod.namespace, (s = new Set()));
+    s.add(pod);
+    this.#podLabels.add(pod, pod.labels);
+    this.#reindexNamespace(pod.namespace);
+    return old;
+  }
+
+  deletePod(uid: string): Pod | undefined {
+    const old = this.pods.get(uid);
+    if (!old) return undefined;
+    this.pods.delete(uid);
+    const s = this.#podsByNs.get(old.namespace)!;
+    s.delete(old);
+    if (s.size === 0) this.#podsByNs.delete(old.namespace);
+    this.#podLabels.remove(old, old.labels);
+    this.#reindexNamespace(old.namespace);
+    return old;
+  }
+
+  /** Returns the previous effective labels. */
+  upsertNamespace(ns: Namespace): Labels {
+    const old = this.namespaceLabels(ns.name);
+    this.#namespaces.set(ns.name, namespaceLabels(ns.name, ns.labels));
+    this.#reindexNamespace(ns.name);
+    return old;
+  }
+
+  deleteNamespace(name: string): Labels {
+    const old = this.namespaceLabels(name);
+    this.#namespaces.delete(name);
+    this.#reindexNamespace(name);
+    return old;
+  }
+
+  #reindexNamespace(name: string): void {
+    const want = this.#namespaces.get(name) ?? (this.#podsByNs.has(name) ? namespaceLabels(name, undefined) : undefined);
+    const have = this.#nsIndexed.get(name);
+    if (want === have) return;
+    if (have) this.#nsLabels.remove(name, have);
+    if (want) {
+      this.#nsLabels.add(name, want);
+      this.#nsIndexed.set(name, want);
+    } else this.#nsIndexed.delete(name);
+  }
+
+  upsertPolicy(p: CompiledPolicy): CompiledPolicy | undefined {
+    const old = this.deletePolicy(p.key);
+    this.policies.set(p.key, p);
+    let s = this.#policiesByNs.get(p.namespace);
+    if (!s) this.#policiesByNs.set(p.namespace, (s = new Set()));
+    s.add(p);
+    return old;
+  }
+
+  deletePolicy(key: string): CompiledPolicy | undefined {
+    const old = this.policies.get(key);
+    if (!old) return undefined;
+    this.policies.delete(key);
+    const s = this.#policiesByNs.get(old.namespace)!;
+    s.delete(old);
+    if (s.size === 0) this.#policiesByNs.delete(old.namespace);
+    return old;
+  }
+
+  policiesIn(namespace: string): Iterable<CompiledPolicy> {
+    return this.#policiesByNs.get(namespace) ?? [];
+  }
+
+  podsIn(namespace: string): Iterable<Pod> {
+    return this.#podsByNs.get(namespace) ?? [];
+  }
+
+  peerMatchesPod(peer: PodsPeer, pod: Pod): boolean {
+    if (peer.namespace !== null) {
+      if (pod.namespace !== peer.namespace) return false;
+    } else if (!selectorMatches(peer.namespaceSelector!, this.namespaceLabels(pod.namespace))) {
+      return false;
+    }
+    return selectorMatches(peer.podSelector, pod.labels);
+  }
+
+  /** Every pod (eligible or not) the peer selects. Walks the smallest candidate list among:
+   *  the peer's namespace, the pods under its most selective pod-label requirement, the pods
+   *  of the namespaces its namespace selector narrows to. */
+  *podsMatching(peer: PodsPeer): Iterable<Pod> {
+    const byLabel = this.#podLabels.candidates(peer.podSelector);
+    let candidates: Iterable<Pod>;
+    if (peer.namespace !== null) {
+      const inNs = this.#podsByNs.get(peer.namespace);
+      if (!inNs) return;
+      candidates = byLabel && byLabel.size < inNs.size ? byLabel.ids : inNs;
+    } else {
+      const nsCands = this.#nsLabels.candidates(peer.namespaceSelector!);
+      let viaNs: Pod[] | null = null;
+      if (nsCands && (!byLabel || nsCands.size < byLabel.size)) {
+        viaNs = [];
+        for (const ns of nsCands.ids) {
+          const s = this.#podsByNs.get(ns);
+          if (s) for (const p of s) viaNs.push(p);
+        }
+      }
+      candidates = viaNs ?? byLabel?.ids ?? this.pods.values();
+    }
+    for (const pod of candidates) if (this.peerMatchesPod(peer, pod)) yield pod;
+  }
+}

@@ -1,0 +1,251 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
+import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index.ts';
+import { EMPTY, Mirror, diff, newCalc, pod, policy, rng, snapshot, world } from './fixtures.ts';
+import type { World } from './fixtures.ts';
+
+const names = makeNames('cali');
+
+const NAMESPACES: Namespace[] = [
+  { name: 'web', labels: { team: 'a' } },
+  { name: 'db', labels: { team: 'b', tier: 'data' } },
+  { name: 'ops', labels: {} },
+];
+
+const POLICIES: RawNetworkPolicy[] = [
+  policy('db', 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] }),
+  policy('db', 'from-web', {
+    podSelector: { matchLabels: { app: 'db' } },
+    ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } }], ports: [{ port: 'sql' }] }],
+  }),
+  policy('web', 'or-peers', {
+    podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['web', 'api'] }] },
+    ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }, { podSelector: { matchLabels: { role: 'lb' } } }] }],
+    egress: [
+      { to: [{ ipBlock: { cidr: '0.0.0.0/0', except: ['10.0.0.0/8'] } }, { ipBlock: { cidr: 'fd00::/8', except: ['fd00::/64'] } }], ports: [{ protocol: 'UDP', port: 53 }] },
+      { to: [{ podSelector: {} }], ports: [{ port: 'http' }, { port: 8000, endPort: 8080 }] },
+    ],
+  }),
+  policy('ops', 'not-in', {
+    podSelector: { matchExpressions: [{ key: 'env', operator: 'NotIn', values: ['prod'] }] },
+    ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'tier', operator: 'DoesNotExist' }] } }] }],
+  }),
+  policy('ops', 'broken', { podSelector: { matchLabels: { app: 'x' } }, ingress: [{ from: [{ ipBlock: { cidr: 'nonsense' } }] }] }),
+];
+
+function basePods(): Pod[] {
+  return [
+    pod('web', 'w1', { labels: { app: 'web' }, ip4: 1, ports: [{ name: 'http', port: 80, protocol: 'TCP' }] }),
+    pod('web', 'w2', { labels: { app: 'api' }, ip4: 2, nodeName: 'node-b' }),
+    pod('web', 'lb', { labels: { role: 'lb' }, ip4: 3, nodeName: 'node-b', ip6: false }),
+    pod('db', 'd1', { labels: { app: 'db' }, ip4: 4, ports: [{ name: 'sql', port: 5432, protocol: 'TCP' }] }),
+    pod('db', 'd2', { labels: { app: 'db' }, ip4: 5, nodeName: 'node-b', ports: [{ name: 'sql', port: 5433, protocol: 'TCP' }] }),
+    pod('ops', 'o1', { labels: { env: 'dev' }, ip4: 6 }),
+    pod('ops', 'o2', { labels: { app: 'x', env: 'prod' }, ip4: 7 }),
+  ];
+}
+
+/** A random walk of worlds: each step changes one thing, the way a cluster does. */
+function randomWorlds(seed: number, steps: number): World[] {
+  const r = rng(seed);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)];
+  let pods = new Map(basePods().map((p) => [p.uid, p]));
+  let nss = new Map(NAMESPACES.map((n) => [n.name, n]));
+  let pols = new Map(POLICIES.map((p) => [`${p.namespace}/${p.name}`, p]));
+  const out: World[] = [{ pods, namespaces: nss, policies: pols }];
+  let next = 20;
+  for (let i = 0; i < steps; i++) {
+    pods = new Map(pods);
+    nss = new Map(nss);
+    pols = new Map(pols);
+    const choice = r();
+    const somePod = pods.size ? pick([...pods.values()]) : undefined;
+    if (choice < 0.25 && somePod) {
+      pods.set(somePod.uid, { ...somePod, labels: pick([{}, { app: 'web' }, { app: 'db' }, { app: 'api', env: 'prod' }, { role: 'lb' }, { app: 'x' }]) });
+    } else if (choice < 0.35) {
+      const ns = pick(['web', 'db', 'ops', 'ghost']);
+      const n = next++;
+      const p = pod(ns, `p${n}`, { ip4: n, nodeName: pick(['node-a', 'node-b']), labels: pick([{ app: 'web' }, { app: 'db' }, {}]), ports: r() < 0.5 ? [{ name: 'http', port: 8080, protocol: 'TCP' }] : [] });
+      pods.set(p.uid, p);
+    } else if (choice < 0.45 && somePod) {
+      pods.delete(somePod.uid);
+    } else if (choice < 0.52 && somePod) {
+      pods.set(somePod.uid, { ...somePod, phase: pick(['Pending', 'Running', 'Succeeded']) });
+    } else if (choice < 0.57 && somePod) {
+      // IP reuse: another pod takes this pod's address.
+      const other = pick([...pods.values()]);
+      pods.set(somePod.uid, { ...somePod, ips: other.ips });
+    } else if (choice < 0.72) {
+      const n = pick(NAMESPACES);
+      nss.set(n.name, { name: n.name, labels: pick([{}, { team: 'a' }, { team: 'b' }, { team: 'b', tier: 'data' }]) });
+    } else if (choice < 0.78) {
+      nss.delete(pick(['web', 'db', 'ops']));
+    } else if (choice < 0.9) {
+      const p = pick(POLICIES);
+      const k = `${p.namespace}/${p.name}`;
+      if (pols.has(k)) pols.delete(k);
+      else pols.set(k, p);
+    } else {
+      const k = `web/p${next++}`;
+      pols.set(k, policy('web', k.slice(4), {
+        podSelector: pick([{}, { matchLabels: { app: 'web' } }]),
+        ingress: [{ from: [{ namespaceSelector: pick([{}, { matchLabels: { team: 'b' } }]), podSelector: pick([{}, { matchLabels: { app: 'db' } }]) }] }],
+        egress: r() < 0.5 ? [{ ports: [{ port: 'http' }] }] : undefined,
+      }));
+    }
+    out.push({ pods, namespaces: nss, policies: pols });
+  }
+  return out;
+}
+
+function cold(w: World): string {
+  const c = newCalc();
+  c.applyEvents(diff(EMPTY, w));
+  return snapshot(c.desired);
+}
+
+describe('incremental calc', () => {
+  for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
+    test(`every step of random walk ${seed} equals a cold compile of the same state, and Dirty reports every change`, () => {
+      const worlds = randomWorlds(seed, 60);
+      const c = newCalc();
+      const mirror = new Mirror();
+      mirror.update(c.desired, c.takeDirty());
+      let prev = EMPTY;
+      for (const [i, w] of worlds.entries()) {
+        const dirty = c.applyEvents(diff(prev, w));
+        mirror.update(c.desired, dirty);
+        const got = snapshot(c.desired);
+        assert.equal(got, cold(w), `seed ${seed} step ${i}: incremental differs from cold`);
+        assert.equal(snapshot(mirror.view(c.desired.topChain)), got, `seed ${seed} step ${i}: Dirty missed a change`);
+        prev = w;
+      }
+    });
+  }
+
+  test('the same walk replayed reversed, split into single events and squashed ends in the same bytes', () => {
+    const worlds = randomWorlds(42, 40);
+    const last = worlds[worlds.length - 1];
+    const want = cold(last);
+    // reversed: walk from the last state back to the first, then jump to the last.
+    const rev = newCalc();
+    let prev = EMPTY;
+    for (const w of [...worlds].reverse()) {
+      rev.applyEvents(diff(prev, w));
+      prev = w;
+    }
+    rev.applyEvents(diff(prev, last));
+    assert.equal(snapshot(rev.desired), want);
+    // split: one event per batch.
+    const split = newCalc();
+    prev = EMPTY;
+    for (const w of worlds) {
+      for (const e of diff(prev, w)) split.applyEvents([e]);
+      prev = w;
+    }
+    assert.equal(snapshot(split.desired), want);
+    // squashed: all events of the walk in one batch.
+    const squashed = newCalc();
+    const all = [];
+    prev = EMPTY;
+    for (const w of worlds) {
+      all.push(...diff(prev, w));
+      prev = w;
+    }
+    squashed.applyEvents(all);
+    assert.equal(snapshot(squashed.desired), want);
+  });
+});
+
+describe('what calc builds', () => {
+  const build = (w: World) => {
+    const c = newCalc();
+    c.applyEvents(diff(EMPTY, w));
+    return c;
+  };
+  const setOf = (c: ReturnType<typeof newCalc>, family: 4 | 6, key: string) => c.desired.sets.get(names.peerSet(family, key));
+
+  test('a pod selected by no policy is not isolated and its chains allow both ways', () => {
+    const c = build(world([pod('ops', 'o1', { ip4: 6 })], NAMESPACES, []));
+    const tw = c.desired.chains[4].get(names.toWorkload('ops/o1'))!;
+    assert.ok(tw.some((r) => r.comment === 'ops/o1 is not isolated for ingress'));
+    assert.ok(!tw.some((r) => r.action.kind === 'drop' && r.matches.length === 0));
+  });
+
+  test('OR peers make two sets; AND peers make one set of pods matching both', () => {
+    const c = build(world(basePods(), NAMESPACES, POLICIES));
+    // or-peers: namespaces labelled team=b (all their pods) OR pods with role=lb in web.
+    assert.deepEqual([...setOf(c, 4, 'pods|nssel=team in (b)|')!.members].sort(), ['10.244.1.4', '10.244.2.5']);
+    assert.deepEqual([...setOf(c, 4, 'pods|ns=web|role in (lb)')!.members], ['10.244.2.3']);
+    assert.deepEqual([...setOf(c, 6, 'pods|ns=web|role in (lb)')!.members], [], 'a v4-only pod is in no v6 set');
+    // from-web: pods labelled app=web in namespaces labelled team=a, on the named port sql.
+    const and = setOf(c, 4, 'pods|nssel=team in (a)|app in (web)')!;
+    assert.deepEqual([...and.members], ['10.244.1.1']);
+  });
+
+  test('named ports resolve against the receiving pod: ingress against the selected pods, egress against each destination', () => {
+    const c = build(world(basePods(), NAMESPACES, POLICIES));
+    const ingressTargets = setOf(c, 4, 'pods|ns=db|app in (db)|port=TCP/sql')!;
+    assert.equal(ingressTargets.type, 'hash:ip,port');
+    assert.deepEqual([...ingressTargets.members].sort(), ['10.244.1.4,tcp:5432', '10.244.2.5,tcp:5433']);
+    const egressDests = setOf(c, 4, 'pods|ns=web||port=TCP/http')!;
+    assert.deepEqual([...egressDests.members], ['10.244.1.1,tcp:80'], 'only pods with a container port named http');
+  });
+
+  test('ipBlock except is exact, /0 is split for ipset, and each family gets only its own blocks', () => {
+    const c = build(world(basePods(), NAMESPACES, POLICIES));
+    const v4 = [...c.desired.sets.values()].find((s) => s.family === 4 && [...s.members].includes('128.0.0.0/1'))!;
+    assert.deepEqual([...v4.members].sort(), ['0.0.0.0/5', '11.0.0.0/8', '12.0.0.0/6', '128.0.0.0/1', '16.0.0.0/4', '32.0.0.0/3', '64.0.0.0/2', '8.0.0.0/7']);
+    const v6 = [...c.desired.sets.values()].filter((s) => s.family === 6 && s.type === 'hash:net' && [...s.members].some((m) => m.startsWith('fd') && m.includes('/')));
+    assert.equal(v6.length, 1);
+    assert.ok(!v6[0].members.has('fd00::/64'));
+  });
+
+  test('an invalid policy adds no allowance but keeps the pods it selects isolated', () => {
+    const c = build(world(basePods(), NAMESPACES, POLICIES));
+    const report = c.policyReports().find((r) => r.key === 'ops/broken')!;
+    assert.ok(report.errors.length > 0);
+    assert.equal(report.localPods, 1);
+    const pi = c.desired.chains[4].get(names.policyIngress('ops/broken'))!;
+    assert.deepEqual(pi, [], 'no rule: nothing allowed by the broken policy');
+    const tw = c.desired.chains[4].get(names.toWorkload('ops/o2'))!;
+    assert.equal(tw[tw.length - 1].action.kind, 'drop');
+  });
+
+  test('pods that are not Running, or use the host network, are in no peer set; only local pods get chains', () => {
+    const pods = [
+      pod('db', 'pending', { labels: { app: 'db' }, ip4: 9, phase: 'Pending' }),
+      pod('db', 'host', { labels: { app: 'db' }, ip4: 10, hostNetwork: true }),
+      pod('db', 'run', { labels: { app: 'db' }, ip4: 11, nodeName: 'node-b' }),
+      pod('web', 'w1', { labels: { app: 'web' }, ip4: 1 }),
+    ];
+    const c = build(world(pods, NAMESPACES, [policy('web', 'p', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } }] }] })]));
+    assert.deepEqual([...setOf(c, 4, 'pods|nssel=|app in (db)')!.members], ['10.244.2.11']);
+    assert.ok(c.desired.chains[4].has(names.toWorkload('db/pending')), 'a local pending pod with an IP is still policed');
+    assert.ok(!c.desired.chains[4].has(names.toWorkload('db/host')));
+    assert.ok(!c.desired.chains[4].has(names.toWorkload('db/run')));
+  });
+
+  test('peer sets are shared by every policy that uses the same peer', () => {
+    const p = (n: string) => policy('web', n, { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'x' } } }] }] });
+    const c = build(world(basePods(), NAMESPACES, [p('a'), p('b')]));
+    assert.equal([...c.desired.sets.keys()].filter((n) => n.startsWith('cali40s:')).length, 1);
+  });
+
+  test('every chain and set name fits the kernel limits and the same input gives the same bytes', () => {
+    const a = build(world(basePods(), NAMESPACES, POLICIES));
+    const b = build(world([...basePods()].reverse(), [...NAMESPACES].reverse(), [...POLICIES].reverse()));
+    assert.equal(snapshot(a.desired), snapshot(b.desired));
+    for (const n of a.desired.sets.keys()) assert.ok(n.length <= MAX_SET_NAME, n);
+    for (const f of [4, 6] as const) for (const n of a.desired.chains[f].keys()) assert.ok(n.length <= MAX_CHAIN_NAME, n);
+  });
+
+  test('a pod label change dirties only the sets and chains it affects', () => {
+    const c = build(world(basePods(), NAMESPACES, POLICIES));
+    const w2 = basePods().find((p) => p.name === 'w2')!;
+    const dirty = c.applyEvents([{ kind: 'Pod', op: 'upsert', object: { ...w2, labels: { role: 'lb' } } }]);
+    assert.deepEqual([...dirty.sets.keys()], [names.peerSet(4, 'pods|ns=web|role in (lb)'), names.peerSet(6, 'pods|ns=web|role in (lb)')]);
+    assert.equal(dirty.chains[4].size + dirty.chains[6].size, 0, 'a remote pod changes no chain');
+  });
+});

@@ -1,0 +1,120 @@
+// States of a small cluster for calc tests: a "world" is the full set of objects; the tests
+// turn the difference between two worlds into events, the way a source would.
+
+import { Calculator, makeNames } from '../../../src/calc/index.ts';
+import type { DesiredDataplane, Dirty, Rule } from '../../../src/calc/index.ts';
+import type { ModelEvent, Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
+
+export interface World {
+  readonly pods: ReadonlyMap<string, Pod>;
+  readonly namespaces: ReadonlyMap<string, Namespace>;
+  readonly policies: ReadonlyMap<string, RawNetworkPolicy>;
+}
+
+export const NODE = 'node-a';
+export const MARKS = { accept: 0x10000, pass: 0x20000 };
+
+export function newCalc(): Calculator {
+  return new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4, 6], marks: MARKS });
+}
+
+export function pod(ns: string, name: string, o: Partial<Pod> & { ip4?: number; ip6?: boolean } = {}): Pod {
+  const n = o.ip4 ?? 1;
+  const ips = o.ips ?? [`10.244.${o.nodeName === 'node-b' ? 2 : 1}.${n}`, ...(o.ip6 === false ? [] : [`fd00::${n.toString(16)}`])];
+  return {
+    uid: `${ns}/${name}`,
+    namespace: ns,
+    name,
+    labels: {},
+    nodeName: NODE,
+    hostNetwork: false,
+    phase: 'Running',
+    terminating: false,
+    ports: [],
+    ...o,
+    ips,
+  };
+}
+
+export function policy(ns: string, name: string, spec: unknown, generation = 1): RawNetworkPolicy {
+  return { namespace: ns, name, uid: `${ns}/${name}`, generation, spec };
+}
+
+export function world(pods: Pod[], namespaces: Namespace[], policies: RawNetworkPolicy[]): World {
+  return {
+    pods: new Map(pods.map((p) => [p.uid, p])),
+    namespaces: new Map(namespaces.map((n) => [n.name, n])),
+    policies: new Map(policies.map((p) => [`${p.namespace}/${p.name}`, p])),
+  };
+}
+
+export const EMPTY: World = world([], [], []);
+
+/** The events that take a source from `a` to `b`. */
+export function diff(a: World, b: World): ModelEvent[] {
+  const out: ModelEvent[] = [];
+  for (const [k, n] of b.namespaces) if (a.namespaces.get(k) !== n) out.push({ kind: 'Namespace', op: 'upsert', object: n });
+  for (const [k, p] of b.policies) if (a.policies.get(k) !== p) out.push({ kind: 'NetworkPolicy', op: 'upsert', object: p });
+  for (const [k, p] of b.pods) if (a.pods.get(k) !== p) out.push({ kind: 'Pod', op: 'upsert', object: p });
+  for (const [k] of a.pods) if (!b.pods.has(k)) out.push({ kind: 'Pod', op: 'delete', uid: k });
+  for (const [k, p] of a.policies) if (!b.policies.has(k)) out.push({ kind: 'NetworkPolicy', op: 'delete', namespace: p.namespace, name: p.name });
+  for (const [k] of a.namespaces) if (!b.namespaces.has(k)) out.push({ kind: 'Namespace', op: 'delete', name: k });
+  return out;
+}
+
+/** A canonical, order-free text of a desired dataplane, for equality checks. */
+export function snapshot(d: DesiredDataplane): string {
+  const sets = [...d.sets.values()]
+    .map((s) => `${s.name} ${s.type} v${s.family}: ${[...s.members].sort().join(' ')}`)
+    .sort();
+  const chains = ([4, 6] as const).flatMap((f) =>
+    [...d.chains[f].entries()].map(([n, rules]) => `v${f} ${n}:\n${rules.map((r) => '  ' + JSON.stringify(r)).join('\n')}`).sort(),
+  );
+  return [...sets, ...chains].join('\n');
+}
+
+/** A copy of the desired dataplane kept up to date only through Dirty reports: if calc
+ *  ever forgets to report a change, the mirror drifts from the real desired state. */
+export class Mirror {
+  readonly sets = new Map<string, { name: string; family: 4 | 6; type: 'hash:net' | 'hash:ip,port'; members: Set<string> }>();
+  readonly chains = { 4: new Map<string, readonly Rule[]>(), 6: new Map<string, readonly Rule[]>() };
+
+  update(d: DesiredDataplane, dirty: Dirty): void {
+    for (const [name, members] of dirty.sets) {
+      const want = d.sets.get(name);
+      if (members === 'all') {
+        if (want) this.sets.set(name, { ...want, members: new Set(want.members) });
+        else this.sets.delete(name);
+        continue;
+      }
+      const have = this.sets.get(name)!;
+      for (const m of members) {
+        if (want!.members.has(m)) have.members.add(m);
+        else have.members.delete(m);
+      }
+    }
+    for (const f of [4, 6] as const) {
+      for (const name of dirty.chains[f]) {
+        const rules = d.chains[f].get(name);
+        if (rules) this.chains[f].set(name, rules);
+        else this.chains[f].delete(name);
+      }
+    }
+  }
+
+  view(topChain: string): DesiredDataplane {
+    return { sets: this.sets, chains: this.chains, topChain };
+  }
+}
+
+/** Deterministic PRNG (mulberry32), so a failing random sequence can be replayed by seed. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
