@@ -1,0 +1,320 @@
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, readFile, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { ConfigError } from '../../../src/errors.ts';
+import type { Logger } from '../../../src/log.ts';
+import { createManifestSource, manifestRevision } from '../../../src/sources/index.ts';
+import type { Source, SourceBatch } from '../../../src/sources/index.ts';
+import type { ModelEvent } from '../../../src/model/types.ts';
+
+interface LogLine {
+  level: number;
+  msg: string;
+}
+const WARN = 40;
+
+function captureLogger(): { log: Logger; lines: LogLine[] } {
+  const lines: LogLine[] = [];
+  const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s) as LogLine) });
+  return { log, lines };
+}
+
+const dirs: string[] = [];
+after(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+async function tmpDir(): Promise<string> {
+  const d = await mkdtemp(join(tmpdir(), 'weir-manifests-'));
+  dirs.push(d);
+  return d;
+}
+
+/** A started source in a fresh directory, recording every batch and log line. */
+async function harness(files: Record<string, string> = {}) {
+  const dir = await tmpDir();
+  for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
+  const { log, lines } = captureLogger();
+  const batches: SourceBatch[] = [];
+  const source: Source = createManifestSource({ dir, log, debounceMs: 20 });
+  await source.start((b) => batches.push(b));
+  return {
+    dir,
+    lines,
+    batches,
+    source,
+    warnings: () => lines.filter((l) => l.level >= WARN).map((l) => l.msg),
+    /** Waits for the batch after `count` batches seen so far. */
+    async nextBatch(count: number, timeoutMs = 5000): Promise<SourceBatch> {
+      await until(() => batches.length > count, timeoutMs, 'no batch arrived');
+      return batches[count];
+    },
+    /** The revision computed independently from what is on disk now. */
+    async diskRevision(): Promise<string> {
+      const names = (await readdir(dir)).filter((n) => /\.(ya?ml|json)$/.test(n) && !n.startsWith('.'));
+      return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await readFile(join(dir, name), 'utf8') }))));
+    },
+  };
+}
+
+async function until(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function podYaml(name: string, labels: Record<string, string> = {}, namespace = 'default'): string {
+  const l = Object.entries(labels).map(([k, v]) => `    ${k}: "${v}"`).join('\n');
+  return `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  namespace: ${namespace}
+  labels:
+${l || '    {}'}
+spec:
+  nodeName: node-a
+status:
+  phase: Running
+  podIPs:
+    - ip: 10.244.1.${name.length}
+`.replace('labels:\n    {}', 'labels: {}');
+}
+
+function nsYaml(name: string): string {
+  return `apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ${name}\n`;
+}
+
+const summary = (events: readonly ModelEvent[]) =>
+  events.map((e) => {
+    if (e.op === 'delete') return `delete ${e.kind} ${'uid' in e ? e.uid : 'namespace' in e ? `${e.namespace}/${e.name}` : e.name}`;
+    return `upsert ${e.kind} ${'namespace' in e.object ? `${e.object.namespace}/${e.object.name}` : e.object.name}`;
+  });
+
+test('the first batch is the full, synced state, even for an empty directory', async () => {
+  const empty = await harness();
+  try {
+    assert.equal(empty.batches.length, 1);
+    assert.deepEqual(empty.batches[0], { events: [], synced: true, revision: manifestRevision([]) });
+  } finally {
+    await empty.source.stop();
+  }
+
+  const h = await harness({
+    'a.yaml': `${nsYaml('one')}---\n${podYaml('web', { app: 'web' }, 'one')}`,
+    'b.json': JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a' }, spec: { podCIDR: '10.244.1.0/24' } }),
+    'notes.txt': nsYaml('ignored'),
+  });
+  try {
+    assert.equal(h.batches.length, 1);
+    const [first] = h.batches;
+    assert.equal(first.synced, true);
+    assert.deepEqual(summary(first.events), ['upsert Namespace one', 'upsert Node node-a', 'upsert Pod one/web']);
+    assert.equal(first.revision, await h.diskRevision());
+    assert.deepEqual(h.warnings(), []);
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('a label change yields exactly one Pod upsert', async () => {
+  const h = await harness({ 'pods.yaml': `${podYaml('a', { app: 'x' })}---\n${podYaml('b', { app: 'x' })}` });
+  try {
+    await writeFile(join(h.dir, 'pods.yaml'), `${podYaml('a', { app: 'x' })}---\n${podYaml('b', { app: 'y' })}`);
+    const b = await h.nextBatch(1);
+    assert.equal(b.events.length, 1);
+    const [e] = b.events;
+    assert.ok(e.kind === 'Pod' && e.op === 'upsert');
+    assert.deepEqual([e.object.uid, e.object.labels], ['default/b', { app: 'y' }]);
+    assert.equal(b.revision, await h.diskRevision());
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('a change that leaves the model unchanged brings only a new revision', async () => {
+  const h = await harness({ 'ns.yaml': nsYaml('one') });
+  try {
+    await writeFile(join(h.dir, 'ns.yaml'), `# a comment\n${nsYaml('one')}`);
+    const b = await h.nextBatch(1);
+    assert.deepEqual(b.events, []);
+    assert.notEqual(b.revision, h.batches[0].revision);
+    assert.equal(b.revision, await h.diskRevision());
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('a file that breaks keeps its last good content; fixing it applies the new content', async () => {
+  const good = nsYaml('one');
+  const h = await harness({ 'ns.yaml': good });
+  try {
+    const goodRevision = h.batches[0].revision;
+    await writeFile(join(h.dir, 'ns.yaml'), `${good}---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: two\n   oops: 1\n`);
+    await until(() => h.warnings().length > 0, 5000, 'no warning for the broken file');
+    const [warning] = h.warnings();
+    assert.ok(warning.includes(`${join(h.dir, 'ns.yaml')}:10:`), warning);
+    assert.match(warning, /keeping its last good content/);
+    await sleep(100);
+    assert.equal(h.batches.length, 1, 'a broken file changes nothing');
+
+    // Another file changes meanwhile: the revision still counts the broken file's good content.
+    await writeFile(join(h.dir, 'other.yaml'), nsYaml('three'));
+    const b1 = await h.nextBatch(1);
+    assert.deepEqual(summary(b1.events), ['upsert Namespace three']);
+    assert.notEqual(b1.revision, goodRevision);
+    assert.equal(b1.revision, manifestRevision([{ name: 'ns.yaml', content: good }, { name: 'other.yaml', content: nsYaml('three') }]));
+
+    await writeFile(join(h.dir, 'ns.yaml'), nsYaml('two'));
+    const b2 = await h.nextBatch(2);
+    assert.deepEqual(summary(b2.events), ['delete Namespace one', 'upsert Namespace two']);
+    assert.equal(b2.revision, await h.diskRevision());
+    assert.equal(h.warnings().length, 1, 'the broken content was reported once');
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('a JSON file that breaks is reported with its line', async () => {
+  const h = await harness({ 'n.json': JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'j' } }, null, 2) });
+  try {
+    await writeFile(join(h.dir, 'n.json'), '{\n  "apiVersion": "v1",\n  "kind": "Namespace",\n  "metadata": {"name": "j"},\n}\n');
+    await until(() => h.warnings().length > 0, 5000, 'no warning for the broken JSON');
+    assert.ok(h.warnings()[0].includes(`${join(h.dir, 'n.json')}:5:`), h.warnings()[0]);
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('deleting or emptying a file deletes its objects', async () => {
+  const h = await harness({ 'a.yaml': `${nsYaml('one')}---\n${podYaml('p', {}, 'one')}`, 'b.yaml': nsYaml('two') });
+  try {
+    await unlink(join(h.dir, 'a.yaml'));
+    const b = await h.nextBatch(1);
+    assert.deepEqual(summary(b.events), ['delete Pod one/p', 'delete Namespace one']);
+    assert.equal(b.revision, manifestRevision([{ name: 'b.yaml', content: nsYaml('two') }]));
+
+    // Emptying a file is a delete too (once the empty content holds).
+    await writeFile(join(h.dir, 'b.yaml'), '');
+    const b2 = await h.nextBatch(2);
+    assert.deepEqual(summary(b2.events), ['delete Namespace two']);
+    assert.equal(b2.revision, await h.diskRevision());
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('the same object in two files: the file that sorts last wins and a warning names both', async () => {
+  const h = await harness({ '10-a.yaml': podYaml('web', { from: 'a' }), '20-b.yaml': podYaml('web', { from: 'b' }) });
+  try {
+    const [e] = h.batches[0].events;
+    assert.ok(e.kind === 'Pod' && e.op === 'upsert');
+    assert.deepEqual(e.object.labels, { from: 'b' });
+    assert.equal(h.warnings().length, 1);
+    assert.ok(h.warnings()[0].includes(join(h.dir, '10-a.yaml')) && h.warnings()[0].includes(join(h.dir, '20-b.yaml')), h.warnings()[0]);
+
+    // Without the winner, the other definition applies again.
+    await unlink(join(h.dir, '20-b.yaml'));
+    const b = await h.nextBatch(1);
+    assert.equal(b.events.length, 1);
+    const [again] = b.events;
+    assert.ok(again.kind === 'Pod' && again.op === 'upsert');
+    assert.deepEqual(again.object.labels, { from: 'a' });
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('an editor-style atomic save (write a temp file, rename over) is picked up', async () => {
+  const h = await harness({ 'ns.yaml': nsYaml('one') });
+  try {
+    const tmp = join(h.dir, '.ns.yaml.swp');
+    await writeFile(tmp, nsYaml('renamed'));
+    await rename(tmp, join(h.dir, 'ns.yaml'));
+    const b = await h.nextBatch(1);
+    assert.deepEqual(summary(b.events), ['delete Namespace one', 'upsert Namespace renamed']);
+    assert.equal(b.revision, await h.diskRevision());
+
+    // A file renamed away from a manifest name is a delete.
+    await rename(join(h.dir, 'ns.yaml'), join(h.dir, 'ns.yaml.bak'));
+    const b2 = await h.nextBatch(2);
+    assert.deepEqual(summary(b2.events), ['delete Namespace renamed']);
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('a new file is delivered well within 200 ms', async (t) => {
+  const h = await harness();
+  try {
+    const started = performance.now();
+    await writeFile(join(h.dir, 'ns.yaml'), nsYaml('fast'));
+    const b = await h.nextBatch(1);
+    const ms = performance.now() - started;
+    t.diagnostic(`change delivered in ${ms.toFixed(1)} ms`);
+    assert.deepEqual(summary(b.events), ['upsert Namespace fast']);
+    assert.ok(ms < 2000, `took ${ms} ms`);
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('a burst of writes is gathered into few batches that end in the final state', async () => {
+  const h = await harness();
+  try {
+    await Promise.all(Array.from({ length: 10 }, (_, i) => writeFile(join(h.dir, `ns${i}.yaml`), nsYaml(`n${i}`))));
+    await until(() => h.batches.reduce((n, b) => n + b.events.length, 0) >= 10, 5000, 'not all namespaces arrived');
+    await sleep(100);
+    const all = h.batches.slice(1).flatMap((b) => summary(b.events));
+    assert.deepEqual(all.sort(), Array.from({ length: 10 }, (_, i) => `upsert Namespace n${i}`).sort());
+    assert.ok(h.batches.length - 1 < 10, `expected coalescing, got ${h.batches.length - 1} batches`);
+    assert.equal(h.batches.at(-1)?.revision, await h.diskRevision());
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('after stop() no more batches arrive', async () => {
+  const h = await harness({ 'ns.yaml': nsYaml('one') });
+  await h.source.stop();
+  await writeFile(join(h.dir, 'ns.yaml'), nsYaml('two'));
+  await sleep(150);
+  assert.equal(h.batches.length, 1);
+});
+
+test('a missing directory is a configuration error', async () => {
+  const dir = join(await tmpDir(), 'does-not-exist');
+  const source = createManifestSource({ dir, log: captureLogger().log });
+  await assert.rejects(source.start(() => {}), (err: unknown) => {
+    assert.ok(err instanceof ConfigError);
+    assert.equal(err.code, 'WEIR_CONFIG_INVALID');
+    assert.match(err.message, /does-not-exist/);
+    return true;
+  });
+});
+
+test('with fs.watch off, the poll alone delivers changes, deletes and new files', async () => {
+  const dir = await tmpDir();
+  await writeFile(join(dir, 'a.yaml'), nsYaml('one'));
+  const batches: SourceBatch[] = [];
+  const source = createManifestSource({ dir, log: captureLogger().log, pollMs: 50, watch: false });
+  await source.start((b) => batches.push(b));
+  try {
+    await writeFile(join(dir, 'a.yaml'), nsYaml('two'));
+    await until(() => batches.length > 1, 5000, 'no batch for the rewrite');
+    assert.deepEqual(summary(batches[1].events), ['delete Namespace one', 'upsert Namespace two']);
+    await unlink(join(dir, 'a.yaml'));
+    await writeFile(join(dir, 'b.yaml'), nsYaml('three'));
+    await until(() => batches.flatMap((b) => b.events).length >= 4, 5000, 'no batch for the delete and the new file');
+    assert.deepEqual(summary(batches.slice(2).flatMap((b) => b.events)), ['delete Namespace two', 'upsert Namespace three']);
+  } finally {
+    await source.stop();
+  }
+});

@@ -1,0 +1,95 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { canonicalJson, diffViews, manifestRevision, mergeFiles } from '../../../src/sources/manifests/view.ts';
+import type { ModelUpsert } from '../../../src/sources/manifests/view.ts';
+import type { ModelEvent, Pod } from '../../../src/model/types.ts';
+
+function pod(name: string, labels: Record<string, string> = {}, namespace = 'default'): ModelUpsert {
+  const object: Pod = {
+    uid: `${namespace}/${name}`,
+    namespace,
+    name,
+    labels,
+    nodeName: 'n1',
+    hostNetwork: false,
+    phase: 'Running',
+    terminating: false,
+    ips: ['10.0.0.1'],
+    ports: [],
+  };
+  return { kind: 'Pod', op: 'upsert', object };
+}
+const ns = (name: string, labels: Record<string, string> = {}): ModelUpsert => ({ kind: 'Namespace', op: 'upsert', object: { name, labels } });
+const node = (name: string): ModelUpsert => ({ kind: 'Node', op: 'upsert', object: { name, podCIDRs: [] } });
+const policy = (namespace: string, name: string, spec: unknown): ModelUpsert => ({
+  kind: 'NetworkPolicy',
+  op: 'upsert',
+  object: { namespace, name, uid: `${namespace}/${name}`, generation: 1, spec },
+});
+
+test('mergeFiles: for a key defined twice the file that sorts last wins, and both files are named', () => {
+  const { view, duplicates } = mergeFiles([
+    { name: 'b.yaml', upserts: [pod('web', { v: 'b' })] },
+    { name: 'a.yaml', upserts: [pod('web', { v: 'a' }), ns('x')] },
+  ]);
+  assert.deepEqual(view.get('Pod/default/web')?.upsert, pod('web', { v: 'b' }));
+  assert.equal(view.get('Pod/default/web')?.file, 'b.yaml');
+  assert.deepEqual(duplicates, [{ key: 'Pod/default/web', ref: 'Pod default/web', loser: 'a.yaml', winner: 'b.yaml' }]);
+  assert.equal(view.size, 2);
+});
+
+test('mergeFiles: within one file the later document wins', () => {
+  const { view, duplicates } = mergeFiles([{ name: 'a.yaml', upserts: [ns('x', { v: '1' }), ns('x', { v: '2' })] }]);
+  assert.deepEqual(view.get('Namespace/x')?.upsert, ns('x', { v: '2' }));
+  assert.deepEqual(duplicates.map((d) => [d.loser, d.winner]), [['a.yaml', 'a.yaml']]);
+});
+
+test('diffViews emits exactly the changes between two views', async (t) => {
+  const view = (...u: ModelUpsert[]) => mergeFiles([{ name: 'f', upserts: u }]).view;
+  const cases: { name: string; prev: ModelUpsert[]; next: ModelUpsert[]; expected: ModelEvent[] }[] = [
+    { name: 'unchanged: nothing', prev: [pod('a'), ns('x')], next: [pod('a'), ns('x')], expected: [] },
+    { name: 'a label change: one upsert', prev: [pod('a'), pod('b')], next: [pod('a', { l: '1' }), pod('b')], expected: [pod('a', { l: '1' })] },
+    {
+      name: 'key order inside a spec is not a change',
+      prev: [policy('n', 'p', { podSelector: {}, policyTypes: ['Ingress'] })],
+      next: [policy('n', 'p', { policyTypes: ['Ingress'], podSelector: {} })],
+      expected: [],
+    },
+    {
+      name: 'deletes of every kind carry their identity',
+      prev: [pod('a'), ns('x'), node('n1'), policy('x', 'p', {})],
+      next: [],
+      expected: [
+        { kind: 'NetworkPolicy', op: 'delete', namespace: 'x', name: 'p' },
+        { kind: 'Pod', op: 'delete', uid: 'default/a' },
+        { kind: 'Node', op: 'delete', name: 'n1' },
+        { kind: 'Namespace', op: 'delete', name: 'x' },
+      ],
+    },
+    {
+      name: 'deletes first, then upserts with namespaces before pods and policies',
+      prev: [pod('old')],
+      next: [policy('x', 'p', {}), pod('new'), ns('x')],
+      expected: [{ kind: 'Pod', op: 'delete', uid: 'default/old' }, ns('x'), pod('new'), policy('x', 'p', {})],
+    },
+  ];
+  for (const c of cases) {
+    await t.test(c.name, () => assert.deepEqual(diffViews(view(...c.prev), view(...c.next)), c.expected));
+  }
+});
+
+test('canonicalJson sorts keys at every depth but keeps array order', () => {
+  assert.equal(canonicalJson({ b: [{ d: 1, c: 2 }], a: null }), '{"a":null,"b":[{"c":2,"d":1}]}');
+});
+
+test('manifestRevision is a sha256 over the name-sorted files, independent of input order', () => {
+  const a = { name: 'a.yaml', content: 'x: 1\n' };
+  const b = { name: 'b.yaml', content: 'y: 2\n' };
+  const expected = createHash('sha256').update(JSON.stringify([['a.yaml', 'x: 1\n'], ['b.yaml', 'y: 2\n']])).digest('hex');
+  assert.equal(manifestRevision([b, a]), expected);
+  assert.equal(manifestRevision([a, b]), expected);
+  assert.notEqual(manifestRevision([a, { ...b, content: 'y: 3\n' }]), expected);
+  // Moving text between files is a different input.
+  assert.notEqual(manifestRevision([{ name: 'a.yaml', content: 'x: 1\ny: 2\n' }, { name: 'b.yaml', content: '' }]), expected);
+});
