@@ -1,0 +1,126 @@
+// The composition root: builds names, calc, dataplane, source, reconciler and the health
+// server in one place. Order matters: the source starts last, so its first batch finds the
+// loop ready; nothing is written before that batch says the source is synced.
+
+import { readFile } from 'node:fs/promises';
+import { Calculator, makeNames } from '../calc/index.ts';
+import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/index.ts';
+import { PreconditionError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import { createMetrics, type Metrics } from '../metrics/index.ts';
+import { startHealthServer } from '../metrics/server.ts';
+import { createManifestSource } from '../sources/index.ts';
+import type { Source } from '../sources/types.ts';
+import type { AgentConfig } from './config.ts';
+import { markBits } from './config.ts';
+import { Reconciler } from './reconciler.ts';
+
+export interface AgentDeps {
+  readonly log: Logger;
+  readonly runner?: CommandRunner;
+  readonly source?: Source;
+  readonly metrics?: Metrics;
+}
+
+export interface RunningAgent {
+  readonly reconciler: Reconciler;
+  readonly calc: Calculator;
+  readonly metrics: Metrics;
+  /** The health server's port, when one was asked for. */
+  readonly port: number | undefined;
+  stop(): Promise<void>;
+}
+
+export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<RunningAgent> {
+  const { log } = deps;
+  const runner = deps.runner ?? execaRunner();
+  const metrics = deps.metrics ?? createMetrics();
+  await preflight(runner, cfg, log);
+
+  const names = makeNames(cfg.chainPrefix);
+  const calc = new Calculator({ nodeName: cfg.nodeName, names, families: cfg.families, marks: markBits(cfg.markMask) });
+  const dataplane = createDataplane({
+    runner,
+    names,
+    families: cfg.families,
+    backend: cfg.backend,
+    log,
+    lockRetry: { attempts: cfg.lockRetries, delayMs: cfg.lockRetryDelayMs },
+    onMetric: {
+      step: (step, seconds, ok) => {
+        metrics.applyDuration.observe({ step }, seconds);
+        if (!ok) metrics.errors.inc({ reason: `dataplane_${step}` });
+      },
+      retry: (info) => {
+        metrics.commandRetries.inc({ command: info.tool });
+        log.warn(info, 'xtables lock held; retrying');
+      },
+    },
+  });
+  const reconciler = new Reconciler({
+    calc,
+    dataplane,
+    log,
+    metrics,
+    debounceMs: cfg.debounceMs,
+    retryMinMs: cfg.retryMinMs,
+    retryMaxMs: cfg.retryMaxMs,
+    resyncIntervalMs: cfg.resyncIntervalMs,
+  });
+
+  let server: Awaited<ReturnType<typeof startHealthServer>> | undefined;
+  if (cfg.metricsAddr) {
+    server = await startHealthServer(cfg.metricsAddr, metrics.registry, {
+      healthy: () => true,
+      readiness: () => reconciler.readiness(),
+    });
+    log.info({ addr: cfg.metricsAddr, port: server.port }, 'serving /metrics, /healthz and /readyz');
+  }
+
+  const source = deps.source ?? createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs });
+  reconciler.start();
+  try {
+    await source.start((batch) => reconciler.onBatch(batch));
+  } catch (err) {
+    await reconciler.stop();
+    server?.server.close();
+    throw err;
+  }
+  log.info({ node: cfg.nodeName, families: cfg.families, prefix: cfg.chainPrefix }, 'agent started');
+
+  return {
+    reconciler,
+    calc,
+    metrics,
+    port: server?.port,
+    async stop() {
+      await source.stop();
+      await reconciler.stop();
+      await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
+      server?.server.closeAllConnections();
+    },
+  };
+}
+
+/** Fails early, with a clear message, when the host lacks what Weir needs. */
+async function preflight(runner: CommandRunner, cfg: AgentConfig, log: Logger): Promise<void> {
+  const missing: string[] = [];
+  for (const [cmd, args] of [['ipset', ['version']], ['iptables-restore', ['--version']]] as const) {
+    const r = await runner.run(cmd, args).catch((err: unknown) => ({ exitCode: -1, stdout: '', stderr: String(err) }));
+    if (r.exitCode !== 0) missing.push(`${cmd}: ${r.stderr.trim().split('\n').pop() || `exit ${r.exitCode}`}`);
+  }
+  if (missing.length > 0) {
+    throw new PreconditionError(
+      `Weir needs iptables and ipset, run as root (CAP_NET_ADMIN):\n  - ${missing.join('\n  - ')}`,
+    );
+  }
+  // Same-node pods talk across the cni0 bridge; only with this sysctl do those frames
+  // traverse FORWARD, where Weir's chains are.
+  for (const f of cfg.families) {
+    const file = `/proc/sys/net/bridge/bridge-nf-call-${f === 4 ? 'iptables' : 'ip6tables'}`;
+    const v = await readFile(file, 'utf8').catch(() => 'missing');
+    if (v.trim() !== '1') {
+      log.warn({ file, value: v.trim() }, 'br_netfilter is not active: traffic between pods of the same node bypasses policy');
+    }
+  }
+}

@@ -1,0 +1,95 @@
+// Agent configuration: a plain value with named defaults and one validation that reports
+// every problem at once. Flags and environment variables both land here (cli/).
+
+import { validatePrefix } from '../calc/names.ts';
+import type { Family } from '../model/types.ts';
+import { ConfigError } from '../errors.ts';
+
+export type Backend = 'auto' | 'nft' | 'legacy';
+
+export interface AgentConfig {
+  readonly nodeName: string;
+  readonly manifestsDir: string;
+  /** HOST:PORT for /metrics, /healthz, /readyz; '' disables the server. */
+  readonly metricsAddr: string;
+  readonly chainPrefix: string;
+  /** Mark bits Weir may use; must not overlap kube-proxy's 0x4000 and 0x8000. */
+  readonly markMask: number;
+  readonly families: readonly Family[];
+  readonly backend: Backend;
+  readonly logLevel: string;
+  /** Quiet time after an event before writing, so a burst becomes one write. */
+  readonly debounceMs: number;
+  /** Backoff after a failed apply: doubles from min to max. */
+  readonly retryMinMs: number;
+  readonly retryMaxMs: number;
+  /** Full read-back of the kernel to repair drift made by other programs. */
+  readonly resyncIntervalMs: number;
+  /** Retries of one iptables/ipset command when the xtables lock is held. */
+  readonly lockRetries: number;
+  readonly lockRetryDelayMs: number;
+}
+
+/** kube-proxy's masquerade and drop bits. */
+export const KUBE_PROXY_MARKS = 0x4000 | 0x8000;
+
+export function defaultConfig(): AgentConfig {
+  return {
+    nodeName: '',
+    manifestsDir: '',
+    metricsAddr: '',
+    chainPrefix: 'cali',
+    markMask: 0xffff0000,
+    families: [4, 6],
+    backend: 'auto',
+    logLevel: 'info',
+    debounceMs: 20,
+    retryMinMs: 100,
+    retryMaxMs: 10_000,
+    resyncIntervalMs: 30_000,
+    lockRetries: 5,
+    lockRetryDelayMs: 200,
+  };
+}
+
+/** The accept bit is the lowest bit of the mask, pass the next one. */
+export function markBits(mask: number): { accept: number; pass: number } {
+  const bits: number[] = [];
+  for (let b = 0; b < 32 && bits.length < 2; b++) if ((mask >>> b) & 1) bits.push((1 << b) >>> 0);
+  return { accept: bits[0] ?? 0, pass: bits[1] ?? 0 };
+}
+
+export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manifestsDir: boolean }): AgentConfig {
+  const problems: string[] = [];
+  if (need.nodeName && !c.nodeName) problems.push('--node-name (WEIR_NODE_NAME) is required');
+  if (need.manifestsDir && !c.manifestsDir) problems.push('--manifests (WEIR_MANIFESTS) is required');
+  const prefixProblem = validatePrefix(c.chainPrefix);
+  if (prefixProblem) problems.push(prefixProblem);
+  const mask = c.markMask >>> 0;
+  if (!Number.isInteger(c.markMask) || c.markMask < 0 || c.markMask > 0xffffffff) {
+    problems.push(`mark mask ${c.markMask} must be a 32-bit value such as 0xffff0000`);
+  } else {
+    if (mask & KUBE_PROXY_MARKS) problems.push(`mark mask 0x${mask.toString(16)} overlaps kube-proxy's bits 0x4000/0x8000`);
+    if (popcount(mask) < 2) problems.push(`mark mask 0x${mask.toString(16)} needs at least 2 bits (accept and pass)`);
+  }
+  if (c.families.length === 0) problems.push('at least one IP family (4, 6) must be enabled');
+  if (!['auto', 'nft', 'legacy'].includes(c.backend)) problems.push(`backend "${c.backend}" must be auto, nft or legacy`);
+  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(c.logLevel)) {
+    problems.push(`log level "${c.logLevel}" must be one of fatal, error, warn, info, debug, trace, silent`);
+  }
+  for (const [k, v] of [
+    ['debounce', c.debounceMs], ['retry minimum', c.retryMinMs], ['retry maximum', c.retryMaxMs],
+    ['resync interval', c.resyncIntervalMs], ['lock retry delay', c.lockRetryDelayMs], ['lock retries', c.lockRetries],
+  ] as const) {
+    if (!Number.isFinite(v) || v < 0) problems.push(`${k} must be a non-negative number, got ${v}`);
+  }
+  if (c.retryMaxMs < c.retryMinMs) problems.push(`retry maximum (${c.retryMaxMs} ms) is below the minimum (${c.retryMinMs} ms)`);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { ...c, markMask: mask };
+}
+
+function popcount(n: number): number {
+  let c = 0;
+  for (let x = n >>> 0; x; x &= x - 1) c++;
+  return c;
+}

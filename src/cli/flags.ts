@@ -1,0 +1,121 @@
+// Flags and environment variables: every flag --some-flag is also WEIR_SOME_FLAG.
+// Parsing collects every problem and reports them together.
+
+import { parseArgs } from 'node:util';
+import { defaultConfig, validateConfig, type AgentConfig, type Backend } from '../agent/config.ts';
+import { ConfigError } from '../errors.ts';
+import type { Family } from '../model/types.ts';
+
+export const FLAGS = {
+  'node-name': { type: 'string', help: 'name of this node (pods with spec.nodeName equal to it are policed here)' },
+  manifests: { type: 'string', help: 'directory of *.yaml, *.yml, *.json manifests (Namespaces, Nodes, Pods, NetworkPolicies)' },
+  'metrics-addr': { type: 'string', help: 'HOST:PORT serving /metrics, /healthz, /readyz (default: off)' },
+  'chain-prefix': { type: 'string', help: 'prefix of every chain and set Weir owns (default cali)' },
+  'mark-mask': { type: 'string', help: 'packet mark bits Weir may use (default 0xffff0000; accept = lowest bit, pass = next)' },
+  families: { type: 'string', help: 'IP families to police: 4, 6 or 4,6 (default 4,6)' },
+  backend: { type: 'string', help: 'iptables backend: auto, nft or legacy (default auto: follow kube-proxy hint chains)' },
+  'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
+  'debounce-ms': { type: 'string', help: 'quiet time before a write, so bursts coalesce (default 20)' },
+  'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
+  examples: { type: 'string', help: 'demo only: the manifests directory to load (default: the examples/ shipped with Weir)' },
+  once: { type: 'boolean', help: 'demo only: print the matrix once and exit instead of watching' },
+  help: { type: 'boolean', help: 'show help' },
+} as const;
+
+export type FlagName = keyof typeof FLAGS;
+
+export function envName(flag: string): string {
+  return `WEIR_${flag.toUpperCase().replaceAll('-', '_')}`;
+}
+
+export interface Parsed {
+  readonly command: string | undefined;
+  readonly values: Partial<Record<FlagName, string | boolean>>;
+  readonly rest: readonly string[];
+}
+
+export function parse(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed {
+  const options = Object.fromEntries(Object.entries(FLAGS).map(([k, v]) => [k, { type: v.type }])) as Record<
+    FlagName,
+    { type: 'string' | 'boolean' }
+  >;
+  let parsed;
+  try {
+    parsed = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw new ConfigError([(err as Error).message]);
+  }
+  const values: Partial<Record<FlagName, string | boolean>> = {};
+  for (const name of Object.keys(FLAGS) as FlagName[]) {
+    const v = (parsed.values as Record<string, string | boolean | undefined>)[name] ?? env[envName(name)];
+    if (v !== undefined) values[name] = v;
+  }
+  const [command, ...rest] = parsed.positionals;
+  return { command, values, rest };
+}
+
+export function toConfig(values: Parsed['values'], need: { nodeName: boolean; manifestsDir: boolean }): AgentConfig {
+  const d = defaultConfig();
+  const problems: string[] = [];
+  const str = (k: FlagName) => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
+  const num = (k: FlagName, fallback: number, scale = 1) => {
+    const s = str(k);
+    if (s === undefined) return fallback;
+    const n = Number(s);
+    if (!Number.isFinite(n) || n < 0) {
+      problems.push(`--${k} (${envName(k)}) must be a non-negative number, got "${s}"`);
+      return fallback;
+    }
+    return n * scale;
+  };
+  let families: Family[] = [...d.families];
+  const fam = str('families');
+  if (fam !== undefined) {
+    const parts = fam.split(',').map((x) => x.trim());
+    if (parts.some((p) => p !== '4' && p !== '6')) problems.push(`--families must be 4, 6 or 4,6, got "${fam}"`);
+    else families = [...new Set(parts.map(Number) as Family[])].sort();
+  }
+  let markMask = d.markMask;
+  const mm = str('mark-mask');
+  if (mm !== undefined) {
+    markMask = Number(mm);
+    if (!/^(0x[0-9a-f]{1,8}|\d+)$/i.test(mm) || !Number.isFinite(markMask)) problems.push(`--mark-mask must be a number like 0xffff0000, got "${mm}"`);
+  }
+  const cfg: AgentConfig = {
+    ...d,
+    nodeName: str('node-name') ?? d.nodeName,
+    manifestsDir: str('manifests') ?? d.manifestsDir,
+    metricsAddr: str('metrics-addr') ?? d.metricsAddr,
+    chainPrefix: str('chain-prefix') ?? d.chainPrefix,
+    markMask,
+    families,
+    backend: (str('backend') ?? d.backend) as Backend,
+    logLevel: str('log-level') ?? d.logLevel,
+    debounceMs: num('debounce-ms', d.debounceMs),
+    resyncIntervalMs: num('resync-interval', d.resyncIntervalMs, 1000),
+  };
+  try {
+    const valid = validateConfig(cfg, need);
+    if (problems.length > 0) throw new ConfigError(problems);
+    return valid;
+  } catch (err) {
+    if (err instanceof ConfigError) throw new ConfigError([...problems, ...err.problems.filter((p) => !problems.includes(p))]);
+    throw err;
+  }
+}
+
+export function usage(): string {
+  const lines = [
+    'Usage: weir <command> [flags]',
+    '',
+    'Commands:',
+    '  agent    --node-name NAME --manifests DIR   enforce NetworkPolicies on this node, watching DIR',
+    '  render   --node-name NAME --manifests DIR   print the ipset and iptables payloads the agent would write, and exit',
+    '  cleanup                                      remove every chain, hook rule and ipset Weir owns, nothing else',
+    '  demo                                         a simulated Flannel node in network namespaces, enforcing examples/',
+    '',
+    'Flags (each also settable as an environment variable):',
+  ];
+  for (const [name, f] of Object.entries(FLAGS)) lines.push(`  --${name.padEnd(16)} ${envName(name).padEnd(22)} ${f.help}`);
+  return lines.join('\n');
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env node
+// The weir command: agent, render, cleanup, demo.
+
+import { setFlagsFromString } from 'node:v8';
+import { startAgent } from '../agent/agent.ts';
+import { makeNames } from '../calc/index.ts';
+import { createDataplane, execaRunner } from '../dataplane/index.ts';
+import { ConfigError, WeirError } from '../errors.ts';
+import { createLogger } from '../log.ts';
+import { parse, toConfig, usage } from './flags.ts';
+import { formatRendered, render } from './render.ts';
+
+// A small young generation keeps the resident size of a large cluster's start-up burst
+// down (measured: ~400 MB -> ~300 MB RSS for 100k pods) at a small cost in GC time.
+setFlagsFromString('--max-semi-space-size=4');
+
+async function main(argv: readonly string[]): Promise<number> {
+  const { command, values } = parse(argv, process.env);
+  if (values.help || command === undefined || command === 'help') {
+    console.log(usage());
+    return command === undefined && !values.help ? 2 : 0;
+  }
+  switch (command) {
+    case 'agent': {
+      const cfg = toConfig(values, { nodeName: true, manifestsDir: true });
+      const log = createLogger(cfg.logLevel);
+      const agent = await startAgent(cfg, { log });
+      await waitForSignal();
+      log.info('stopping');
+      await agent.stop();
+      return 0;
+    }
+    case 'render': {
+      const cfg = toConfig(values, { nodeName: true, manifestsDir: true });
+      const log = createLogger(values['log-level'] === undefined ? 'warn' : cfg.logLevel);
+      process.stdout.write(formatRendered(await render(cfg, log)));
+      return 0;
+    }
+    case 'cleanup': {
+      const cfg = toConfig(values, { nodeName: false, manifestsDir: false });
+      const log = createLogger(cfg.logLevel);
+      const dp = createDataplane({ runner: execaRunner(), names: makeNames(cfg.chainPrefix), families: cfg.families, backend: cfg.backend, log });
+      const stats = await dp.cleanup();
+      log.info(stats, 'removed everything Weir owned');
+      return 0;
+    }
+    case 'demo': {
+      const { runDemo } = await import('../demo/demo.ts');
+      return runDemo(values);
+    }
+    default:
+      throw new ConfigError([`unknown command "${command}"; expected agent, render, cleanup or demo`]);
+  }
+}
+
+function waitForSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    process.once('SIGINT', () => resolve());
+    process.once('SIGTERM', () => resolve());
+  });
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    if (err instanceof WeirError) {
+      console.error(`weir: ${err.message}`);
+      if (err.cause) console.error(`  caused by: ${err.cause instanceof Error ? err.cause.message : String(err.cause)}`);
+      process.exit(err instanceof ConfigError ? 2 : 1);
+    }
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,50 @@
+// Prometheus metrics: one registry built by the agent and passed down (no global registry).
+// Names follow the conventions: weir_<subsystem>_<name>_<unit>, base units, _total counters.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export interface Metrics {
+  readonly registry: Registry;
+  readonly applyDuration: Histogram<'step'>;
+  readonly applies: Counter<'result'>;
+  readonly errors: Counter<'reason'>;
+  readonly sets: Gauge;
+  readonly chains: Gauge;
+  readonly rules: Gauge;
+  readonly localPods: Gauge;
+  readonly policies: Gauge<'state'>;
+  readonly calcDuration: Histogram;
+  readonly sourceEvents: Counter<'kind'>;
+  readonly commandRetries: Counter<'command'>;
+}
+
+export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
+  const registry = new Registry();
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'weir_' });
+  const registers = [registry];
+  return {
+    registry,
+    applyDuration: new Histogram({
+      name: 'weir_dataplane_apply_duration_seconds',
+      help: 'Time to write one batch of changes to the kernel, by step (ipset, iptables, total)',
+      labelNames: ['step'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    }),
+    applies: new Counter({ name: 'weir_dataplane_applies_total', help: 'Dataplane applies by result', labelNames: ['result'], registers }),
+    errors: new Counter({ name: 'weir_errors_total', help: 'Errors by reason (error code)', labelNames: ['reason'], registers }),
+    sets: new Gauge({ name: 'weir_dataplane_ipsets', help: 'ipsets Weir holds in the kernel (both families)', registers }),
+    chains: new Gauge({ name: 'weir_dataplane_chains', help: 'iptables chains Weir holds in the kernel (both families)', registers }),
+    rules: new Gauge({ name: 'weir_dataplane_rules', help: 'iptables rules in Weir chains (both families)', registers }),
+    localPods: new Gauge({ name: 'weir_local_pods', help: 'Pods of this node that Weir polices', registers }),
+    policies: new Gauge({ name: 'weir_policies', help: 'NetworkPolicies known, by state (valid, invalid)', labelNames: ['state'], registers }),
+    calcDuration: new Histogram({
+      name: 'weir_calc_duration_seconds',
+      help: 'Time to compile one batch of model events into the desired dataplane',
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5],
+      registers,
+    }),
+    sourceEvents: new Counter({ name: 'weir_source_events_total', help: 'Model events received from the source, by kind', labelNames: ['kind'], registers }),
+    commandRetries: new Counter({ name: 'weir_command_retries_total', help: 'Retried iptables/ipset commands (xtables lock held)', labelNames: ['command'], registers }),
+  };
+}
