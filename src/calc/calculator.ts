@@ -14,7 +14,7 @@ import { compilePolicy } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
 import type { CompiledPolicy, Family, Labels, ModelEvent, Pod, PodsPeer } from '../model/types.ts';
 import { familyOf } from '../model/types.ts';
-import type { DesiredDataplane, DesiredSet, Dirty, Rule, SetType } from './desired.ts';
+import type { DesiredDataplane, DesiredSet, Dirty, Members, Rule, SetType } from './desired.ts';
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
 import type { Direction, MarkBits, SetSpec } from './rules.ts';
@@ -43,10 +43,13 @@ class ActiveSet implements DesiredSet {
   readonly type: SetType;
   readonly spec: SetSpec;
   refs = 0;
-  /** Member -> number of pods (or blocks) contributing it: two pods may briefly share an IP. */
+  /** Member -> number of pods (or blocks) contributing it: two pods may briefly share an IP.
+   *  Its keys are the members; no second collection, since sets can hold 100k entries. */
   readonly counts = new Map<string, number>();
-  readonly members = new Set<string>();
+  readonly members: Members;
   constructor(name: string, family: Family, type: SetType, spec: SetSpec) {
+    const counts = this.counts;
+    this.members = { has: (m) => counts.has(m), get size() { return counts.size; }, [Symbol.iterator]: () => counts.keys() };
     this.name = name;
     this.family = family;
     this.type = type;
@@ -81,6 +84,7 @@ export class Calculator {
   readonly #setsByPodLabels = new SelectorIndex<ActiveSet>();
   readonly #setsByNsLabelsForPods = new SelectorIndex<ActiveSet>();
   readonly #setsByNsLabels = new SelectorIndex<ActiveSet>();
+  readonly #candidates = new Set<ActiveSet>();
   #dirty: Dirty = emptyDirty();
   #touchedPolicies = new Set<string>();
   #dispatchDirty = false;
@@ -161,8 +165,10 @@ export class Calculator {
 
   #onPod(old: Pod | undefined, pod: Pod | undefined): void {
     // Peer sets: only those the old or new labels (or the namespace's labels) may satisfy.
-    const candidates = new Set<ActiveSet>();
-    for (const p of [old, pod]) {
+    const candidates = this.#candidates;
+    candidates.clear();
+    for (let i = 0; i < 2; i++) {
+      const p = i === 0 ? old : pod;
       if (!p) continue;
       const own = this.#setsByOwnNs.get(p.namespace);
       if (own) for (const s of own) candidates.add(s);
@@ -354,18 +360,13 @@ export class Calculator {
   #addMember(set: ActiveSet, m: string): void {
     const n = set.counts.get(m) ?? 0;
     set.counts.set(m, n + 1);
-    if (n === 0) {
-      set.members.add(m);
-      this.#dirtyMember(set.name, m);
-    }
+    if (n === 0) this.#dirtyMember(set.name, m);
   }
 
   #removeMember(set: ActiveSet, m: string): void {
     const n = set.counts.get(m) ?? 0;
-    if (n <= 1) {
-      set.counts.delete(m);
-      if (set.members.delete(m)) this.#dirtyMember(set.name, m);
-    } else set.counts.set(m, n - 1);
+    if (n > 1) set.counts.set(m, n - 1);
+    else if (set.counts.delete(m)) this.#dirtyMember(set.name, m);
   }
 
   #dirtyMember(set: string, m: string): void {

@@ -6,12 +6,18 @@ import type { Family, Protocol } from '../model/types.ts';
 /** hash:net holds addresses and prefixes; hash:ip,port holds "ip,proto:port" members. */
 export type SetType = 'hash:net' | 'hash:ip,port';
 
+/** Read-only member view (a ReadonlySet fits; calc serves it from its reference counts). */
+export interface Members extends Iterable<string> {
+  has(member: string): boolean;
+  readonly size: number;
+}
+
 export interface DesiredSet {
   readonly name: string;
   readonly family: Family;
   readonly type: SetType;
   /** Canonical member text: "10.0.0.0/8", "10.1.2.3", "10.1.2.3,tcp:8080", "fd00::1,udp:53". */
-  readonly members: ReadonlySet<string>;
+  readonly members: Members;
 }
 
 export interface PortRange {
@@ -29,7 +35,9 @@ export type Match =
   | { readonly kind: 'proto'; readonly protocol: Protocol; readonly dports?: readonly PortRange[] }
   | { readonly kind: 'ctstate'; readonly states: readonly ('RELATED' | 'ESTABLISHED' | 'INVALID' | 'NEW')[] }
   /** -m mark --mark value/mask */
-  | { readonly kind: 'mark'; readonly value: number; readonly mask: number };
+  | { readonly kind: 'mark'; readonly value: number; readonly mask: number }
+  /** -p ipv6-icmp -m icmp6 --icmpv6-type N (IPv6 tables only). */
+  | { readonly kind: 'icmp6'; readonly type: number };
 
 export type Action =
   | { readonly kind: 'accept' }

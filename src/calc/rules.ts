@@ -138,13 +138,19 @@ export interface WorkloadChainInput {
   readonly marks: MarkBits;
 }
 
+/** ICMPv6 router solicitation/advertisement, neighbour solicitation/advertisement. */
+export const NEIGHBOUR_DISCOVERY: readonly number[] = [133, 134, 135, 136];
+
 /** cali-tw-* (ingress to the pod) or cali-fw-* (egress from it). */
 export function workloadChainRules(w: WorkloadChainInput): Rule[] {
   const { accept, pass } = w.marks;
-  const rules: Rule[] = [
-    { matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } },
-    { matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } },
-  ];
+  const rules: Rule[] = [{ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } }];
+  if (w.podIp.includes(':')) {
+    // Neighbour discovery is how IPv6 resolves addresses on the bridge; conntrack does not
+    // track it (so it would look INVALID), and blocking it would block allowed traffic too.
+    for (const type of NEIGHBOUR_DISCOVERY) rules.push({ matches: [{ kind: 'icmp6', type }], action: { kind: 'accept' } });
+  }
+  rules.push({ matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } });
   if (w.direction === 'egress') {
     // A pod can never block itself (hairpin through a service comes back over the bridge).
     rules.push({
