@@ -1,0 +1,162 @@
+// npm run bench: the engine at cluster scale. Prints measured figures; asserts nothing.
+//   cold compile, payload sizes, incremental compute per kind of change, and the time to
+//   apply each inside a network namespace this script creates (and always deletes).
+// Size: WEIR_BENCH_SCALE=0.1 runs a tenth of the default 100k pods / 10k ns / 20k policies.
+
+import { setFlagsFromString } from 'node:v8';
+import { Calculator, makeNames } from '../src/calc/index.ts';
+import type { Dirty } from '../src/calc/index.ts';
+import { createDataplane, execaRunner, netnsRunner, recordingRunner } from '../src/dataplane/index.ts';
+import { silentLogger } from '../src/log.ts';
+import type { ModelEvent } from '../src/model/types.ts';
+import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
+import { initialEvents, makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
+
+setFlagsFromString('--max-semi-space-size=4'); // as the CLI does
+
+const scale = Number(process.env.WEIR_BENCH_SCALE ?? 1);
+const size: SyntheticSize = {
+  pods: Math.round(100_000 * scale),
+  namespaces: Math.round(10_000 * scale),
+  policies: Math.round(20_000 * scale),
+  localPods: 110,
+};
+const ITERATIONS = Number(process.env.WEIR_BENCH_ITERATIONS ?? 40);
+const names = makeNames('cali');
+const marks = { accept: 0x10000, pass: 0x20000 };
+const ms = (t0: number) => performance.now() - t0;
+const fmt = (x: number) => (x < 10 ? x.toFixed(3) : x.toFixed(1));
+const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+}
+
+async function main(): Promise<void> {
+  console.log(`synthetic cluster: ${size.pods} pods, ${size.namespaces} namespaces, ${size.policies} policies, ~${size.localPods} pods on ${NODE}`);
+  const events = initialEvents(size);
+
+  // Cold compile.
+  let t0 = performance.now();
+  const calc = new Calculator({ nodeName: NODE, names, families: [4, 6], marks });
+  const coldDirty = calc.applyEvents(events);
+  const coldCompile = ms(t0);
+  events.length = 0;
+  let members = 0;
+  for (const s of calc.desired.sets.values()) members += s.members.size;
+  const rules = [4, 6].reduce((n, f) => n + [...calc.desired.chains[f as 4 | 6].values()].reduce((m, r) => m + r.length, 0), 0);
+  console.log(`\ncold compile: ${fmt(coldCompile)} ms  (local pods ${calc.localPodCount}, sets ${calc.desired.sets.size}, members ${members}, chains ${calc.desired.chains[4].size}+${calc.desired.chains[6].size}, rules ${rules})`);
+
+  // Payload sizes, from the real dataplane writing to a recorded empty kernel.
+  const recorder = recordingRunner();
+  const dry = createDataplane({ runner: recorder, names, families: [4, 6], backend: 'nft', log: silentLogger() });
+  dry.markDirty(coldDirty);
+  t0 = performance.now();
+  await dry.resync(calc.desired);
+  const renderMs = ms(t0);
+  for (const call of recorder.calls) {
+    if (call.input) console.log(`payload ${call.cmd.padEnd(22)} ${mb(Buffer.byteLength(call.input)).padStart(6)} MB, ${call.input.split('\n').length} lines`);
+  }
+  console.log(`render of the full payloads: ${fmt(renderMs)} ms`);
+
+  // The kernel side, in a namespace of our own.
+  const ns = `${uniquePrefix('wbench')}node`;
+  await createNs(ns);
+  try {
+    const dataplane = createDataplane({ runner: netnsRunner(ns, execaRunner()), names, families: [4, 6], backend: 'nft', log: silentLogger() });
+    dataplane.markDirty(cloneDirtyAll(calc));
+    t0 = performance.now();
+    await dataplane.resync(calc.desired);
+    const coldApply = ms(t0);
+    console.log(`cold apply in a network namespace: ${fmt(coldApply)} ms  -> cold start (compile + apply) ${fmt(coldCompile + coldApply)} ms`);
+
+    const kinds = changeKinds();
+    console.log(`\nincremental changes, ${ITERATIONS} of each: compute (calc) and apply (kernel), p50 / p99 in ms`);
+    console.log('kind'.padEnd(28), 'compute p50', 'compute p99', '  apply p50', '  apply p99', ' sets/members/chains dirtied (last)');
+    for (const [kind, make] of kinds) {
+      const compute: number[] = [];
+      const apply: number[] = [];
+      let last = '';
+      for (let i = 0; i < ITERATIONS; i++) {
+        const ev = make(i);
+        let t = performance.now();
+        const dirty = calc.applyEvents(ev);
+        compute.push(ms(t));
+        dataplane.markDirty(dirty);
+        t = performance.now();
+        await dataplane.apply(calc.desired);
+        apply.push(ms(t));
+        last = describeDirty(dirty);
+      }
+      console.log(
+        kind.padEnd(28),
+        fmt(percentile(compute, 50)).padStart(11),
+        fmt(percentile(compute, 99)).padStart(11),
+        fmt(percentile(apply, 50)).padStart(11),
+        fmt(percentile(apply, 99)).padStart(11),
+        ' ' + last,
+      );
+    }
+  } finally {
+    await deleteNs(ns);
+  }
+  (globalThis as { gc?: () => void }).gc?.();
+  const mem = process.memoryUsage();
+  console.log(`\nmemory: rss ${mb(mem.rss)} MB, heap used ${mb(mem.heapUsed)} MB`);
+  console.log('targets: incremental compute < 2 ms, one-pod change applied < 50 ms, cold start < 3000 ms, RSS < 400 MB');
+}
+
+/** Everything calc holds, marked dirty: the cold apply writes it all. */
+function cloneDirtyAll(calc: Calculator): Dirty {
+  const d: Dirty = { sets: new Map(), chains: { 4: new Set(), 6: new Set() } };
+  for (const name of calc.desired.sets.keys()) d.sets.set(name, 'all');
+  for (const f of [4, 6] as const) for (const c of calc.desired.chains[f].keys()) d.chains[f].add(c);
+  return d;
+}
+
+function describeDirty(d: Dirty): string {
+  let members = 0;
+  for (const m of d.sets.values()) members += m === 'all' ? 0 : m.size;
+  return `${d.sets.size}/${members}/${d.chains[4].size + d.chains[6].size}`;
+}
+
+/** Each kind of change as a generator of event batches; i makes every iteration distinct. */
+function changeKinds(): [string, (i: number) => ModelEvent[]][] {
+  const nodes = Math.max(1, Math.round(size.pods / size.localPods));
+  const fresh = size.pods + 1000;
+  const localIndex = (i: number) => (fresh + i * nodes) - ((fresh + i * nodes) % nodes); // lands on node-0
+  const remoteIndex = (i: number) => localIndex(i) + 1;
+  const peerPod = (i: number) => makePod(i * nodes + 7, size); // a remote pod in some namespace
+  const localNsPolicy = (i: number) => {
+    const pod = makePod((i % size.localPods) * nodes, size); // a pod on node-0
+    return Number(pod.namespace.slice(3));
+  };
+  return [
+    ['pod add (local)', (i) => [{ kind: 'Pod', op: 'upsert', object: makePod(localIndex(i), size) }]],
+    ['pod delete (local)', (i) => [{ kind: 'Pod', op: 'delete', uid: `uid-${localIndex(i)}` }]],
+    ['pod add (remote)', (i) => [{ kind: 'Pod', op: 'upsert', object: makePod(remoteIndex(i), size) }]],
+    ['pod delete (remote)', (i) => [{ kind: 'Pod', op: 'delete', uid: `uid-${remoteIndex(i)}` }]],
+    ['pod label change (remote)', (i) => {
+      const p = peerPod(i);
+      return [{ kind: 'Pod', op: 'upsert', object: { ...p, labels: { ...p.labels, tier: i % 2 ? 'api' : 'web' } } }];
+    }],
+    ['pod label change (local)', (i) => {
+      const p = makePod((i % size.localPods) * nodes, size);
+      return [{ kind: 'Pod', op: 'upsert', object: { ...p, labels: { ...p.labels, tier: i % 2 ? 'db' : 'api' } } }];
+    }],
+    ['namespace label change', (i) => [{ kind: 'Namespace', op: 'upsert', object: makeNamespace((i * 37) % size.namespaces, { env: i % 2 ? 'prod' : 'dev', bench: String(i) }) }]],
+    ['policy add', (i) => [{ kind: 'NetworkPolicy', op: 'upsert', object: { ...makePolicy(size.policies + i, size), namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}` } }]],
+    ['policy update', (i) => {
+      const p = makePolicy(size.policies + i, size);
+      const spec = { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { tier: i % 2 ? 'web' : 'db' } } }], ports: [{ port: 80 + (i % 3) }] }] };
+      return [{ kind: 'NetworkPolicy', op: 'upsert', object: { ...p, namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}`, generation: 2, spec } }];
+    }],
+    ['policy delete', (i) => [{ kind: 'NetworkPolicy', op: 'delete', namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}` }]],
+  ];
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
