@@ -133,6 +133,15 @@ export class Reconciler {
         for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
         if (b.synced) this.#synced = true;
       }
+      for (const { key, policy } of calc.takePolicyChanges()) {
+        if (policy && policy.errors.length > 0) {
+          metrics.errors.inc({ reason: 'WEIR_POLICY_INVALID' });
+          log.warn(
+            { code: 'WEIR_POLICY_INVALID', policy: key, generation: policy.generation, errors: policy.errors },
+            `policy ${key} is invalid and adds no allowance; the pods it selects stay isolated: ${policy.errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`,
+          );
+        }
+      }
       metrics.calcDuration.observe((this.#clock.now() - t0) / 1000);
       log.debug({ events, batches: batches.length, ms: round(this.#clock.now() - t0) }, 'model updated');
     }

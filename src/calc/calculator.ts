@@ -85,6 +85,7 @@ export class Calculator {
   readonly #setsByNsLabelsForPods = new SelectorIndex<ActiveSet>();
   readonly #setsByNsLabels = new SelectorIndex<ActiveSet>();
   readonly #candidates = new Set<ActiveSet>();
+  #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
   #dirty: Dirty = emptyDirty();
   #touchedPolicies = new Set<string>();
   #dispatchDirty = false;
@@ -118,6 +119,12 @@ export class Calculator {
     const d = this.#dirty;
     this.#dirty = emptyDirty();
     return d;
+  }
+
+  /** Policies upserted (compiled, with their errors) or deleted (null) since the last call,
+   *  in order, so the agent can report invalid ones once per change. */
+  takePolicyChanges(): { key: string; policy: CompiledPolicy | null }[] {
+    return this.#policyChanges.splice(0);
   }
 
   policyReports(): PolicyReport[] {
@@ -154,8 +161,14 @@ export class Calculator {
       case 'NetworkPolicy': {
         const ns = e.op === 'upsert' ? e.object.namespace : e.namespace;
         const key = e.op === 'upsert' ? `${ns}/${e.object.name}` : `${ns}/${e.name}`;
-        if (e.op === 'upsert') this.#cluster.upsertPolicy(compilePolicy(e.object));
-        else this.#cluster.deletePolicy(key);
+        if (e.op === 'upsert') {
+          const compiled = compilePolicy(e.object);
+          this.#cluster.upsertPolicy(compiled);
+          this.#policyChanges.push({ key, policy: compiled });
+        } else {
+          this.#cluster.deletePolicy(key);
+          this.#policyChanges.push({ key, policy: null });
+        }
         this.#touchedPolicies.add(key);
         for (const uid of [...(this.#workloadsByNs.get(ns) ?? [])]) this.#refreshWorkload(uid, this.#workloads.get(uid)!.pod);
         return;

@@ -27,16 +27,16 @@ export interface PortRange {
 }
 
 export type Match =
-  /** -m set --match-set <set> src|dst, or dst,dst for hash:ip,port sets. */
+  /** Membership of the source or destination in a set; dst,dst for hash:ip,port sets. */
   | { readonly kind: 'set'; readonly set: string; readonly dir: 'src' | 'dst' | 'dst,dst' }
-  /** -s / -d with one address or prefix. */
+  /** Source or destination address within one prefix. */
   | { readonly kind: 'addr'; readonly dir: 'src' | 'dst'; readonly cidr: string }
-  /** -p proto, optionally with destination ports (rendered with multiport). */
+  /** A protocol, optionally with destination port ranges. */
   | { readonly kind: 'proto'; readonly protocol: Protocol; readonly dports?: readonly PortRange[] }
   | { readonly kind: 'ctstate'; readonly states: readonly ('RELATED' | 'ESTABLISHED' | 'INVALID' | 'NEW')[] }
-  /** -m mark --mark value/mask */
+  /** Packet mark bits under mask equal value. */
   | { readonly kind: 'mark'; readonly value: number; readonly mask: number }
-  /** -p ipv6-icmp -m icmp6 --icmpv6-type N (IPv6 tables only). */
+  /** An ICMPv6 message type (IPv6 tables only). */
   | { readonly kind: 'icmp6'; readonly type: number };
 
 export type Action =
@@ -45,7 +45,7 @@ export type Action =
   | { readonly kind: 'return' }
   | { readonly kind: 'jump'; readonly chain: string }
   | { readonly kind: 'goto'; readonly chain: string }
-  /** -j MARK --set-xmark value/mask */
+  /** Set the mark bits under mask to value. */
   | { readonly kind: 'setMark'; readonly value: number; readonly mask: number };
 
 export interface Rule {
