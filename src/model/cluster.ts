@@ -79,8 +79,12 @@ export class ClusterState {
   }
 
   #reindexNamespace(name: string): void {
-    const want = this.#namespaces.get(name) ?? (this.#podsByNs.has(name) ? namespaceLabels(name, undefined) : undefined);
     const have = this.#nsIndexed.get(name);
+    const known = this.#namespaces.get(name);
+    if (known === have && known !== undefined) return;
+    // A namespace known only from its pods keeps its implicit entry while it has pods.
+    if (!known && have && this.#podsByNs.has(name)) return;
+    const want = known ?? (this.#podsByNs.has(name) ? namespaceLabels(name, undefined) : undefined);
     if (want === have) return;
     if (have) this.#nsLabels.remove(name, have);
     if (want) {

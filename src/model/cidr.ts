@@ -1,0 +1,307 @@
+// Exact IPv4/IPv6 address and prefix arithmetic on bigint: parsing with precise errors,
+// canonical text (RFC 5952 for IPv6), and ipBlock except-subtraction.
+
+import type { Family } from './types.ts';
+
+export interface Cidr {
+  readonly family: Family;
+  /** Network address: host bits are always zero. */
+  readonly base: bigint;
+  readonly prefix: number;
+}
+
+export interface IpAddress {
+  readonly family: Family;
+  readonly value: bigint;
+}
+
+export interface ParseFailure {
+  readonly error: string;
+}
+
+const BITS: Readonly<Record<Family, number>> = { 4: 32, 6: 128 };
+
+// size[prefix] = number of addresses in a prefix; netmask[prefix] keeps the network bits.
+function tables(bits: number): { size: bigint[]; netmask: bigint[] } {
+  const all = (1n << BigInt(bits)) - 1n;
+  const size: bigint[] = [];
+  const netmask: bigint[] = [];
+  for (let p = 0; p <= bits; p++) {
+    size.push(1n << BigInt(bits - p));
+    netmask.push(all ^ ((1n << BigInt(bits - p)) - 1n));
+  }
+  return { size, netmask };
+}
+const TABLES: Readonly<Record<Family, { size: bigint[]; netmask: bigint[] }>> = { 4: tables(32), 6: tables(128) };
+
+// ---- Parsing ---------------------------------------------------------------------------
+
+function isDigit(c: number): boolean {
+  return c >= 48 && c <= 57;
+}
+
+function hexValue(c: number): number {
+  if (c >= 48 && c <= 57) return c - 48;
+  if (c >= 97 && c <= 102) return c - 87;
+  if (c >= 65 && c <= 70) return c - 55;
+  return -1;
+}
+
+/** Dotted-quad to a 32-bit number, or a reason. Leading zeros are rejected: some tools read
+ *  them as octal, so their meaning is ambiguous. */
+function parseV4(s: string): number | string {
+  let value = 0;
+  let parts = 0;
+  let start = 0;
+  for (let i = 0; i <= s.length; i++) {
+    if (i < s.length && s.charCodeAt(i) !== 46) continue;
+    const part = s.slice(start, i);
+    parts++;
+    if (parts > 4) return 'expected 4 dot-separated decimal octets';
+    if (part.length === 0) return 'empty octet';
+    let n = 0;
+    for (let j = 0; j < part.length; j++) {
+      const c = part.charCodeAt(j);
+      if (!isDigit(c)) return `octet ${JSON.stringify(part)} is not a decimal number`;
+      n = n * 10 + (c - 48);
+      if (n > 255) return `octet ${JSON.stringify(part)} is greater than 255`;
+    }
+    if (part.length > 1 && part.charCodeAt(0) === 48) return `octet ${JSON.stringify(part)} has a leading zero`;
+    value = value * 256 + n;
+    start = i + 1;
+  }
+  if (parts !== 4) return 'expected 4 dot-separated decimal octets';
+  return value;
+}
+
+/** One to four hex digits, or -1. */
+function parseHexGroup(s: string): number {
+  if (s.length === 0 || s.length > 4) return -1;
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const h = hexValue(s.charCodeAt(i));
+    if (h < 0) return -1;
+    n = n * 16 + h;
+  }
+  return n;
+}
+
+/** Colon-hex groups (one "::" at most, optional trailing dotted quad) to 8 groups, or a reason. */
+function parseV6(s: string): number[] | string {
+  if (s.includes('%')) return 'zone indexes ("%...") are not allowed';
+  const dc = s.indexOf('::');
+  if (dc >= 0 && s.indexOf('::', dc + 1) >= 0) return '"::" may appear only once';
+  const head = dc >= 0 ? s.slice(0, dc) : s;
+  const tail = dc >= 0 ? s.slice(dc + 2) : '';
+  const headParts = head.length > 0 ? head.split(':') : [];
+  const tailParts = tail.length > 0 ? tail.split(':') : [];
+  if (dc < 0 && headParts.length === 0) return 'empty address';
+  const headGroups: number[] = [];
+  const tailGroups: number[] = [];
+  const lists: [string[], number[]][] = [[headParts, headGroups], [tailParts, tailGroups]];
+  const lastParts = dc >= 0 ? tailParts : headParts;
+  for (const [parts, out] of lists) {
+    for (let i = 0; i < parts.length; i++) {
+      const p = parts[i];
+      if (p.includes('.')) {
+        if (parts !== lastParts || i !== parts.length - 1) return `embedded IPv4 address ${JSON.stringify(p)} must come last`;
+        const v4 = parseV4(p);
+        if (typeof v4 === 'string') return `embedded IPv4 address ${JSON.stringify(p)}: ${v4}`;
+        out.push(Math.floor(v4 / 65536), v4 % 65536);
+        continue;
+      }
+      const g = parseHexGroup(p);
+      if (g < 0) return p.length === 0 ? 'empty group (a single ":" at the start or end?)' : `group ${JSON.stringify(p)} is not 1 to 4 hex digits`;
+      out.push(g);
+    }
+  }
+  const total = headGroups.length + tailGroups.length;
+  if (dc < 0) {
+    if (total !== 8) return `expected 8 groups, got ${total}`;
+    return headGroups;
+  }
+  if (total > 7) return '"::" must stand for at least one zero group';
+  return [...headGroups, ...new Array<number>(8 - total).fill(0), ...tailGroups];
+}
+
+/** Parses an IPv4 or IPv6 address. IPv4-mapped IPv6 (::ffff:1.2.3.4) stays IPv6. */
+export function parseIp(text: string): IpAddress | ParseFailure {
+  if (text.includes(':')) {
+    const g = parseV6(text);
+    if (typeof g === 'string') return { error: `invalid IPv6 address ${JSON.stringify(text)}: ${g}` };
+    let value = 0n;
+    for (const x of g) value = (value << 16n) | BigInt(x);
+    return { family: 6, value };
+  }
+  if (text.length === 0 || !isDigit(text.charCodeAt(0))) return { error: `${JSON.stringify(text)} is not an IPv4 or IPv6 address` };
+  const v = parseV4(text);
+  if (typeof v === 'string') return { error: `invalid IPv4 address ${JSON.stringify(text)}: ${v}` };
+  return { family: 4, value: BigInt(v) };
+}
+
+/** Parses "address/prefix". The prefix is required; host bits are cleared (10.0.0.1/8 is 10.0.0.0/8). */
+export function parseCidr(text: string): Cidr | ParseFailure {
+  const slash = text.indexOf('/');
+  if (slash < 0) return { error: `${JSON.stringify(text)} is not a CIDR: the prefix length ("/<bits>") is missing` };
+  const ip = parseIp(text.slice(0, slash));
+  if ('error' in ip) return { error: `invalid CIDR ${JSON.stringify(text)}: ${ip.error}` };
+  const bits = BITS[ip.family];
+  const p = text.slice(slash + 1);
+  let prefix = p.length === 0 || p.length > 3 || (p.length > 1 && p.charCodeAt(0) === 48) ? -1 : 0;
+  for (let i = 0; i < p.length && prefix >= 0; i++) {
+    const c = p.charCodeAt(i);
+    prefix = isDigit(c) ? prefix * 10 + (c - 48) : -1;
+  }
+  if (prefix < 0 || prefix > bits) {
+    return { error: `invalid CIDR ${JSON.stringify(text)}: prefix length ${JSON.stringify(p)} must be a number from 0 to ${bits}` };
+  }
+  return { family: ip.family, base: ip.value & TABLES[ip.family].netmask[prefix], prefix };
+}
+
+// ---- Formatting ------------------------------------------------------------------------
+
+export function formatIp(family: Family, value: bigint): string {
+  if (family === 4) {
+    const v = Number(value);
+    return `${(v >>> 24) & 255}.${(v >>> 16) & 255}.${(v >>> 8) & 255}.${v & 255}`;
+  }
+  const g: number[] = [];
+  for (let shift = 112n; shift >= 0n; shift -= 16n) g.push(Number((value >> shift) & 0xffffn));
+  // IPv4-mapped addresses keep the dotted tail (RFC 5952 section 5; inet_ntop does the same).
+  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) {
+    return `::ffff:${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;
+  }
+  // RFC 5952: compress the longest run (first on ties) of two or more zero groups.
+  let bestStart = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    if (g[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) {
+      bestStart = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = (from: number, to: number): string => g.slice(from, to).map((x) => x.toString(16)).join(':');
+  if (bestStart < 0) return hex(0, 8);
+  return `${hex(0, bestStart)}::${hex(bestStart + bestLen, 8)}`;
+}
+
+export function formatCidr(c: Cidr): string {
+  return `${formatIp(c.family, c.base)}/${c.prefix}`;
+}
+
+/** Canonical text of an address (IPv6 lower-case and compressed per RFC 5952), or null if invalid. */
+export function canonicalIp(text: string): string | null {
+  const ip = parseIp(text);
+  return 'error' in ip ? null : formatIp(ip.family, ip.value);
+}
+
+/** Canonical text of a prefix (host bits cleared), or null if invalid. */
+export function canonicalCidr(text: string): string | null {
+  const c = parseCidr(text);
+  return 'error' in c ? null : formatCidr(c);
+}
+
+export function isValidIp(text: string): boolean {
+  return !('error' in parseIp(text));
+}
+
+// ---- Arithmetic ------------------------------------------------------------------------
+
+function containsValue(c: Cidr, value: bigint): boolean {
+  return (value & TABLES[c.family].netmask[c.prefix]) === c.base;
+}
+
+/** True when the address text is inside the prefix (false for another family or bad text). */
+export function cidrContains(cidr: Cidr, ip: string): boolean {
+  const a = parseIp(ip);
+  return !('error' in a) && a.family === cidr.family && containsValue(cidr, a.value);
+}
+
+/** True when every address of inner is inside outer (same family). */
+export function cidrCovers(outer: Cidr, inner: Cidr): boolean {
+  return outer.family === inner.family && outer.prefix <= inner.prefix && containsValue(outer, inner.base);
+}
+
+function aligned(c: Cidr): Cidr {
+  const base = c.base & TABLES[c.family].netmask[c.prefix];
+  return base === c.base ? c : { family: c.family, base, prefix: c.prefix };
+}
+
+/** block minus every except: the minimal sorted list of disjoint aligned prefixes.
+ *  Excepts of another family or outside the block are ignored; one containing the block
+ *  empties the result. Cost: O(n log n) plus O(n * prefix bits), never the address space. */
+export function subtractCidrs(block: Cidr, excepts: readonly Cidr[]): Cidr[] {
+  const b = aligned(block);
+  const family = b.family;
+  const inside: Cidr[] = [];
+  for (const raw of excepts) {
+    if (raw.family !== family) continue;
+    const e = aligned(raw);
+    if (e.prefix <= b.prefix) {
+      // Aligned prefixes either nest or are disjoint.
+      if (containsValue(e, b.base)) return [];
+    } else if (containsValue(b, e.base)) {
+      inside.push(e);
+    }
+  }
+  if (inside.length === 0) return [b];
+
+  inside.sort((x, y) => (x.base < y.base ? -1 : x.base > y.base ? 1 : x.prefix - y.prefix));
+  // Drop excepts nested in an earlier (larger or equal) one: the rest are disjoint and sorted.
+  const ex: Cidr[] = [];
+  let lastEnd = -1n;
+  for (const e of inside) {
+    if (e.base <= lastEnd) continue;
+    ex.push(e);
+    lastEnd = e.base + TABLES[family].size[e.prefix] - 1n;
+  }
+
+  const out: Cidr[] = [];
+  // Emits the part of prefix (base, prefix) not covered by ex[lo..hi), all of which lie inside it.
+  const split = (base: bigint, prefix: number, lo: number, hi: number): void => {
+    if (lo === hi) {
+      out.push({ family, base, prefix });
+      return;
+    }
+    if (ex[lo].prefix === prefix) return; // the whole prefix is excepted (then it is the only one)
+    const mid = base + TABLES[family].size[prefix + 1];
+    let a = lo;
+    let z = hi;
+    while (a < z) {
+      const m = (a + z) >>> 1;
+      if (ex[m].base < mid) a = m + 1;
+      else z = m;
+    }
+    split(base, prefix + 1, lo, a);
+    split(mid, prefix + 1, a, hi);
+  };
+  split(b.base, b.prefix, 0, ex.length);
+  return out;
+}
+
+/** ipset hash:net cannot hold a /0 prefix: replace each /0 with its two /1 halves. */
+export function splitForIpset(cidrs: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const text of cidrs) {
+    if (!text.endsWith('/0')) {
+      out.push(text);
+      continue;
+    }
+    const c = parseCidr(text);
+    if ('error' in c) {
+      out.push(text);
+    } else if (c.family === 4) {
+      out.push('0.0.0.0/1', '128.0.0.0/1');
+    } else {
+      out.push('::/1', '8000::/1');
+    }
+  }
+  return out;
+}

@@ -1,0 +1,357 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  canonicalCidr,
+  canonicalIp,
+  cidrContains,
+  cidrCovers,
+  formatCidr,
+  isValidIp,
+  parseCidr,
+  parseIp,
+  splitForIpset,
+  subtractCidrs,
+} from '../../../src/model/cidr.ts';
+import type { Cidr } from '../../../src/model/cidr.ts';
+
+function cidr(text: string): Cidr {
+  const c = parseCidr(text);
+  if ('error' in c) assert.fail(c.error);
+  return c;
+}
+
+function subtract(block: string, excepts: string[]): string[] {
+  return subtractCidrs(cidr(block), excepts.map(cidr)).map(formatCidr);
+}
+
+/** Deterministic PRNG so that a failure can be replayed from its seed. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+describe('parseCidr accepts valid prefixes and clears host bits', () => {
+  const cases: { input: string; expected: string; family: 4 | 6 }[] = [
+    { input: '10.0.0.0/8', expected: '10.0.0.0/8', family: 4 },
+    { input: '10.0.0.1/8', expected: '10.0.0.0/8', family: 4 },
+    { input: '192.168.1.77/28', expected: '192.168.1.64/28', family: 4 },
+    { input: '1.2.3.4/32', expected: '1.2.3.4/32', family: 4 },
+    { input: '255.255.255.255/0', expected: '0.0.0.0/0', family: 4 },
+    { input: '0.0.0.0/0', expected: '0.0.0.0/0', family: 4 },
+    { input: '::/0', expected: '::/0', family: 6 },
+    { input: 'FE80::1/64', expected: 'fe80::/64', family: 6 },
+    { input: '2001:DB8:0:0:0:0:0:1/128', expected: '2001:db8::1/128', family: 6 },
+    { input: '2001:db8::ffff:1/100', expected: '2001:db8::f000:0/100', family: 6 },
+    { input: '::ffff:1.2.3.4/128', expected: '::ffff:1.2.3.4/128', family: 6 },
+    { input: '::ffff:10.0.0.0/104', expected: '::ffff:10.0.0.0/104', family: 6 },
+    { input: 'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/1', expected: '8000::/1', family: 6 },
+  ];
+  for (const c of cases) {
+    it(c.input, () => {
+      const parsed = cidr(c.input);
+      assert.equal(parsed.family, c.family);
+      assert.equal(formatCidr(parsed), c.expected);
+      assert.equal(canonicalCidr(c.input), c.expected);
+    });
+  }
+});
+
+describe('parseCidr rejects garbage with a precise message', () => {
+  const cases: { input: string; error: string }[] = [
+    { input: '10.0.0.1', error: '"10.0.0.1" is not a CIDR: the prefix length ("/<bits>") is missing' },
+    { input: 'fd00::1', error: '"fd00::1" is not a CIDR: the prefix length ("/<bits>") is missing' },
+    { input: '', error: '"" is not a CIDR: the prefix length ("/<bits>") is missing' },
+    { input: '10.0.0.0/33', error: 'invalid CIDR "10.0.0.0/33": prefix length "33" must be a number from 0 to 32' },
+    { input: '::/129', error: 'invalid CIDR "::/129": prefix length "129" must be a number from 0 to 128' },
+    { input: '10.0.0.0/', error: 'invalid CIDR "10.0.0.0/": prefix length "" must be a number from 0 to 32' },
+    { input: '10.0.0.0/08', error: 'invalid CIDR "10.0.0.0/08": prefix length "08" must be a number from 0 to 32' },
+    { input: '10.0.0.0/-1', error: 'invalid CIDR "10.0.0.0/-1": prefix length "-1" must be a number from 0 to 32' },
+    { input: '10.0.0.0/8/9', error: 'invalid CIDR "10.0.0.0/8/9": prefix length "8/9" must be a number from 0 to 32' },
+    { input: 'foo/8', error: 'invalid CIDR "foo/8": "foo" is not an IPv4 or IPv6 address' },
+    { input: '10.0.300.0/24', error: 'invalid CIDR "10.0.300.0/24": invalid IPv4 address "10.0.300.0": octet "300" is greater than 255' },
+    { input: '10.0.0/24', error: 'invalid CIDR "10.0.0/24": invalid IPv4 address "10.0.0": expected 4 dot-separated decimal octets' },
+    { input: '10.0.0.0.0/24', error: 'invalid CIDR "10.0.0.0.0/24": invalid IPv4 address "10.0.0.0.0": expected 4 dot-separated decimal octets' },
+    { input: '10..0.0/24', error: 'invalid CIDR "10..0.0/24": invalid IPv4 address "10..0.0": empty octet' },
+    { input: '010.0.0.0/8', error: 'invalid CIDR "010.0.0.0/8": invalid IPv4 address "010.0.0.0": octet "010" has a leading zero' },
+    { input: '10.0.0.x/8', error: 'invalid CIDR "10.0.0.x/8": invalid IPv4 address "10.0.0.x": octet "x" is not a decimal number' },
+    { input: ' 10.0.0.0/8', error: 'invalid CIDR " 10.0.0.0/8": " 10.0.0.0" is not an IPv4 or IPv6 address' },
+    { input: '1:2:3:4:5:6:7/64', error: 'invalid CIDR "1:2:3:4:5:6:7/64": invalid IPv6 address "1:2:3:4:5:6:7": expected 8 groups, got 7' },
+    { input: '1:2:3:4:5:6:7:8:9/64', error: 'invalid CIDR "1:2:3:4:5:6:7:8:9/64": invalid IPv6 address "1:2:3:4:5:6:7:8:9": expected 8 groups, got 9' },
+    { input: '1::2::3/64', error: 'invalid CIDR "1::2::3/64": invalid IPv6 address "1::2::3": "::" may appear only once' },
+    { input: '1:2:3:4::5:6:7:8/64', error: 'invalid CIDR "1:2:3:4::5:6:7:8/64": invalid IPv6 address "1:2:3:4::5:6:7:8": "::" must stand for at least one zero group' },
+    { input: ':1:2:3:4:5:6:7/64', error: 'invalid CIDR ":1:2:3:4:5:6:7/64": invalid IPv6 address ":1:2:3:4:5:6:7": empty group (a single ":" at the start or end?)' },
+    { input: 'fd00::12345/64', error: 'invalid CIDR "fd00::12345/64": invalid IPv6 address "fd00::12345": group "12345" is not 1 to 4 hex digits' },
+    { input: 'fd00::g/64', error: 'invalid CIDR "fd00::g/64": invalid IPv6 address "fd00::g": group "g" is not 1 to 4 hex digits' },
+    { input: 'fe80::1%eth0/64', error: 'invalid CIDR "fe80::1%eth0/64": invalid IPv6 address "fe80::1%eth0": zone indexes ("%...") are not allowed' },
+    { input: '1.2.3.4::/64', error: 'invalid CIDR "1.2.3.4::/64": invalid IPv6 address "1.2.3.4::": embedded IPv4 address "1.2.3.4" must come last' },
+    { input: '::ffff:1.2.3/96', error: 'invalid CIDR "::ffff:1.2.3/96": invalid IPv6 address "::ffff:1.2.3": embedded IPv4 address "1.2.3": expected 4 dot-separated decimal octets' },
+  ];
+  for (const c of cases) {
+    it(JSON.stringify(c.input), () => {
+      assert.deepEqual(parseCidr(c.input), { error: c.error });
+      assert.equal(canonicalCidr(c.input), null);
+    });
+  }
+});
+
+describe('canonicalIp', () => {
+  const cases: { input: string; expected: string | null }[] = [
+    { input: '10.1.2.3', expected: '10.1.2.3' },
+    { input: '0.0.0.0', expected: '0.0.0.0' },
+    { input: '255.255.255.255', expected: '255.255.255.255' },
+    // RFC 5952 section 4 rules.
+    { input: '2001:0db8:0000:0000:0000:0000:0002:0001', expected: '2001:db8::2:1' },
+    { input: '2001:DB8::1', expected: '2001:db8::1' },
+    { input: '2001:db8:0:1:1:1:1:1', expected: '2001:db8:0:1:1:1:1:1' },
+    { input: '2001:0:0:1:0:0:0:1', expected: '2001:0:0:1::1' },
+    { input: '2001:db8:0:0:1:0:0:1', expected: '2001:db8::1:0:0:1' },
+    { input: '0:0:0:0:0:0:0:0', expected: '::' },
+    { input: '0:0:0:0:0:0:0:1', expected: '::1' },
+    { input: '1:0:0:0:0:0:0:0', expected: '1::' },
+    { input: '1::2:0:0', expected: '1::2:0:0' },
+    { input: '::ffff:0102:0304', expected: '::ffff:1.2.3.4' },
+    { input: '::FFFF:192.168.0.1', expected: '::ffff:192.168.0.1' },
+    { input: '64:ff9b::10.0.0.1', expected: '64:ff9b::a00:1' },
+    { input: '1:2:3:4:5:6:7:8', expected: '1:2:3:4:5:6:7:8' },
+    { input: 'fe80::1%eth0', expected: null },
+    { input: '10.0.0.1/32', expected: null },
+    { input: '10.0.0', expected: null },
+    { input: 'hello', expected: null },
+    { input: '', expected: null },
+    { input: ':', expected: null },
+    { input: ':::', expected: null },
+    { input: '1::2:', expected: null },
+  ];
+  for (const c of cases) {
+    it(`${JSON.stringify(c.input)} -> ${JSON.stringify(c.expected)}`, () => {
+      assert.equal(canonicalIp(c.input), c.expected);
+      assert.equal(isValidIp(c.input), c.expected !== null);
+    });
+  }
+
+  it('canonical text parses back to the same address', () => {
+    const rnd = mulberry32(7);
+    for (let n = 0; n < 2000; n++) {
+      // Mostly-zero groups exercise the compression rules.
+      const groups = Array.from({ length: 8 }, () => (rnd() < 0.5 ? 0 : Math.floor(rnd() * 65536)));
+      const text = groups.map((g) => g.toString(16)).join(':');
+      const canon = canonicalIp(text);
+      assert.ok(canon !== null, text);
+      const a = parseIp(text);
+      const b = parseIp(canon);
+      assert.deepEqual(a, b, `${text} -> ${canon}`);
+      assert.equal(canonicalIp(canon), canon);
+      assert.ok(!canon.includes(':::'), canon);
+    }
+  });
+});
+
+describe('cidrContains and cidrCovers', () => {
+  const contains: { cidr: string; ip: string; expected: boolean }[] = [
+    { cidr: '10.0.0.0/8', ip: '10.255.255.255', expected: true },
+    { cidr: '10.0.0.0/8', ip: '11.0.0.0', expected: false },
+    { cidr: '0.0.0.0/0', ip: '1.2.3.4', expected: true },
+    { cidr: '0.0.0.0/0', ip: '::1', expected: false },
+    { cidr: '::/0', ip: '10.0.0.1', expected: false },
+    { cidr: '::/0', ip: '::ffff:10.0.0.1', expected: true },
+    { cidr: 'fd00::/8', ip: 'fdff::1', expected: true },
+    { cidr: 'fd00::/8', ip: 'fe00::', expected: false },
+    { cidr: '10.0.0.0/8', ip: 'garbage', expected: false },
+  ];
+  for (const c of contains) {
+    it(`${c.cidr} ${c.expected ? 'contains' : 'does not contain'} ${c.ip}`, () => {
+      assert.equal(cidrContains(cidr(c.cidr), c.ip), c.expected);
+    });
+  }
+  const covers: { outer: string; inner: string; expected: boolean }[] = [
+    { outer: '10.0.0.0/8', inner: '10.1.0.0/16', expected: true },
+    { outer: '10.0.0.0/8', inner: '10.0.0.0/8', expected: true },
+    { outer: '10.1.0.0/16', inner: '10.0.0.0/8', expected: false },
+    { outer: '10.0.0.0/8', inner: '11.0.0.0/16', expected: false },
+    { outer: '0.0.0.0/0', inner: '::/0', expected: false },
+  ];
+  for (const c of covers) {
+    it(`${c.outer} ${c.expected ? 'covers' : 'does not cover'} ${c.inner}`, () => {
+      assert.equal(cidrCovers(cidr(c.outer), cidr(c.inner)), c.expected);
+    });
+  }
+});
+
+describe('subtractCidrs', () => {
+  const cases: { name: string; block: string; excepts: string[]; expected: string[] }[] = [
+    { name: 'no excepts', block: '10.0.0.0/8', excepts: [], expected: ['10.0.0.0/8'] },
+    { name: 'host bits in the block are cleared', block: '10.0.0.1/8', excepts: [], expected: ['10.0.0.0/8'] },
+    { name: 'one half', block: '10.0.0.0/8', excepts: ['10.128.0.0/9'], expected: ['10.0.0.0/9'] },
+    {
+      name: 'one small except splits the block',
+      block: '10.0.0.0/29',
+      excepts: ['10.0.0.5/32'],
+      expected: ['10.0.0.0/30', '10.0.0.4/32', '10.0.0.6/31'],
+    },
+    {
+      name: 'except with host bits set',
+      block: '10.0.0.0/24',
+      excepts: ['10.0.0.129/25'],
+      expected: ['10.0.0.0/25'],
+    },
+    { name: 'except equal to the block', block: '10.0.0.0/24', excepts: ['10.0.0.0/24'], expected: [] },
+    { name: 'except containing the block', block: '10.0.0.0/24', excepts: ['10.0.0.0/16'], expected: [] },
+    { name: 'except outside the block is ignored', block: '10.0.0.0/24', excepts: ['10.0.1.0/24', '192.168.0.0/16'], expected: ['10.0.0.0/24'] },
+    { name: 'except of another family is ignored', block: '10.0.0.0/24', excepts: ['::/0'], expected: ['10.0.0.0/24'] },
+    {
+      name: 'overlapping and nested excepts',
+      block: '10.0.0.0/24',
+      excepts: ['10.0.0.0/26', '10.0.0.16/28', '10.0.0.0/25', '10.0.0.200/32', '10.0.0.192/27'],
+      expected: ['10.0.0.128/26', '10.0.0.224/27'],
+    },
+    {
+      name: 'adjacent excepts covering the whole block',
+      block: '10.0.0.0/30',
+      excepts: ['10.0.0.0/32', '10.0.0.1/32', '10.0.0.2/31'],
+      expected: [],
+    },
+    {
+      name: 'duplicate excepts',
+      block: '10.0.0.0/30',
+      excepts: ['10.0.0.1/32', '10.0.0.1/32'],
+      expected: ['10.0.0.0/32', '10.0.0.2/31'],
+    },
+    {
+      name: 'everything but one address',
+      block: '0.0.0.0/0',
+      excepts: ['0.0.0.0/32'],
+      expected: [
+        '0.0.0.1/32', '0.0.0.2/31', '0.0.0.4/30', '0.0.0.8/29', '0.0.0.16/28', '0.0.0.32/27', '0.0.0.64/26',
+        '0.0.0.128/25', '0.0.1.0/24', '0.0.2.0/23', '0.0.4.0/22', '0.0.8.0/21', '0.0.16.0/20', '0.0.32.0/19',
+        '0.0.64.0/18', '0.0.128.0/17', '0.1.0.0/16', '0.2.0.0/15', '0.4.0.0/14', '0.8.0.0/13', '0.16.0.0/12',
+        '0.32.0.0/11', '0.64.0.0/10', '0.128.0.0/9', '1.0.0.0/8', '2.0.0.0/7', '4.0.0.0/6', '8.0.0.0/5',
+        '16.0.0.0/4', '32.0.0.0/3', '64.0.0.0/2', '128.0.0.0/1',
+      ],
+    },
+    { name: 'the whole IPv4 space minus private 10/8', block: '0.0.0.0/0', excepts: ['10.0.0.0/8', '0.0.0.0/1'], expected: ['128.0.0.0/1'] },
+    { name: 'IPv6 ::/0 minus the lower half', block: '::/0', excepts: ['::/1'], expected: ['8000::/1'] },
+    { name: 'IPv6 ::/0 minus everything', block: '::/0', excepts: ['::/0'], expected: [] },
+    {
+      name: 'IPv6 with mixed excepts',
+      block: 'fd00::/126',
+      excepts: ['fd00::2/128', '10.0.0.0/8', 'fe80::/10'],
+      expected: ['fd00::/127', 'fd00::3/128'],
+    },
+    {
+      name: 'IPv6 block minus a deep except',
+      block: '2001:db8::/32',
+      excepts: ['2001:db8::/48'],
+      expected: [
+        '2001:db8:1::/48', '2001:db8:2::/47', '2001:db8:4::/46', '2001:db8:8::/45', '2001:db8:10::/44',
+        '2001:db8:20::/43', '2001:db8:40::/42', '2001:db8:80::/41', '2001:db8:100::/40', '2001:db8:200::/39',
+        '2001:db8:400::/38', '2001:db8:800::/37', '2001:db8:1000::/36', '2001:db8:2000::/35', '2001:db8:4000::/34',
+        '2001:db8:8000::/33',
+      ],
+    },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      assert.deepEqual(subtract(c.block, c.excepts), c.expected);
+    });
+  }
+
+  // Reference: membership of every address of a small universe, then the greedy
+  // range-to-prefix cover (largest aligned block first), which is the unique minimal one.
+  const UNIVERSE_BASE = 10 << 24; // 10.0.0.0/22: 1024 addresses around the 10.0.0.0/24 block
+  const UNIVERSE_SIZE = 1024;
+  function v4(n: number): string {
+    return `${(n >>> 24) & 255}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+  }
+  function referenceCover(member: boolean[]): string[] {
+    const out: string[] = [];
+    for (let i = 0; i < UNIVERSE_SIZE; ) {
+      if (!member[i]) {
+        i++;
+        continue;
+      }
+      let size = UNIVERSE_SIZE;
+      while (size > 1 && (i % size !== 0 || !member.slice(i, i + size).every(Boolean))) size /= 2;
+      out.push(`${v4(UNIVERSE_BASE + i)}/${32 - Math.log2(size)}`);
+      i += size;
+    }
+    return out;
+  }
+
+  it('matches a brute-force reference on random IPv4 blocks and excepts', () => {
+    for (let seed = 1; seed <= 400; seed++) {
+      const rnd = mulberry32(seed);
+      const blockPrefix = 24 + Math.floor(rnd() * 9); // /24../32 inside 10.0.0.0/24
+      const block = `${v4(UNIVERSE_BASE + Math.floor(rnd() * 256))}/${blockPrefix}`;
+      const excepts: string[] = [];
+      const n = Math.floor(rnd() * 12);
+      for (let k = 0; k < n; k++) {
+        const prefix = 21 + Math.floor(rnd() * 12); // /21../32: some contain the whole universe
+        excepts.push(`${v4(UNIVERSE_BASE + Math.floor(rnd() * UNIVERSE_SIZE))}/${prefix}`);
+      }
+      const b = cidr(block);
+      const ex = excepts.map(cidr);
+      const member: boolean[] = [];
+      for (let i = 0; i < UNIVERSE_SIZE; i++) {
+        const ip = v4(UNIVERSE_BASE + i);
+        member.push(cidrContains(b, ip) && !ex.some((e) => cidrContains(e, ip)));
+      }
+      assert.deepEqual(subtract(block, excepts), referenceCover(member), `seed ${seed}: ${block} except ${excepts.join(' ')}`);
+    }
+  });
+
+  it('handles tens of thousands of excepts without walking the address space', () => {
+    const rnd = mulberry32(42);
+    const hex = (): string => Math.floor(rnd() * 65536).toString(16);
+    const excepts: Cidr[] = [];
+    for (let k = 0; k < 20000; k++) excepts.push(cidr(`${hex()}:${hex()}:${hex()}::/${16 + Math.floor(rnd() * 33)}`));
+    const start = performance.now();
+    const out = subtractCidrs(cidr('::/0'), excepts);
+    const ms = performance.now() - start;
+    // Generous bound: a bit-by-bit walk over ::/0 would never finish.
+    assert.ok(ms < 3000, `took ${ms} ms`);
+    const end = (c: Cidr): bigint => c.base + (1n << BigInt(128 - c.prefix));
+    for (let i = 1; i < out.length; i++) assert.ok(end(out[i - 1]) <= out[i].base, `overlap or disorder at ${i}`);
+    // Membership of sampled addresses (inside excepts and random) agrees with the definition.
+    const covered = (value: bigint): boolean => {
+      let lo = 0;
+      let hi = out.length;
+      while (lo < hi) {
+        const m = (lo + hi) >>> 1;
+        if (out[m].base <= value) lo = m + 1;
+        else hi = m;
+      }
+      return lo > 0 && value < end(out[lo - 1]);
+    };
+    const samples = excepts.slice(0, 200).map((e) => formatCidr(e).split('/')[0]);
+    for (let k = 0; k < 200; k++) samples.push(`${hex()}:${hex()}:${hex()}::${hex()}`);
+    for (const ip of samples) {
+      const a = parseIp(ip);
+      assert.ok(!('error' in a), ip);
+      const host: Cidr = { family: 6, base: a.value, prefix: 128 };
+      const expected = !excepts.some((e) => cidrCovers(e, host));
+      assert.equal(covered(a.value), expected, ip);
+    }
+  });
+});
+
+describe('splitForIpset', () => {
+  const cases: { name: string; input: string[]; expected: string[] }[] = [
+    { name: 'IPv4 /0 becomes two /1', input: ['0.0.0.0/0'], expected: ['0.0.0.0/1', '128.0.0.0/1'] },
+    { name: 'IPv6 /0 becomes two /1', input: ['::/0'], expected: ['::/1', '8000::/1'] },
+    { name: 'other prefixes are kept', input: ['10.0.0.0/8', '0.0.0.0/1', 'fd00::/10'], expected: ['10.0.0.0/8', '0.0.0.0/1', 'fd00::/10'] },
+    { name: 'order is kept around a split', input: ['1.0.0.0/8', '0.0.0.0/0', '2.0.0.0/8'], expected: ['1.0.0.0/8', '0.0.0.0/1', '128.0.0.0/1', '2.0.0.0/8'] },
+    { name: 'a /10 is not mistaken for a /0', input: ['fe80::/10'], expected: ['fe80::/10'] },
+    { name: 'empty', input: [], expected: [] },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      assert.deepEqual(splitForIpset(c.input), c.expected);
+    });
+  }
+});
