@@ -1,0 +1,300 @@
+// Makes the kernel hold the desired dataplane. Writes only what is dirty, in three steps that
+// keep every reference valid: sets first, then one iptables-restore per family, then set
+// destroys. The record of what was applied changes only after a step succeeds.
+
+import { emptyDirty, mergeDirty, type DesiredDataplane, type Dirty } from '../calc/desired.ts';
+import type { Names } from '../calc/names.ts';
+import type { Logger } from '../log.ts';
+import type { Family } from '../model/types.ts';
+import { createIpset, type Ipset } from './ipset.ts';
+import {
+  createIptables,
+  detectBackend,
+  parseSave,
+  commentOf,
+  type Backend,
+  type BackendChoice,
+  type Iptables,
+  type RetryInfo,
+  type RetryPolicy,
+} from './iptables.ts';
+import { commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
+import { declareChain, deleteChain, deleteRule, filterPayload, hookComment, setDestroy } from './render.ts';
+import type { CommandRunner } from './runner.ts';
+import {
+  emptyFamilyState,
+  emptyState,
+  familyStateFromSave,
+  setsStateFromSave,
+  type AppliedState,
+  type FamilyState,
+} from './state.ts';
+
+/** Felix's default; large enough for every pod IP of a big cluster in one set. */
+export const DEFAULT_MAX_SET_SIZE = 1_048_576;
+
+export type ApplyStep = 'read' | 'sets' | 'chains' | 'destroy';
+
+export interface DataplaneMetricHooks {
+  /** A step finished; `ok` is false when it threw. */
+  readonly step?: (step: ApplyStep, seconds: number, ok: boolean) => void;
+  /** A transient xtables-lock failure is being retried. */
+  readonly retry?: (info: RetryInfo) => void;
+}
+
+export interface DataplaneConfig {
+  readonly runner: CommandRunner;
+  readonly names: Names;
+  readonly families: readonly Family[];
+  readonly backend: BackendChoice;
+  readonly log: Logger;
+  readonly maxSetSize?: number;
+  /** Retries of a restore that met the xtables lock; see DEFAULT_LOCK_RETRY. */
+  readonly lockRetry?: RetryPolicy;
+  readonly sleep?: (ms: number) => Promise<void>;
+  /** Monotonic milliseconds, for step durations. */
+  readonly now?: () => number;
+  readonly onMetric?: DataplaneMetricHooks;
+}
+
+export interface ApplyStats {
+  /** True when this apply first read the kernel back (start, resync, or after a failure). */
+  resynced: boolean;
+  setsCreated: number;
+  setsDeleted: number;
+  membersAdded: number;
+  membersRemoved: number;
+  chainsWritten: number;
+  chainsDeleted: number;
+  rulesWritten: number;
+  hooksWritten: number;
+  /** Seconds per step; 0 for steps that had nothing to do. */
+  durations: Record<ApplyStep | 'total', number>;
+}
+
+export interface CleanupStats {
+  chainsDeleted: number;
+  hooksDeleted: number;
+  setsDeleted: number;
+}
+
+export interface DataplaneStatus {
+  readonly backend: Backend | undefined;
+  /** False until the first apply read the kernel back, and again after a failure. */
+  readonly inSync: boolean;
+  readonly sets: number;
+  readonly members: number;
+  readonly chains: number;
+  readonly rules: number;
+}
+
+export interface Dataplane {
+  /** Records what a batch of model changes dirtied; no I/O. */
+  markDirty(d: Dirty): void;
+  /** Writes what is dirty; throws (and keeps it dirty) on failure so the caller can retry. */
+  apply(desired: DesiredDataplane): Promise<ApplyStats>;
+  /** Reads the kernel back, repairs drift and removes stale own objects, then applies. */
+  resync(desired: DesiredDataplane): Promise<ApplyStats>;
+  /** Removes every chain, hook rule and set Weir owns, and nothing else. */
+  cleanup(): Promise<CleanupStats>;
+  status(): DataplaneStatus;
+}
+
+interface Tools {
+  readonly iptables: Iptables;
+  readonly ipset: Ipset;
+}
+
+export function createDataplane(config: DataplaneConfig): Dataplane {
+  const { names, log } = config;
+  const families = [...new Set(config.families)].sort();
+  const now = config.now ?? (() => performance.now());
+  const maxElem = config.maxSetSize ?? DEFAULT_MAX_SET_SIZE;
+  const tmpName = (f: Family) => names.peerSet(f, '\0weir swap scratch');
+
+  let tools: Tools | undefined;
+  let state: AppliedState = emptyState();
+  let dirty = emptyDirty();
+  // The record is trusted only after a kernel read; a failed write may have half-applied ipset.
+  let needRead = true;
+  // apply/resync/cleanup never overlap: each waits for the previous one.
+  let queue: Promise<unknown> = Promise.resolve();
+  const serial = <T>(fn: () => Promise<T>): Promise<T> => {
+    const p = queue.then(fn, fn);
+    queue = p.catch(() => undefined);
+    return p;
+  };
+
+  async function getTools(): Promise<Tools> {
+    if (tools === undefined) {
+      const backend = await detectBackend(config.runner, config.backend, log);
+      tools = {
+        iptables: createIptables({
+          runner: config.runner,
+          backend,
+          log,
+          retry: config.lockRetry,
+          sleep: config.sleep,
+          onRetry: config.onMetric?.retry,
+        }),
+        ipset: createIpset(config.runner),
+      };
+    }
+    return tools;
+  }
+
+  async function timed<T>(stats: ApplyStats, step: ApplyStep, fn: () => Promise<T>): Promise<T> {
+    const t0 = now();
+    let ok = false;
+    try {
+      const r = await fn();
+      ok = true;
+      return r;
+    } finally {
+      const seconds = (now() - t0) / 1000;
+      stats.durations[step] = seconds;
+      config.onMetric?.step?.(step, seconds, ok);
+    }
+  }
+
+  /** Rebuilds the record from the kernel and marks everything, desired or found, dirty. */
+  async function readKernel(t: Tools, desired: DesiredDataplane): Promise<void> {
+    const read: { [F in Family]?: FamilyState } = {};
+    for (const f of families) read[f] = familyStateFromSave(await t.iptables.save(f), names);
+    const fresh: AppliedState = {
+      sets: setsStateFromSave(await t.ipset.save(), names),
+      families: { 4: read[4] ?? emptyFamilyState(), 6: read[6] ?? emptyFamilyState() },
+    };
+    state = fresh;
+    const all = emptyDirty();
+    for (const name of [...desired.sets.keys(), ...fresh.sets.keys()]) all.sets.set(name, 'all');
+    for (const f of families) {
+      for (const c of [...desired.chains[f].keys(), ...fresh.families[f].chains.keys()]) all.chains[f].add(c);
+    }
+    mergeDirty(dirty, all);
+    log.debug({ sets: fresh.sets.size, chains: families.map((f) => fresh.families[f].chains.size) }, 'read kernel state');
+  }
+
+  async function applyNow(desired: DesiredDataplane): Promise<ApplyStats> {
+    const t0 = now();
+    const stats: ApplyStats = {
+      resynced: false,
+      setsCreated: 0,
+      setsDeleted: 0,
+      membersAdded: 0,
+      membersRemoved: 0,
+      chainsWritten: 0,
+      chainsDeleted: 0,
+      rulesWritten: 0,
+      hooksWritten: 0,
+      durations: { read: 0, sets: 0, chains: 0, destroy: 0, total: 0 },
+    };
+    const t = await getTools();
+    if (needRead) {
+      await timed(stats, 'read', () => readKernel(t, desired));
+      needRead = false;
+      stats.resynced = true;
+    }
+    const work = dirty;
+    dirty = emptyDirty();
+    try {
+      // (1) Sets first, so every set a new rule names exists.
+      const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
+      if (sets.lines.length > 0) {
+        await timed(stats, 'sets', () => t.ipset.restore(sets.lines));
+      }
+      commitSetChanges(state.sets, sets.changes);
+      stats.setsCreated = sets.created;
+      stats.membersAdded = sets.added;
+      stats.membersRemoved = sets.removed;
+
+      // (2) One atomic payload per family.
+      const plans = families
+        .map((f) => ({ f, plan: planChains(desired.chains[f], desired.topChain, work.chains[f], state.families[f], names.prefix) }))
+        .filter(({ plan }) => plan.payload !== undefined);
+      if (plans.length > 0) {
+        await timed(stats, 'chains', async () => {
+          for (const { f, plan } of plans) {
+            await t.iptables.restore(f, plan.payload!);
+            commitChains(state.families[f], plan);
+            stats.chainsWritten += plan.written.size;
+            stats.chainsDeleted += plan.deleted.length;
+            stats.rulesWritten += plan.rules;
+            if (plan.hook) stats.hooksWritten++;
+          }
+        });
+      }
+
+      // (3) Destroy sets no chain references any more.
+      if (sets.destroyLines.length > 0) {
+        await timed(stats, 'destroy', () => t.ipset.restore(sets.destroyLines));
+        for (const name of sets.destroyed) state.sets.delete(name);
+        stats.setsDeleted = sets.destroyed.length;
+      }
+    } catch (err) {
+      mergeDirty(dirty, work);
+      needRead = true;
+      log.warn({ err }, 'dataplane apply failed; will read the kernel back on retry');
+      throw err;
+    }
+    stats.durations.total = (now() - t0) / 1000;
+    const changed = stats.setsCreated + stats.setsDeleted + stats.membersAdded + stats.membersRemoved + stats.chainsWritten + stats.chainsDeleted + stats.hooksWritten;
+    if (changed > 0 || stats.resynced) log.info({ stats }, stats.resynced ? 'dataplane resynced' : 'dataplane applied');
+    return stats;
+  }
+
+  async function cleanupNow(): Promise<CleanupStats> {
+    const t = await getTools();
+    const stats: CleanupStats = { chainsDeleted: 0, hooksDeleted: 0, setsDeleted: 0 };
+    const ours = hookComment(names.prefix);
+    for (const f of families) {
+      const saved = parseSave(await t.iptables.save(f));
+      const own = [...saved.keys()].filter((c) => names.isOwnChain(c));
+      const hooks = (saved.get('FORWARD') ?? []).filter((s) => commentOf(s) === ours);
+      if (own.length === 0 && hooks.length === 0) continue;
+      const lines = [...own.map(declareChain), ...hooks.map((s) => deleteRule('FORWARD', s)), ...own.map(deleteChain)];
+      await t.iptables.restore(f, filterPayload(lines));
+      stats.chainsDeleted += own.length;
+      stats.hooksDeleted += hooks.length;
+    }
+    const sets = [...setsStateFromSave(await t.ipset.save(), names).keys()];
+    await t.ipset.restore(sets.map(setDestroy));
+    stats.setsDeleted = sets.length;
+    state = emptyState();
+    log.info({ stats }, 'dataplane cleaned up');
+    return stats;
+  }
+
+  return {
+    markDirty(d) {
+      mergeDirty(dirty, d);
+    },
+    apply(desired) {
+      return serial(() => applyNow(desired));
+    },
+    resync(desired) {
+      return serial(() => {
+        needRead = true;
+        return applyNow(desired);
+      });
+    },
+    cleanup() {
+      return serial(async () => {
+        // Whatever happened, the record no longer describes the kernel.
+        needRead = true;
+        return cleanupNow();
+      });
+    },
+    status() {
+      let members = 0;
+      for (const s of state.sets.values()) members += s.members.size;
+      let chains = 0;
+      let rules = 0;
+      for (const f of families) {
+        chains += state.families[f].chains.size;
+        for (const h of state.families[f].chains.values()) rules += h.length;
+      }
+      return { backend: tools?.iptables.backend, inSync: !needRead, sets: state.sets.size, members, chains, rules };
+    },
+  };
+}

@@ -1,0 +1,87 @@
+// A small typed wrapper around the ipset command: batch restore through stdin, and reading
+// sets back (names, or `ipset save` parsed into headers and members).
+
+import type { SetType } from '../calc/desired.ts';
+import { CommandError, RestoreError } from '../errors.ts';
+import type { Family } from '../model/types.ts';
+import { ipsetPayload } from './render.ts';
+import type { CommandRunner } from './runner.ts';
+
+export interface Ipset {
+  /** Runs `ipset restore` with the lines on stdin; throws RestoreError naming the bad line. */
+  restore(lines: readonly string[]): Promise<void>;
+  /** `ipset list -name`. */
+  listNames(): Promise<string[]>;
+  /** `ipset save [name]`: create and add lines. */
+  save(name?: string): Promise<string>;
+}
+
+export function createIpset(runner: CommandRunner): Ipset {
+  const read = async (args: string[]) => {
+    const r = await runner.run('ipset', args);
+    if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', 'ipset', args, r.exitCode, r.stderr);
+    return r.stdout;
+  };
+  return {
+    async restore(lines) {
+      if (lines.length === 0) return;
+      const payload = ipsetPayload(lines);
+      const r = await runner.run('ipset', ['restore'], { input: payload });
+      if (r.exitCode !== 0) throw new RestoreError('ipset restore', undefined, r.stderr, payload);
+    },
+    async listNames() {
+      return (await read(['list', '-name'])).split('\n').filter((l) => l !== '');
+    },
+    save(name) {
+      return read(name === undefined ? ['save'] : ['save', name]);
+    },
+  };
+}
+
+export interface SavedSet {
+  readonly name: string;
+  /** As ipset names it; may be a type Weir never creates. */
+  readonly type: string;
+  readonly family: Family | undefined;
+  readonly maxElem: number | undefined;
+  readonly members: string[];
+}
+
+/** Parses `ipset save` output. Unknown lines are ignored. */
+export function parseIpsetSave(text: string): Map<string, SavedSet> {
+  const sets = new Map<string, SavedSet>();
+  for (const line of text.split('\n')) {
+    const w = line.trim().split(/\s+/);
+    if (w[0] === 'create' && w.length >= 3) {
+      const opt = (k: string) => {
+        const i = w.indexOf(k, 3);
+        return i > 0 ? w[i + 1] : undefined;
+      };
+      const fam = opt('family');
+      const max = opt('maxelem');
+      sets.set(w[1], {
+        name: w[1],
+        type: w[2],
+        family: fam === 'inet' ? 4 : fam === 'inet6' ? 6 : undefined,
+        maxElem: max === undefined ? undefined : Number(max),
+        members: [],
+      });
+    } else if (w[0] === 'add' && w.length >= 3) {
+      sets.get(w[1])?.members.push(w[2]);
+    }
+  }
+  return sets;
+}
+
+/**
+ * The form the kernel prints a member in, so members calc wrote and members read back compare
+ * equal: hash:net prints a full-length prefix as a bare address, and IPv6 in lower case.
+ */
+export function memberKey(type: SetType | string, member: string): string {
+  const m = member.toLowerCase();
+  if (type === 'hash:net') {
+    if (m.endsWith('/32') && !m.includes(':')) return m.slice(0, -3);
+    if (m.endsWith('/128') && m.includes(':')) return m.slice(0, -4);
+  }
+  return m;
+}

@@ -1,0 +1,193 @@
+// A small typed wrapper around iptables-restore / iptables-save for the filter table: picks
+// the backend binaries, retries transient xtables-lock failures, and parses save output just
+// enough to find chains, rules and comments.
+
+import { CommandError, RestoreError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import type { Family } from '../model/types.ts';
+import type { CommandRunner } from './runner.ts';
+
+export type Backend = 'nft' | 'legacy';
+export type BackendChoice = Backend | 'auto';
+
+/** Retries after the first attempt; the delay doubles after each one. */
+export interface RetryPolicy {
+  readonly attempts: number;
+  readonly delayMs: number;
+}
+export const DEFAULT_LOCK_RETRY: RetryPolicy = { attempts: 3, delayMs: 200 };
+
+export interface RetryInfo {
+  readonly tool: string;
+  readonly family: Family | undefined;
+  /** 1 for the first retry. */
+  readonly attempt: number;
+  readonly delayMs: number;
+}
+
+export function tool(backend: Backend, family: Family, op: 'save' | 'restore'): string {
+  return `${family === 4 ? 'iptables' : 'ip6tables'}-${backend}-${op}`;
+}
+
+/** Another process holds the xtables lock (legacy backend), or the kernel asked us to retry. */
+export function isTransient(exitCode: number, stderr: string): boolean {
+  return /xtables lock/i.test(stderr) || (exitCode === 4 && /temporarily unavailable/i.test(stderr));
+}
+
+export interface Iptables {
+  readonly backend: Backend;
+  /** Applies a filter-table payload atomically with `--noflush`; throws RestoreError. */
+  restore(family: Family, payload: string): Promise<void>;
+  /** `iptables-save -t filter` output; throws CommandError (WEIR_KERNEL_READ_FAILED). */
+  save(family: Family): Promise<string>;
+}
+
+export interface IptablesOptions {
+  readonly runner: CommandRunner;
+  readonly backend: Backend;
+  readonly log: Logger;
+  readonly retry?: RetryPolicy;
+  readonly sleep?: (ms: number) => Promise<void>;
+  readonly onRetry?: (info: RetryInfo) => void;
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export function createIptables(opts: IptablesOptions): Iptables {
+  const retry = opts.retry ?? DEFAULT_LOCK_RETRY;
+  const wait = opts.sleep ?? sleep;
+  return {
+    backend: opts.backend,
+    async restore(family, payload) {
+      const cmd = tool(opts.backend, family, 'restore');
+      for (let attempt = 0; ; attempt++) {
+        const r = await opts.runner.run(cmd, ['--noflush', '--wait'], { input: payload });
+        if (r.exitCode === 0) return;
+        if (attempt >= retry.attempts || !isTransient(r.exitCode, r.stderr)) {
+          throw new RestoreError(cmd, family, r.stderr, payload);
+        }
+        const delayMs = retry.delayMs * 2 ** attempt;
+        opts.log.warn({ cmd, family, attempt: attempt + 1, of: retry.attempts, delayMs, stderr: r.stderr.trim() }, 'xtables lock busy, retrying');
+        opts.onRetry?.({ tool: cmd, family, attempt: attempt + 1, delayMs });
+        await wait(delayMs);
+      }
+    },
+    async save(family) {
+      const cmd = tool(opts.backend, family, 'save');
+      const args = ['-t', 'filter'];
+      const r = await opts.runner.run(cmd, args);
+      if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', cmd, args, r.exitCode, r.stderr);
+      return r.stdout;
+    },
+  };
+}
+
+// ---- Backend detection --------------------------------------------------------------------
+
+/** Chains kubelet/kube-proxy create in the mangle table of whichever backend the node uses. */
+const HINT_CHAINS = /^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY) /m;
+
+interface BackendView {
+  readonly available: boolean;
+  readonly hinted: boolean;
+  readonly rules: number;
+}
+
+async function viewBackend(runner: CommandRunner, backend: Backend): Promise<BackendView> {
+  let available = false;
+  let text = '';
+  for (const family of [4, 6] as const) {
+    try {
+      const r = await runner.run(tool(backend, family, 'save'), []);
+      available = true;
+      if (r.exitCode === 0) text += r.stdout;
+    } catch (err) {
+      if (!(err instanceof CommandError && err.code === 'WEIR_COMMAND_MISSING')) throw err;
+    }
+  }
+  return { available, hinted: hintedInMangle(text), rules: text.split('\n').filter((l) => l.startsWith('-A ')).length };
+}
+
+/** True if a hint chain is declared inside a `*mangle` section of save output. */
+export function hintedInMangle(saveText: string): boolean {
+  for (const section of saveText.split(/^\*/m)) {
+    if (section.startsWith('mangle\n') && HINT_CHAINS.test(section)) return true;
+  }
+  return false;
+}
+
+/**
+ * Chooses the iptables backend the rest of the node uses, the way kube-proxy's wrapper does:
+ * the side holding kubelet's hint chains wins, then the side with more rules, then nft.
+ */
+export async function detectBackend(runner: CommandRunner, choice: BackendChoice, log: Logger): Promise<Backend> {
+  if (choice !== 'auto') return choice;
+  const nft = await viewBackend(runner, 'nft');
+  const legacy = await viewBackend(runner, 'legacy');
+  let backend: Backend;
+  let reason: string;
+  if (!legacy.available || !nft.available) {
+    backend = legacy.available ? 'legacy' : 'nft';
+    reason = 'only backend installed';
+  } else if (nft.hinted !== legacy.hinted) {
+    backend = nft.hinted ? 'nft' : 'legacy';
+    reason = 'kubelet hint chain';
+  } else if (legacy.rules > nft.rules) {
+    backend = 'legacy';
+    reason = 'more rules';
+  } else {
+    backend = 'nft';
+    reason = nft.rules > legacy.rules ? 'more rules' : 'default';
+  }
+  log.info({ backend, reason, nftRules: nft.rules, legacyRules: legacy.rules }, 'iptables backend chosen');
+  return backend;
+}
+
+// ---- iptables-save parsing ----------------------------------------------------------------
+
+/**
+ * Chains of one table in save output: name -> rule specs (the text after `-A <chain> `), in
+ * kernel order. Every declared chain is present, empty ones too. Anything else is ignored.
+ */
+export function parseSave(text: string, table: string = 'filter'): Map<string, string[]> {
+  const chains = new Map<string, string[]>();
+  let inTable = false;
+  for (const raw of text.split('\n')) {
+    const line = raw.trimEnd();
+    if (line.startsWith('*')) inTable = line.slice(1) === table;
+    else if (!inTable || line === '' || line.startsWith('#')) continue;
+    else if (line === 'COMMIT') inTable = false;
+    else if (line.startsWith(':')) {
+      const name = line.slice(1).split(' ')[0];
+      if (!chains.has(name)) chains.set(name, []);
+    } else if (line.startsWith('-A ')) {
+      const rest = line.slice(3);
+      const sp = rest.indexOf(' ');
+      const chain = sp < 0 ? rest : rest.slice(0, sp);
+      const spec = sp < 0 ? '' : rest.slice(sp + 1);
+      let rules = chains.get(chain);
+      if (rules === undefined) chains.set(chain, (rules = []));
+      rules.push(spec);
+    }
+  }
+  return chains;
+}
+
+/** The text of a rule's `--comment`, unquoted, or undefined if it has none. */
+export function commentOf(spec: string): string | undefined {
+  const m = /(?:^|\s)--comment (?:"((?:[^"\\]|\\.)*)"|(\S+))/.exec(spec);
+  if (!m) return undefined;
+  return m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : m[2];
+}
+
+/** The Weir hash in a rule comment `<prefix>:<hash> ...`, or undefined if it is not ours. */
+export function ownHash(spec: string, prefix: string): string | undefined {
+  const c = commentOf(spec);
+  if (c === undefined || !c.startsWith(`${prefix}:`)) return undefined;
+  return c.slice(prefix.length + 1).split(' ')[0];
+}
+
+/** The target of `-j X` / `-g X` in a rule spec. */
+export function targetOf(spec: string): string | undefined {
+  return /(?:^|\s)-[jg] (\S+)/.exec(spec)?.[1];
+}

@@ -1,0 +1,245 @@
+// Pure diffing: desired dataplane + dirty names + applied record -> the restore lines to run
+// and the record changes to commit once they succeed. No I/O here, so ordering and diffs are
+// unit-tested directly.
+
+import type { DesiredDataplane, Rule } from '../calc/desired.ts';
+import type { Family } from '../model/types.ts';
+import { memberKey } from './ipset.ts';
+import {
+  declareChain,
+  deleteChain,
+  deleteRule,
+  filterPayload,
+  hookSpec,
+  insertHook,
+  renderChain,
+  setAdd,
+  setCreate,
+  setDel,
+  setDestroy,
+  setSwap,
+} from './render.ts';
+import { hookIsRight, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
+
+// ---- Sets ---------------------------------------------------------------------------------
+
+export interface SetChange {
+  readonly name: string;
+  /** Drop the record entry (the set was destroyed). */
+  readonly drop?: boolean;
+  /** Start the record entry afresh with this header (created or rebuilt). */
+  readonly header?: SetHeader;
+  readonly add: readonly string[];
+  readonly del: readonly string[];
+}
+
+export interface SetsPlan {
+  /** Step 1, one `ipset restore` batch: creates, rebuilds, member adds and deletes. */
+  readonly lines: string[];
+  /** Step 3, after the chains stopped referencing them. */
+  readonly destroyLines: string[];
+  readonly changes: SetChange[];
+  readonly destroyed: string[];
+  readonly created: number;
+  readonly added: number;
+  readonly removed: number;
+}
+
+export interface SetsPlanOptions {
+  readonly maxElem: number;
+  /** A scratch set per family used to rebuild a set in place with `swap`. */
+  readonly tmpName: (family: Family) => string;
+}
+
+const sameHeader = (have: SetHeader, want: SetHeader) =>
+  have.type === want.type &&
+  have.family === want.family &&
+  (have.maxElem === undefined || have.maxElem === want.maxElem);
+
+export function planSets(
+  desired: DesiredDataplane,
+  dirty: ReadonlyMap<string, ReadonlySet<string> | 'all'>,
+  applied: ReadonlyMap<string, AppliedSet>,
+  opts: SetsPlanOptions,
+): SetsPlan {
+  const lines: string[] = [];
+  const destroyLines: string[] = [];
+  const changes: SetChange[] = [];
+  const destroyed: string[] = [];
+  let created = 0;
+  let added = 0;
+  let removed = 0;
+  const tmps = new Set([opts.tmpName(4), opts.tmpName(6)]);
+  // A scratch set left by an interrupted rebuild is referenced by no rule: drop it first.
+  for (const tmp of tmps) {
+    if (applied.has(tmp)) {
+      lines.push(setDestroy(tmp));
+      changes.push({ name: tmp, drop: true, add: [], del: [] });
+    }
+  }
+  const fill = (name: string, members: Iterable<string>, type: string) => {
+    const keys: string[] = [];
+    for (const m of members) {
+      lines.push(setAdd(name, m));
+      keys.push(memberKey(type, m));
+    }
+    added += keys.length;
+    return keys;
+  };
+
+  for (const [name, which] of dirty) {
+    if (tmps.has(name)) continue;
+    const want = desired.sets.get(name);
+    const have = applied.get(name);
+    if (want === undefined) {
+      if (have !== undefined) {
+        destroyLines.push(setDestroy(name));
+        destroyed.push(name);
+      }
+      continue;
+    }
+    const header: SetHeader = { type: want.type, family: want.family, maxElem: opts.maxElem };
+    if (have === undefined) {
+      lines.push(setCreate(name, want.type, want.family, opts.maxElem));
+      changes.push({ name, header, add: fill(name, want.members, want.type), del: [] });
+      created++;
+      continue;
+    }
+    if (!sameHeader(have, header)) {
+      // Rules may reference the set, so it cannot be destroyed; build a new one and swap it in.
+      // swap needs the same type and family; otherwise recreate (fails while referenced).
+      if (have.type === want.type && have.family === want.family) {
+        const tmp = opts.tmpName(want.family);
+        lines.push(setCreate(tmp, want.type, want.family, opts.maxElem));
+        const keys = fill(tmp, want.members, want.type);
+        lines.push(setSwap(tmp, name), setDestroy(tmp));
+        changes.push({ name, header, add: keys, del: [] });
+      } else {
+        lines.push(setDestroy(name), setCreate(name, want.type, want.family, opts.maxElem));
+        changes.push({ name, header, add: fill(name, want.members, want.type), del: [] });
+        created++;
+      }
+      continue;
+    }
+    // Member text as calc wrote it for adds, as the kernel holds it for deletes.
+    const adds: string[] = [];
+    const dels: string[] = [];
+    if (which === 'all') {
+      const wantKeys = new Set<string>();
+      for (const m of want.members) {
+        const k = memberKey(want.type, m);
+        wantKeys.add(k);
+        if (!have.members.has(k)) adds.push(m);
+      }
+      for (const k of have.members) if (!wantKeys.has(k)) dels.push(k);
+    } else {
+      for (const m of which) {
+        const wanted = want.members.has(m);
+        const present = have.members.has(memberKey(want.type, m));
+        if (wanted && !present) adds.push(m);
+        else if (!wanted && present) dels.push(m);
+      }
+    }
+    for (const m of adds) lines.push(setAdd(name, m));
+    for (const m of dels) lines.push(setDel(name, m));
+    const add = adds.map((m) => memberKey(want.type, m));
+    const del = dels.map((m) => memberKey(want.type, m));
+    if (add.length > 0 || del.length > 0) changes.push({ name, add, del });
+    added += add.length;
+    removed += del.length;
+  }
+  return { lines, destroyLines, changes, destroyed, created, added, removed };
+}
+
+/** Applies a successful step-1 plan to the set record. */
+export function commitSetChanges(applied: Map<string, AppliedSet>, changes: readonly SetChange[]): void {
+  for (const c of changes) {
+    if (c.drop) {
+      applied.delete(c.name);
+      continue;
+    }
+    if (c.header) applied.set(c.name, { ...c.header, members: new Set() });
+    const s = applied.get(c.name);
+    if (s === undefined) continue;
+    for (const k of c.del) s.members.delete(k);
+    for (const k of c.add) s.members.add(k);
+  }
+}
+
+// ---- Chains -------------------------------------------------------------------------------
+
+export interface ChainsPlan {
+  /** The iptables-restore payload for this family, or undefined when nothing changes. */
+  readonly payload: string | undefined;
+  /** Chains (re)written, with their new hashes. */
+  readonly written: ReadonlyMap<string, string[]>;
+  readonly deleted: readonly string[];
+  /** The hook record after the payload, when the hook was touched. */
+  readonly hook: HookState | undefined;
+  readonly rules: number;
+}
+
+/**
+ * One family's payload. Order inside the transaction: declare (create or flush) every chain
+ * written or deleted, so no rule still jumps to a chain about to go; drop misplaced hooks;
+ * write rules; insert the hook; delete the chains.
+ */
+export function planChains(
+  chains: ReadonlyMap<string, readonly Rule[]>,
+  topChain: string,
+  dirty: ReadonlySet<string>,
+  state: FamilyState,
+  prefix: string,
+): ChainsPlan {
+  const declares: string[] = [];
+  const rules: string[] = [];
+  const deletes: string[] = [];
+  const written = new Map<string, string[]>();
+  const deleted: string[] = [];
+  for (const name of dirty) {
+    const want = chains.get(name);
+    const have = state.chains.get(name);
+    if (want === undefined) {
+      if (have !== undefined) {
+        declares.push(declareChain(name));
+        deletes.push(deleteChain(name));
+        deleted.push(name);
+      }
+      continue;
+    }
+    const r = renderChain(name, want, prefix);
+    if (have !== undefined && sameList(have, r.hashes)) continue;
+    declares.push(declareChain(name));
+    rules.push(...r.lines);
+    written.set(name, r.hashes);
+  }
+
+  const hookLines: string[] = [];
+  let hook: HookState | undefined;
+  const wantHook = chains.has(topChain);
+  if (wantHook ? !hookIsRight(state.hook, topChain) : state.hook.specs.length > 0) {
+    for (const spec of state.hook.specs) hookLines.push(deleteRule('FORWARD', spec));
+    hook = wantHook ? { specs: [hookSpec(prefix, topChain)], atTop: true } : { specs: [], atTop: false };
+  }
+
+  const insert = wantHook && hook !== undefined ? [insertHook(prefix, topChain)] : [];
+  const body = [...declares, ...hookLines, ...rules, ...insert, ...deletes];
+  return {
+    payload: body.length > 0 ? filterPayload(body) : undefined,
+    written,
+    deleted,
+    hook,
+    rules: rules.length,
+  };
+}
+
+/** Applies a successful payload to the family record. */
+export function commitChains(state: FamilyState, plan: ChainsPlan): void {
+  for (const [name, hashes] of plan.written) state.chains.set(name, hashes);
+  for (const name of plan.deleted) state.chains.delete(name);
+  if (plan.hook) state.hook = plan.hook;
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}

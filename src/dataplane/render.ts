@@ -1,0 +1,177 @@
+// The only place that writes iptables and ipset syntax. Pure functions: structured rules and
+// sets from calc in, restore-payload lines out.
+
+import { createHash } from 'node:crypto';
+import type { Action, Match, PortRange, Rule, SetType } from '../calc/desired.ts';
+import type { Family } from '../model/types.ts';
+
+/** The multiport match takes at most 15 ports; a range uses two of them. */
+export const MULTIPORT_MAX = 15;
+/** Length of the per-rule hash kept in the comment. */
+export const RULE_HASH_LENGTH = 16;
+/** xt_comment keeps 255 characters; leave the human part what the prefix and hash leave over. */
+const MAX_COMMENT = 255;
+
+const portText = (p: PortRange) => (p.from === p.to ? `${p.from}` : `${p.from}:${p.to}`);
+const portWeight = (p: PortRange) => (p.from === p.to ? 1 : 2);
+
+/** Splits destination ports into groups that each fit one multiport match, in order. */
+export function splitPorts(ports: readonly PortRange[]): PortRange[][] {
+  const groups: PortRange[][] = [];
+  let cur: PortRange[] = [];
+  let weight = 0;
+  for (const p of ports) {
+    if (weight + portWeight(p) > MULTIPORT_MAX) {
+      groups.push(cur);
+      cur = [];
+      weight = 0;
+    }
+    cur.push(p);
+    weight += portWeight(p);
+  }
+  if (cur.length > 0) groups.push(cur);
+  return groups;
+}
+
+const hex = (n: number) => `0x${(n >>> 0).toString(16)}`;
+
+/** The alternatives one match renders to: one string, or several when ports need splitting. */
+export function renderMatch(m: Match): string[] {
+  switch (m.kind) {
+    case 'set':
+      return [`-m set --match-set ${m.set} ${m.dir}`];
+    case 'addr':
+      return [`${m.dir === 'src' ? '-s' : '-d'} ${m.cidr}`];
+    case 'proto': {
+      const p = m.protocol.toLowerCase();
+      if (m.dports === undefined) return [`-p ${p}`];
+      // An empty list would silently mean "every port"; calc never means that, so refuse.
+      if (m.dports.length === 0) throw new RangeError(`proto match for ${p} has an empty port list`);
+      return splitPorts(m.dports).map((g) =>
+        g.length === 1
+          ? `-p ${p} -m ${p} --dport ${portText(g[0])}`
+          : `-p ${p} -m multiport --dports ${g.map(portText).join(',')}`,
+      );
+    }
+    case 'ctstate':
+      return [`-m conntrack --ctstate ${m.states.join(',')}`];
+    case 'mark':
+      return [`-m mark --mark ${hex(m.value)}/${hex(m.mask)}`];
+    case 'icmp6':
+      return [`-p ipv6-icmp -m icmp6 --icmpv6-type ${m.type}`];
+  }
+}
+
+export function renderAction(a: Action): string {
+  switch (a.kind) {
+    case 'accept':
+      return '-j ACCEPT';
+    case 'drop':
+      return '-j DROP';
+    case 'return':
+      return '-j RETURN';
+    case 'jump':
+      return `-j ${a.chain}`;
+    case 'goto':
+      return `-g ${a.chain}`;
+    case 'setMark':
+      return `-j MARK --set-xmark ${hex(a.value)}/${hex(a.mask)}`;
+  }
+}
+
+/**
+ * The rule bodies (matches then action, no chain, no comment) that one Rule becomes: usually
+ * one, several when a port list is longer than one multiport match allows.
+ */
+export function renderRuleBodies(rule: Rule): string[] {
+  let bodies = [''];
+  for (const m of rule.matches) {
+    const alts = renderMatch(m);
+    bodies = bodies.flatMap((b) => alts.map((a) => (b ? `${b} ${a}` : a)));
+  }
+  const action = renderAction(rule.action);
+  return bodies.map((b) => (b ? `${b} ${action}` : action));
+}
+
+/**
+ * Keeps comment text that survives iptables-restore's quoting unchanged: printable ASCII
+ * without quotes or backslashes, single spaces, bounded length.
+ */
+export function sanitizeComment(text: string, maxLength: number = MAX_COMMENT): string {
+  return text
+    .replace(/\s+/g, ' ')
+    .replace(/[^\x20-\x7e]|["'\\`]/g, '')
+    .replace(/ +/g, ' ')
+    .trim()
+    .slice(0, maxLength)
+    .trim();
+}
+
+/**
+ * Felix-style rule hash: covers the chain, the previous rule's hash and this rule's text, so
+ * the hashes of a chain change from the first edited rule onwards and a chain whose kernel
+ * copy was edited or flushed shows up as a different hash list.
+ */
+export function ruleHash(chain: string, prevHash: string, body: string, comment: string): string {
+  return createHash('sha256')
+    .update(`${chain}\n${prevHash}\n${body}\n${comment}`)
+    .digest('base64url')
+    .slice(0, RULE_HASH_LENGTH);
+}
+
+export interface RenderedChain {
+  /** `-A chain ...` lines, in order. */
+  readonly lines: string[];
+  /** One hash per line, as kept in the comments. */
+  readonly hashes: string[];
+}
+
+export function renderChain(chain: string, rules: readonly Rule[], prefix: string): RenderedChain {
+  const lines: string[] = [];
+  const hashes: string[] = [];
+  let prev = '';
+  for (const rule of rules) {
+    const human = sanitizeComment(rule.comment ?? '', MAX_COMMENT - prefix.length - RULE_HASH_LENGTH - 2);
+    for (const body of renderRuleBodies(rule)) {
+      const hash = ruleHash(chain, prev, body, human);
+      const comment = human ? `${prefix}:${hash} ${human}` : `${prefix}:${hash}`;
+      lines.push(`-A ${chain} -m comment --comment "${comment}" ${body}`);
+      hashes.push(hash);
+      prev = hash;
+    }
+  }
+  return { lines, hashes };
+}
+
+/** The comment that marks Weir's FORWARD hook rule. */
+export const hookComment = (prefix: string) => `${prefix}:hook`;
+
+/** The hook rule spec (without `-A FORWARD`), as iptables-save prints it back. */
+export const hookSpec = (prefix: string, topChain: string) =>
+  `-m comment --comment "${hookComment(prefix)}" -j ${topChain}`;
+
+// ---- iptables-restore payload lines -------------------------------------------------------
+
+/** Declares a chain: creates it, or flushes it when it exists (with --noflush). */
+export const declareChain = (chain: string) => `:${chain} - [0:0]`;
+export const deleteChain = (chain: string) => `-X ${chain}`;
+/** Deletes the first rule in `chain` that matches `spec` exactly. */
+export const deleteRule = (chain: string, spec: string) => `-D ${chain} ${spec}`;
+export const insertHook = (prefix: string, topChain: string) => `-I FORWARD 1 ${hookSpec(prefix, topChain)}`;
+
+/** Wraps lines in one filter-table transaction for iptables-restore --noflush. */
+export const filterPayload = (lines: readonly string[]) => ['*filter', ...lines, 'COMMIT', ''].join('\n');
+
+// ---- ipset restore lines ------------------------------------------------------------------
+
+export const ipsetFamily = (family: Family) => (family === 4 ? 'inet' : 'inet6');
+
+export const setCreate = (name: string, type: SetType, family: Family, maxElem: number) =>
+  `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} -exist`;
+export const setAdd = (name: string, member: string) => `add ${name} ${member} -exist`;
+export const setDel = (name: string, member: string) => `del ${name} ${member} -exist`;
+export const setDestroy = (name: string) => `destroy ${name}`;
+export const setSwap = (from: string, to: string) => `swap ${from} ${to}`;
+
+/** Joins ipset restore lines into one payload. */
+export const ipsetPayload = (lines: readonly string[]) => lines.join('\n') + '\n';

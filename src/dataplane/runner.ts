@@ -1,0 +1,116 @@
+// The one seam for side effects: every iptables/ipset command Weir runs goes through a
+// CommandRunner, so tests can record calls, run them in a network namespace, or fake them.
+
+import { execa } from 'execa';
+import { CommandError } from '../errors.ts';
+
+export interface RunOptions {
+  /** Written to the command's stdin (restore payloads). */
+  readonly input?: string;
+}
+
+export interface RunResult {
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly exitCode: number;
+}
+
+/**
+ * Runs one command without a shell. Resolves with the exit code, whatever it is, so callers
+ * can tell a lock timeout from a rejected payload; rejects with a CommandError only when the
+ * command could not run to completion (missing binary, timeout, killed).
+ */
+export interface CommandRunner {
+  run(cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;
+}
+
+/** Long enough for a restore of a few hundred thousand rules, short enough to notice a hang. */
+export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
+
+export function execaRunner(options: { readonly timeoutMs?: number } = {}): CommandRunner {
+  const timeout = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+  return {
+    async run(cmd, args, opts) {
+      const r = await execa(cmd, args, {
+        input: opts?.input,
+        reject: false,
+        shell: false,
+        timeout,
+        stripFinalNewline: false,
+        // iptables prints localised messages otherwise, and error parsing needs English.
+        env: { LC_ALL: 'C' },
+      });
+      const stderr = String(r.stderr ?? '');
+      if (r.code === 'ENOENT') {
+        throw new CommandError('WEIR_COMMAND_MISSING', cmd, args, undefined, stderr);
+      }
+      if (r.timedOut) {
+        throw new CommandError('WEIR_COMMAND_FAILED', cmd, args, undefined, `${stderr}\ntimed out after ${timeout} ms`);
+      }
+      if (typeof r.exitCode !== 'number') {
+        const why = r.signal ? `killed by ${r.signal}` : (r.originalMessage ?? r.message ?? 'did not run');
+        throw new CommandError('WEIR_COMMAND_FAILED', cmd, args, undefined, `${stderr}\n${why}`);
+      }
+      return { stdout: String(r.stdout ?? ''), stderr, exitCode: r.exitCode };
+    },
+  };
+}
+
+/** Runs every command inside network namespace `ns` via `ip netns exec`. */
+export function netnsRunner(ns: string, base: CommandRunner): CommandRunner {
+  return {
+    async run(cmd, args, opts) {
+      const r = await base.run('ip', ['netns', 'exec', ns, cmd, ...args], opts);
+      // `ip netns exec` reports a missing binary as its own failure; map it back.
+      if (r.exitCode !== 0 && /^exec of "[^"]*" failed: No such file or directory/m.test(r.stderr)) {
+        throw new CommandError('WEIR_COMMAND_MISSING', cmd, args, undefined, r.stderr);
+      }
+      return r;
+    },
+  };
+}
+
+export interface RecordedCall {
+  readonly cmd: string;
+  readonly args: readonly string[];
+  readonly input: string | undefined;
+}
+
+export type Responder = (call: RecordedCall) => RunResult | Promise<RunResult>;
+
+export interface RecordingRunner extends CommandRunner {
+  /** Every call in order, including ones that failed. */
+  readonly calls: RecordedCall[];
+}
+
+export const OK: RunResult = { stdout: '', stderr: '', exitCode: 0 };
+
+/**
+ * Records every call, then forwards it to a real runner (kernel tests) or answers it with a
+ * responder function (unit tests). With no argument every command succeeds with no output.
+ */
+export function recordingRunner(inner: CommandRunner | Responder = () => OK): RecordingRunner {
+  const calls: RecordedCall[] = [];
+  return {
+    calls,
+    async run(cmd, args, opts) {
+      const call: RecordedCall = { cmd, args: [...args], input: opts?.input };
+      calls.push(call);
+      return typeof inner === 'function' ? inner(call) : inner.run(cmd, args, opts);
+    },
+  };
+}
+
+/** Runs a command and throws a CommandError (with the stderr tail) unless it exits 0. */
+export async function runOk(
+  runner: CommandRunner,
+  cmd: string,
+  args: readonly string[],
+  opts?: RunOptions & { readonly code?: 'WEIR_COMMAND_FAILED' | 'WEIR_KERNEL_READ_FAILED' },
+): Promise<string> {
+  const r = await runner.run(cmd, args, opts);
+  if (r.exitCode !== 0) {
+    throw new CommandError(opts?.code ?? 'WEIR_COMMAND_FAILED', cmd, args, r.exitCode, r.stderr);
+  }
+  return r.stdout;
+}

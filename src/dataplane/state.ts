@@ -1,0 +1,82 @@
+// The record of what Weir believes the kernel holds: per family, each own chain's rule hashes
+// and the copies of the FORWARD hook; per own set, its header and members. Built from the
+// kernel at start and on resync, then updated after each successful write.
+
+import type { SetType } from '../calc/desired.ts';
+import type { Names } from '../calc/names.ts';
+import type { Family } from '../model/types.ts';
+import { commentOf, ownHash, parseSave, targetOf } from './iptables.ts';
+import { memberKey, parseIpsetSave } from './ipset.ts';
+import { hookComment } from './render.ts';
+
+/** Stands for a rule in an own chain that carries no Weir hash: never equal to a real hash. */
+export const UNKNOWN_HASH = '?';
+
+export interface SetHeader {
+  readonly type: SetType | string;
+  readonly family: Family | undefined;
+  readonly maxElem: number | undefined;
+}
+
+export interface AppliedSet extends SetHeader {
+  /** Members in kernel form (see memberKey). */
+  readonly members: Set<string>;
+}
+
+export interface HookState {
+  /** Every copy of our hook rule in FORWARD, as specs that `-D FORWARD <spec>` deletes. */
+  readonly specs: readonly string[];
+  /** True when the first copy is FORWARD's first rule. */
+  readonly atTop: boolean;
+}
+
+export interface FamilyState {
+  /** Own chain -> rule hashes in kernel order. */
+  readonly chains: Map<string, readonly string[]>;
+  hook: HookState;
+}
+
+export interface AppliedState {
+  sets: Map<string, AppliedSet>;
+  readonly families: { readonly 4: FamilyState; readonly 6: FamilyState };
+}
+
+export const emptyFamilyState = (): FamilyState => ({ chains: new Map(), hook: { specs: [], atTop: false } });
+
+export function emptyState(): AppliedState {
+  return { sets: new Map(), families: { 4: emptyFamilyState(), 6: emptyFamilyState() } };
+}
+
+/** The hook is right when there is exactly one copy, it is first, and it jumps to topChain. */
+export function hookIsRight(hook: HookState, topChain: string): boolean {
+  return hook.specs.length === 1 && hook.atTop && targetOf(hook.specs[0]) === topChain;
+}
+
+/** Rebuilds one family's record from `iptables-save -t filter` output. */
+export function familyStateFromSave(saveText: string, names: Names): FamilyState {
+  const saved = parseSave(saveText);
+  const chains = new Map<string, readonly string[]>();
+  for (const [name, specs] of saved) {
+    if (!names.isOwnChain(name)) continue;
+    chains.set(name, specs.map((s) => ownHash(s, names.prefix) ?? UNKNOWN_HASH));
+  }
+  const forward = saved.get('FORWARD') ?? [];
+  const ours = hookComment(names.prefix);
+  const specs = forward.filter((s) => commentOf(s) === ours);
+  return { chains, hook: { specs, atTop: forward.length > 0 && commentOf(forward[0]) === ours } };
+}
+
+/** Rebuilds the set record from `ipset save` output (own sets only). */
+export function setsStateFromSave(saveText: string, names: Names): Map<string, AppliedSet> {
+  const sets = new Map<string, AppliedSet>();
+  for (const s of parseIpsetSave(saveText).values()) {
+    if (!names.isOwnSet(s.name)) continue;
+    sets.set(s.name, {
+      type: s.type,
+      family: s.family,
+      maxElem: s.maxElem,
+      members: new Set(s.members.map((m) => memberKey(s.type, m))),
+    });
+  }
+  return sets;
+}

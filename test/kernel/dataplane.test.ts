@@ -1,0 +1,353 @@
+// The dataplane against real kernels: every case runs in a fresh network namespace (never the
+// root one), for each iptables backend installed, and reads the result back with
+// iptables-save and ipset save.
+
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execa } from 'execa';
+import { emptyDirty, type DesiredDataplane, type Rule } from '../../src/calc/desired.ts';
+import { makeNames } from '../../src/calc/names.ts';
+import { CommandError, RestoreError } from '../../src/errors.ts';
+import { silentLogger } from '../../src/log.ts';
+import { createNs, deleteAllNs, deleteNs, uniquePrefix } from '../../src/sim/netns.ts';
+import { createDataplane, type Dataplane } from '../../src/dataplane/dataplane.ts';
+import type { Backend } from '../../src/dataplane/iptables.ts';
+import { execaRunner, netnsRunner, recordingRunner, runOk, type CommandRunner } from '../../src/dataplane/runner.ts';
+import { desired, set } from '../unit/dataplane/fixtures.ts';
+
+const nsPrefix = uniquePrefix('wd');
+after(() => deleteAllNs(nsPrefix));
+
+const have = async (bin: string) => (await execa('sh', ['-c', `command -v ${bin}`], { reject: false })).exitCode === 0;
+const isRoot = process.getuid?.() === 0;
+const backends: Backend[] = [];
+for (const b of ['nft', 'legacy'] as const) {
+  if (isRoot && (await have(`iptables-${b}-restore`)) && (await have(`ip6tables-${b}-restore`)) && (await have('ipset'))) backends.push(b);
+}
+
+let seq = 0;
+/** Runs fn in a fresh namespace and deletes it afterwards, whatever happens. */
+async function inFreshNs(fn: (runner: CommandRunner) => Promise<void>): Promise<void> {
+  const ns = `${nsPrefix}${seq++}`;
+  await createNs(ns);
+  try {
+    await fn(netnsRunner(ns, execaRunner()));
+  } finally {
+    await deleteNs(ns);
+  }
+}
+
+// ---- The desired dataplane used throughout -------------------------------------------------
+
+const names = makeNames('cali');
+const web4 = names.peerSet(4, 'ns:web');
+const web6 = names.peerSet(6, 'ns:web');
+const http4 = names.peerSet(4, 'np:http');
+const pol = names.policyIngress('default/allow-web');
+const tw = names.toWorkload('default/web-1');
+const ACCEPT_MARK = 0x10000;
+
+const workloadChain: Rule[] = [
+  { matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } },
+  { matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } },
+  { matches: [], action: { kind: 'setMark', value: 0, mask: 0x30000 } },
+  { matches: [], action: { kind: 'jump', chain: pol } },
+  { matches: [{ kind: 'mark', value: ACCEPT_MARK, mask: ACCEPT_MARK }], action: { kind: 'return' } },
+  { matches: [], action: { kind: 'drop' }, comment: 'no policy allowed it' },
+];
+const policyChain = (peer: string, extra: Rule[] = []): Rule[] => [
+  {
+    matches: [
+      { kind: 'set', set: peer, dir: 'src' },
+      { kind: 'proto', protocol: 'TCP', dports: [{ from: 80, to: 80 }, { from: 8000, to: 8100 }] },
+    ],
+    action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK },
+    comment: 'policy default/allow-web ingress rule 0',
+  },
+  ...extra,
+];
+const namedPort: Rule = { matches: [{ kind: 'set', set: http4, dir: 'dst,dst' }], action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK } };
+
+function base(policy4: Rule[] = policyChain(web4, [namedPort])): DesiredDataplane {
+  return desired({
+    sets: [
+      set(web4, 4, ['10.244.1.0/24', '10.244.2.7']),
+      set(web6, 6, ['fd00:244::/64']),
+      set(http4, 4, ['10.244.1.5,tcp:8080'], 'hash:ip,port'),
+    ],
+    chains4: {
+      [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.toWorkloadDispatch } }],
+      [names.toWorkloadDispatch]: [{ matches: [{ kind: 'addr', dir: 'dst', cidr: '10.244.1.5/32' }], action: { kind: 'goto', chain: tw } }],
+      [tw]: workloadChain,
+      [pol]: policy4,
+    },
+    chains6: {
+      [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.toWorkloadDispatch } }],
+      [names.toWorkloadDispatch]: [{ matches: [{ kind: 'addr', dir: 'dst', cidr: 'fd00:244::5/128' }], action: { kind: 'goto', chain: tw } }],
+      [tw]: workloadChain,
+      [pol]: policyChain(web6),
+    },
+    top: names.forward,
+  });
+}
+
+// ---- Reading the kernel back ----------------------------------------------------------------
+
+const ipt = (b: Backend, family: 4 | 6) => `${family === 4 ? 'iptables' : 'ip6tables'}-${b}`;
+
+/** The filter table as iptables-save prints it, without comments and counters. */
+async function filterLines(runner: CommandRunner, b: Backend, family: 4 | 6): Promise<string[]> {
+  const out = await runOk(runner, `${ipt(b, family)}-save`, ['-t', 'filter']);
+  return out
+    .split('\n')
+    .filter((l) => l !== '' && !l.startsWith('#'))
+    .map((l) => l.replace(/ \[\d+:\d+\]$/, ' [0:0]'));
+}
+
+/** Own lines only, with rule hashes replaced, so expected text can be written by hand. */
+const own = (lines: string[]) => lines.filter((l) => l.includes('cali')).map((l) => l.replace(/cali:[A-Za-z0-9_-]{16}/g, 'cali:HASH'));
+
+/** `ipset save` without the per-boot header fields; members sorted within each set. */
+async function ipsetLines(runner: CommandRunner): Promise<string[]> {
+  const out = await runOk(runner, 'ipset', ['save']);
+  return out
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => l.replace(/ (hashsize|bucketsize|initval) \S+/g, ''))
+    .sort();
+}
+
+interface Snapshot {
+  readonly v4: string[];
+  readonly v6: string[];
+  readonly sets: string[];
+}
+const snapshot = async (runner: CommandRunner, b: Backend): Promise<Snapshot> => ({
+  v4: await filterLines(runner, b, 4),
+  v6: await filterLines(runner, b, 6),
+  sets: await ipsetLines(runner),
+});
+
+/** In iptables-save order: declarations, then rules chain by chain (chains sorted by name). */
+const EXPECTED_V4 = [
+  `:${names.forward} - [0:0]`,
+  `:${pol} - [0:0]`,
+  `:${names.toWorkloadDispatch} - [0:0]`,
+  `:${tw} - [0:0]`,
+  `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
+  `-A ${names.forward} -m comment --comment "cali:HASH" -j ${names.toWorkloadDispatch}`,
+  `-A ${pol} -p tcp -m comment --comment "cali:HASH policy default/allow-web ingress rule 0" -m set --match-set ${web4} src -m multiport --dports 80,8000:8100 -j MARK --set-xmark 0x10000/0x10000`,
+  `-A ${pol} -m comment --comment "cali:HASH" -m set --match-set ${http4} dst,dst -j MARK --set-xmark 0x10000/0x10000`,
+  `-A ${names.toWorkloadDispatch} -d 10.244.1.5/32 -m comment --comment "cali:HASH" -g ${tw}`,
+  `-A ${tw} -m comment --comment "cali:HASH" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
+  `-A ${tw} -m comment --comment "cali:HASH" -m conntrack --ctstate INVALID -j DROP`,
+  `-A ${tw} -m comment --comment "cali:HASH" -j MARK --set-xmark 0x0/0x30000`,
+  `-A ${tw} -m comment --comment "cali:HASH" -j ${pol}`,
+  `-A ${tw} -m comment --comment "cali:HASH" -m mark --mark 0x10000/0x10000 -j RETURN`,
+  `-A ${tw} -m comment --comment "cali:HASH no policy allowed it" -j DROP`,
+];
+/** The same layout for IPv6: its own peer set and address, and no named-port rule. */
+const EXPECTED_V6 = EXPECTED_V4.filter((l) => !l.includes(http4)).map((l) => l.replace(web4, web6).replace('10.244.1.5/32', 'fd00:244::5/128'));
+const EXPECTED_SETS = [
+  `add ${http4} 10.244.1.5,tcp:8080`,
+  `add ${web4} 10.244.1.0/24`,
+  `add ${web4} 10.244.2.7`,
+  `add ${web6} fd00:244::/64`,
+  `create ${http4} hash:ip,port family inet maxelem 1048576`,
+  `create ${web4} hash:net family inet maxelem 1048576`,
+  `create ${web6} hash:net family inet6 maxelem 1048576`,
+].sort();
+
+const newDataplane = (runner: CommandRunner, backend: Backend): Dataplane =>
+  createDataplane({ runner, names, families: [4, 6], backend, log: silentLogger(), lockRetry: { attempts: 2, delayMs: 10 } });
+
+const skip = backends.length === 0 ? 'needs root, ipset and iptables-{nft,legacy}-restore' : false;
+
+for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
+  describe(`dataplane on the ${backend} backend`, { skip }, () => {
+    // --wait: the legacy xtables lock is shared with every other process on the host.
+    const run = (runner: CommandRunner, family: 4 | 6, args: string[]) => runOk(runner, ipt(backend, family), ['--wait', ...args]);
+
+    test('apply writes exactly the expected chains, hook and sets for both families', async () => {
+      await inFreshNs(async (runner) => {
+        const stats = await newDataplane(runner, backend).apply(base());
+        const snap = await snapshot(runner, backend);
+        assert.deepEqual(own(snap.v4), EXPECTED_V4);
+        assert.deepEqual(own(snap.v6), EXPECTED_V6);
+        assert.deepEqual(snap.sets, EXPECTED_SETS);
+        assert.deepEqual([stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.hooksWritten], [3, 4, 8, 2]);
+      });
+    });
+
+    test('an incremental change writes only the dirty chain', async () => {
+      await inFreshNs(async (runner) => {
+        const rec = recordingRunner(runner);
+        const dp = newDataplane(rec, backend);
+        await dp.apply(base());
+        const before = await snapshot(runner, backend);
+        rec.calls.length = 0;
+        const extra: Rule = { matches: [{ kind: 'addr', dir: 'src', cidr: '192.168.0.0/16' }], action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK } };
+        const next = base(policyChain(web4, [namedPort, extra]));
+        const d = emptyDirty();
+        d.chains[4].add(pol);
+        dp.markDirty(d);
+        const stats = await dp.apply(next);
+        assert.equal(rec.calls.length, 1);
+        const payload = rec.calls[0].input!;
+        assert.equal(rec.calls[0].cmd, `iptables-${backend}-restore`);
+        assert.deepEqual(payload.split('\n').filter((l) => l.startsWith(':')), [`:${pol} - [0:0]`]);
+        assert.equal(payload.split('\n').filter((l) => l.startsWith('-') && !l.startsWith(`-A ${pol} `)).length, 0);
+        assert.deepEqual([stats.chainsWritten, stats.rulesWritten], [1, 3]);
+        const after = await snapshot(runner, backend);
+        assert.deepEqual(after.v6, before.v6);
+        assert.deepEqual(after.sets, before.sets);
+        const notPol = (ls: string[]) => ls.filter((l) => !l.includes(`-A ${pol} `));
+        assert.deepEqual(notPol(after.v4), notPol(before.v4));
+        assert.ok(after.v4.some((l) => l.startsWith(`-A ${pol} -s 192.168.0.0/16 `)));
+      });
+    });
+
+    test('foreign rules, chains and sets survive apply, resync and cleanup untouched', async () => {
+      await inFreshNs(async (runner) => {
+        for (const f of [4, 6] as const) {
+          await run(runner, f, ['-N', 'KUBE-FORWARD']);
+          await run(runner, f, ['-A', 'KUBE-FORWARD', '-m', 'comment', '--comment', 'kubernetes forwarding rules', '-j', 'ACCEPT']);
+          await run(runner, f, ['-A', 'FORWARD', '-j', 'KUBE-FORWARD']);
+          await run(runner, f, ['-N', 'DOCKER']);
+        }
+        await runOk(runner, 'ipset', ['create', 'KUBE-LOOP-BACK', 'hash:ip,port,ip']);
+        const foreign = async () => {
+          const s = await snapshot(runner, backend);
+          return { v4: s.v4.filter((l) => !l.includes('cali')), v6: s.v6.filter((l) => !l.includes('cali')), sets: s.sets.filter((l) => !l.includes('cali')) };
+        };
+        const dp = newDataplane(runner, backend);
+        await dp.apply(base());
+        // Flannel inserts its own rule at the top, pushing our hook down.
+        await run(runner, 4, ['-I', 'FORWARD', '1', '-s', '10.244.0.0/16', '-m', 'comment', '--comment', 'flanneld forward', '-j', 'ACCEPT']);
+        const before = await foreign();
+        assert.ok(before.v4.some((l) => l.includes('flanneld')));
+        const stats = await dp.resync(base());
+        assert.equal(stats.hooksWritten, 1, 'only the v4 hook was out of place');
+        const fwd = (await filterLines(runner, backend, 4)).filter((l) => l.startsWith('-A FORWARD '));
+        assert.deepEqual(fwd, [
+          `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
+          '-A FORWARD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT',
+          '-A FORWARD -j KUBE-FORWARD',
+        ]);
+        assert.deepEqual(await foreign(), before);
+        await dp.cleanup();
+        assert.deepEqual(await foreign(), before);
+      });
+    });
+
+    test('resync repairs drift: moved hook, flushed chain, destroyed set, extra member', async () => {
+      await inFreshNs(async (runner) => {
+        const dp = newDataplane(runner, backend);
+        await dp.apply(base());
+        const good = await snapshot(runner, backend);
+        const hook = ['-m', 'comment', '--comment', 'cali:hook', '-j', names.forward];
+        await run(runner, 4, ['-D', 'FORWARD', ...hook]);
+        await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
+        await run(runner, 4, ['-A', 'FORWARD', ...hook]);
+        await run(runner, 6, ['-I', 'FORWARD', '1', ...hook]);
+        // Flushing the policy chain frees web4, which lets the other program destroy it.
+        await run(runner, 4, ['-F', pol]);
+        await runOk(runner, 'ipset', ['destroy', web4]);
+        await runOk(runner, 'ipset', ['add', http4, '10.9.9.9,udp:53']);
+        await run(runner, 6, ['-A', tw, '-j', 'ACCEPT']);
+        assert.notDeepEqual(await snapshot(runner, backend), good);
+        const stats = await dp.resync(base());
+        const fixed = await snapshot(runner, backend);
+        const withoutForeignAccept = fixed.v4.filter((l) => l !== '-A FORWARD -j ACCEPT');
+        assert.deepEqual(withoutForeignAccept, good.v4);
+        assert.deepEqual(fixed.v6, good.v6);
+        assert.deepEqual(fixed.sets, good.sets);
+        assert.equal(fixed.v4.filter((l) => l.startsWith('-A FORWARD'))[0], `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`);
+        assert.deepEqual([stats.chainsWritten, stats.hooksWritten, stats.setsCreated, stats.membersRemoved], [2, 2, 1, 1]);
+      });
+    });
+
+    test('stale own chains and sets from a previous run are removed on the first apply', async () => {
+      await inFreshNs(async (runner) => {
+        const staleSet = names.peerSet(4, 'ns:gone');
+        const staleChain = names.policyIngress('default/gone');
+        await runOk(runner, 'ipset', ['create', staleSet, 'hash:net']);
+        await runOk(runner, 'ipset', ['create', web4, 'hash:net', 'maxelem', '1048576']);
+        await runOk(runner, 'ipset', ['add', web4, '10.1.1.1']);
+        const old = [
+          '*filter',
+          `:${staleChain} - [0:0]`,
+          `:${names.forward} - [0:0]`,
+          `-A ${staleChain} -m set --match-set ${staleSet} src -j ACCEPT`,
+          `-A ${names.forward} -m comment --comment "cali:oldoldoldoldoldo" -j ${staleChain}`,
+          `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
+          `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
+          'COMMIT',
+          '',
+        ].join('\n');
+        await runOk(runner, `${ipt(backend, 4)}-restore`, ['--noflush'], { input: old });
+        const stats = await newDataplane(runner, backend).apply(base());
+        const snap = await snapshot(runner, backend);
+        assert.deepEqual(own(snap.v4), EXPECTED_V4);
+        assert.deepEqual(snap.sets, EXPECTED_SETS);
+        assert.deepEqual([stats.chainsDeleted, stats.setsDeleted, stats.membersRemoved], [1, 1, 1]);
+      });
+    });
+
+    test('a set found with another maxelem is rebuilt by swap while rules still reference it', async () => {
+      await inFreshNs(async (runner) => {
+        const small = createDataplane({ runner, names, families: [4, 6], backend, log: silentLogger(), maxSetSize: 4096 });
+        await small.apply(base());
+        const before = await snapshot(runner, backend);
+        assert.ok(before.sets.includes(`create ${web4} hash:net family inet maxelem 4096`));
+        const stats = await newDataplane(runner, backend).apply(base());
+        const after = await snapshot(runner, backend);
+        assert.deepEqual(after.sets, EXPECTED_SETS);
+        assert.deepEqual(after.v4, before.v4);
+        assert.deepEqual([stats.chainsWritten, stats.setsCreated], [0, 0]);
+      });
+    });
+
+    test('cleanup leaves no line mentioning the prefix, even from a fresh process', async () => {
+      await inFreshNs(async (runner) => {
+        await newDataplane(runner, backend).apply(base());
+        // A new dataplane object has no record: cleanup must work from the kernel alone.
+        const stats = await newDataplane(runner, backend).cleanup();
+        assert.deepEqual(stats, { chainsDeleted: 8, hooksDeleted: 2, setsDeleted: 3 });
+        const snap = await snapshot(runner, backend);
+        const all = [...snap.v4, ...snap.v6, ...snap.sets];
+        assert.deepEqual(all.filter((l) => l.includes('cali')), []);
+        assert.ok(snap.v4.includes(':FORWARD ACCEPT [0:0]'));
+      });
+    });
+
+    test('a payload the kernel rejects raises RestoreError with the line and changes nothing', async () => {
+      await inFreshNs(async (runner) => {
+        const dp = newDataplane(runner, backend);
+        await dp.apply(base());
+        const before = await snapshot(runner, backend);
+        const missing = names.peerSet(4, 'ns:never-created');
+        const d = emptyDirty();
+        d.chains[4].add(pol);
+        d.chains[4].add(tw);
+        dp.markDirty(d);
+        const broken = base(policyChain(missing));
+        const err = await dp.apply(broken).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+        assert.ok(err instanceof RestoreError, String(err));
+        assert.equal(err.family, 4);
+        assert.match(err.lineText ?? '', new RegExp(`--match-set ${missing} src`));
+        assert.deepEqual(await snapshot(runner, backend), before);
+        // The retry after a fix reads the kernel back and converges.
+        await dp.apply(base());
+        assert.deepEqual(await snapshot(runner, backend), before);
+      });
+    });
+  });
+}
+
+test('netnsRunner: a binary missing inside the namespace is WEIR_COMMAND_MISSING', { skip: !isRoot && 'needs root' }, async () => {
+  await inFreshNs(async (runner) => {
+    await assert.rejects(runner.run('weir-no-such-binary', []), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING');
+    assert.equal((await runner.run('true', [])).exitCode, 0);
+  });
+});

@@ -1,0 +1,212 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { emptyDirty, type Dirty } from '../../../src/calc/desired.ts';
+import { makeNames } from '../../../src/calc/names.ts';
+import { RestoreError } from '../../../src/errors.ts';
+import { silentLogger } from '../../../src/log.ts';
+import { createDataplane, type ApplyStep } from '../../../src/dataplane/dataplane.ts';
+import { recordingRunner, type RecordedCall, type RunResult } from '../../../src/dataplane/runner.ts';
+import { accept, desired, fromSet, jump, set } from './fixtures.ts';
+
+const names = makeNames('cali');
+const OK: RunResult = { stdout: '', stderr: '', exitCode: 0 };
+
+/** Answers save commands with fixed kernel text and lets a test fail chosen calls. */
+function fakeKernel(kernel: { save4?: string; save6?: string; ipset?: string } = {}, fail?: (c: RecordedCall) => RunResult | undefined) {
+  return recordingRunner((c) => {
+    const f = fail?.(c);
+    if (f) return f;
+    if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: kernel.save4 ?? '' };
+    if (c.cmd === 'ip6tables-nft-save') return { ...OK, stdout: kernel.save6 ?? '' };
+    if (c.cmd === 'ipset' && c.args[0] === 'save') return { ...OK, stdout: kernel.ipset ?? '' };
+    return OK;
+  });
+}
+
+const make = (runner: ReturnType<typeof fakeKernel>, extra: { step?: (s: ApplyStep, sec: number, ok: boolean) => void } = {}) =>
+  createDataplane({ runner, names, families: [4, 6], backend: 'nft', log: silentLogger(), onMetric: { step: extra.step } });
+
+const what = (c: RecordedCall) => (c.cmd === 'ipset' ? `ipset ${c.args[0]}` : c.cmd);
+
+const base = desired({
+  sets: [set('cali40s:a', 4, ['10.0.0.1']), set('cali60s:a', 6, ['fd00::1'])],
+  chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [fromSet('cali40s:a')] },
+  chains6: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [fromSet('cali60s:a')] },
+});
+
+const dirtyOf = (o: { sets?: [string, string[] | 'all'][]; c4?: string[]; c6?: string[] }): Dirty => {
+  const d = emptyDirty();
+  for (const [n, m] of o.sets ?? []) d.sets.set(n, m === 'all' ? 'all' : new Set(m));
+  for (const c of o.c4 ?? []) d.chains[4].add(c);
+  for (const c of o.c6 ?? []) d.chains[6].add(c);
+  return d;
+};
+
+test('first apply reads the kernel, creates sets, then writes one payload per family', async () => {
+  const runner = fakeKernel();
+  const dp = make(runner);
+  const stats = await dp.apply(base);
+  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
+  assert.match(runner.calls[3].input!, /^create cali40s:a .*\nadd cali40s:a 10\.0\.0\.1 -exist\ncreate cali60s:a /);
+  assert.match(runner.calls[4].input!, /--match-set cali40s:a src/);
+  assert.match(runner.calls[4].input!, /-I FORWARD 1 -m comment --comment "cali:hook" -j cali-FORWARD/);
+  assert.deepEqual(
+    [stats.resynced, stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.rulesWritten, stats.hooksWritten],
+    [true, 2, 2, 4, 4, 2],
+  );
+  assert.deepEqual(dp.status(), { backend: 'nft', inSync: true, sets: 2, members: 2, chains: 4, rules: 4 });
+});
+
+test('an apply with nothing dirty runs no command', async () => {
+  const runner = fakeKernel();
+  const dp = make(runner);
+  await dp.apply(base);
+  runner.calls.length = 0;
+  const stats = await dp.apply(base);
+  assert.equal(runner.calls.length, 0);
+  assert.equal(stats.resynced, false);
+});
+
+test('an incremental change writes only the dirty chain of the dirty family, with no kernel read', async () => {
+  const runner = fakeKernel();
+  const dp = make(runner);
+  await dp.apply(base);
+  runner.calls.length = 0;
+  const next = desired({
+    sets: [...base.sets.values()],
+    chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [fromSet('cali40s:a'), accept] },
+    chains6: Object.fromEntries(base.chains[6]),
+  });
+  dp.markDirty(dirtyOf({ c4: ['cali-x', 'cali-FORWARD'] }));
+  const stats = await dp.apply(next);
+  assert.deepEqual(runner.calls.map(what), ['iptables-nft-restore']);
+  const lines = runner.calls[0].input!.split('\n');
+  assert.ok(lines.includes(':cali-x - [0:0]'));
+  assert.equal(lines.filter((l) => l.includes('cali-FORWARD')).length, 0, 'the unchanged chain and the hook are left alone');
+  assert.deepEqual([stats.chainsWritten, stats.rulesWritten], [1, 2]);
+});
+
+test('a member change writes only that member', async () => {
+  const runner = fakeKernel();
+  const dp = make(runner);
+  await dp.apply(base);
+  runner.calls.length = 0;
+  const next = desired({ sets: [set('cali40s:a', 4, ['10.0.0.2']), base.sets.get('cali60s:a')!], chains4: Object.fromEntries(base.chains[4]), chains6: Object.fromEntries(base.chains[6]) });
+  dp.markDirty(dirtyOf({ sets: [['cali40s:a', ['10.0.0.1', '10.0.0.2']]] }));
+  const stats = await dp.apply(next);
+  assert.deepEqual(runner.calls.map((c) => [what(c), c.input]), [['ipset restore', 'add cali40s:a 10.0.0.2 -exist\ndel cali40s:a 10.0.0.1 -exist\n']]);
+  assert.deepEqual([stats.membersAdded, stats.membersRemoved], [1, 1]);
+});
+
+test('sets are destroyed only after the chains that used them are gone', async () => {
+  const runner = fakeKernel();
+  const dp = make(runner);
+  await dp.apply(base);
+  runner.calls.length = 0;
+  const next = desired({ chains4: { 'cali-FORWARD': [accept] }, chains6: { 'cali-FORWARD': [accept] } });
+  dp.markDirty(dirtyOf({ sets: [['cali40s:a', 'all'], ['cali60s:a', 'all']], c4: ['cali-FORWARD', 'cali-x'], c6: ['cali-FORWARD', 'cali-x'] }));
+  const stats = await dp.apply(next);
+  assert.deepEqual(runner.calls.map(what), ['iptables-nft-restore', 'ip6tables-nft-restore', 'ipset restore']);
+  assert.match(runner.calls[0].input!, /-X cali-x\nCOMMIT/);
+  assert.equal(runner.calls[2].input, 'destroy cali40s:a\ndestroy cali60s:a\n');
+  assert.deepEqual([stats.setsDeleted, stats.chainsDeleted], [2, 2]);
+});
+
+test('a rejected payload throws, keeps the work dirty and makes the next apply read the kernel back', async () => {
+  let rejectV4 = true;
+  const runner = fakeKernel({}, (c) =>
+    c.cmd === 'iptables-nft-restore' && rejectV4 ? { stdout: '', stderr: 'Error occurred at line: 3\n', exitCode: 2 } : undefined,
+  );
+  const steps: [ApplyStep, boolean][] = [];
+  const dp = make(runner, { step: (s, _sec, ok) => steps.push([s, ok]) });
+  await assert.rejects(dp.apply(base), RestoreError);
+  assert.equal(dp.status().inSync, false);
+  assert.deepEqual(steps, [['read', true], ['sets', true], ['chains', false]]);
+  rejectV4 = false;
+  runner.calls.length = 0;
+  const stats = await dp.apply(base);
+  assert.equal(stats.resynced, true);
+  assert.deepEqual(runner.calls.map(what).slice(0, 3), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save']);
+  assert.ok(runner.calls.some((c) => c.cmd === 'iptables-nft-restore' && c.input!.includes(':cali-x - [0:0]')));
+});
+
+const KERNEL4 = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+:cali-FORWARD - [0:0]
+:cali-stale - [0:0]
+-A FORWARD -m comment --comment "flannel" -s 10.244.0.0/16 -j ACCEPT
+-A FORWARD -m comment --comment "cali:hook" -j cali-FORWARD
+-A FORWARD -j KUBE-FORWARD
+-A KUBE-FORWARD -j ACCEPT
+-A cali-FORWARD -m comment --comment "cali:0123456789abcdef" -j cali-stale
+-A cali-stale -j ACCEPT
+COMMIT
+`;
+const IPSET = `create cali40s:stale hash:net family inet hashsize 1024 maxelem 1048576
+add cali40s:stale 10.9.9.9
+create KUBE-LOOP hash:ip family inet hashsize 1024 maxelem 65536
+create cali40s:a hash:net family inet hashsize 1024 maxelem 1048576
+add cali40s:a 10.0.0.1
+add cali40s:a 10.6.6.6
+`;
+
+test('the first apply removes stale own chains and sets, repairs the hook and touches nothing foreign', async () => {
+  const runner = fakeKernel({ save4: KERNEL4, ipset: IPSET });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1'])], chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [fromSet('cali40s:a')] } });
+  await dp.apply(d);
+  const byTool = (cmd: string) => runner.calls.filter((c) => what(c) === cmd).map((c) => c.input!);
+  const [members, destroys] = byTool('ipset restore');
+  assert.equal(members, 'del cali40s:a 10.6.6.6 -exist\n');
+  assert.equal(destroys, 'destroy cali40s:stale\n');
+  const payload = byTool('iptables-nft-restore')[0];
+  assert.match(payload, /-D FORWARD -m comment --comment "cali:hook" -j cali-FORWARD\n/);
+  assert.match(payload, /-I FORWARD 1 /);
+  assert.match(payload, /:cali-stale - \[0:0\][\s\S]*-X cali-stale\nCOMMIT/);
+  for (const foreign of ['KUBE', 'flannel', '10.244']) assert.ok(!payload.includes(foreign), `payload mentions ${foreign}`);
+  assert.ok(!destroys.includes('KUBE') && !members.includes('KUBE'));
+});
+
+test('resync reads the kernel again even when nothing is dirty', async () => {
+  const runner = fakeKernel();
+  const dp = make(runner);
+  await dp.apply(base);
+  runner.calls.length = 0;
+  // The kernel now reports nothing at all: every object must be written again.
+  const stats = await dp.resync(base);
+  assert.equal(stats.resynced, true);
+  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
+  assert.equal(stats.chainsWritten, 4);
+});
+
+test('cleanup removes only own chains, the hook and own sets, reading the kernel first', async () => {
+  const runner = fakeKernel({ save4: KERNEL4, ipset: IPSET });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  const stats = await dp.cleanup();
+  const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  assert.equal(
+    payload,
+    '*filter\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "cali:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n',
+  );
+  assert.equal(runner.calls.find((c) => what(c) === 'ipset restore')!.input, 'destroy cali40s:stale\ndestroy cali40s:a\n');
+  assert.deepEqual(stats, { chainsDeleted: 2, hooksDeleted: 1, setsDeleted: 2 });
+  assert.equal(dp.status().inSync, false);
+});
+
+test('concurrent applies run one after the other', async () => {
+  let active = 0;
+  let maxActive = 0;
+  const runner = recordingRunner(async () => {
+    active++;
+    maxActive = Math.max(maxActive, active);
+    await new Promise((r) => setTimeout(r, 2));
+    active--;
+    return OK;
+  });
+  const dp = createDataplane({ runner, names, families: [4, 6], backend: 'nft', log: silentLogger() });
+  await Promise.all([dp.apply(base), dp.resync(base), dp.apply(base)]);
+  assert.equal(maxActive, 1);
+});

@@ -1,0 +1,159 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Rule } from '../../../src/calc/desired.ts';
+import { commitChains, commitSetChanges, planChains, planSets, type SetsPlanOptions } from '../../../src/dataplane/plan.ts';
+import { hookSpec, renderChain } from '../../../src/dataplane/render.ts';
+import { emptyFamilyState, type AppliedSet, type FamilyState } from '../../../src/dataplane/state.ts';
+import { accept, desired, fromSet, jump, set } from './fixtures.ts';
+
+const opts: SetsPlanOptions = { maxElem: 1000, tmpName: (f) => `cali${f}0s:tmp` };
+const applied = (entries: [string, Omit<AppliedSet, 'members'> & { members: string[] }][]) =>
+  new Map(entries.map(([n, s]) => [n, { ...s, members: new Set(s.members) }]));
+const v4net = { type: 'hash:net', family: 4 as const, maxElem: 1000 };
+
+test('planSets: a new set is created, then filled', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.0/24'])] });
+  const p = planSets(d, new Map([['cali40s:a', 'all']]), new Map(), opts);
+  assert.deepEqual(p.lines, [
+    'create cali40s:a hash:net family inet maxelem 1000 -exist',
+    'add cali40s:a 10.0.0.1 -exist',
+    'add cali40s:a 10.0.0.0/24 -exist',
+  ]);
+  assert.deepEqual([p.created, p.added, p.removed, p.destroyLines.length], [1, 2, 0, 0]);
+});
+
+test('planSets: dirty members are compared one by one, others left alone', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.2', '10.0.0.9'])] });
+  const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3', '10.0.0.4'] }]]);
+  // 10.0.0.9 is missing too, but not dirty: an incremental apply trusts the record for it.
+  const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1', '10.0.0.2', '10.0.0.3'])]]), have, opts);
+  assert.deepEqual(p.lines, ['add cali40s:a 10.0.0.1 -exist', 'del cali40s:a 10.0.0.3 -exist']);
+  commitSetChanges(have, p.changes);
+  assert.deepEqual([...have.get('cali40s:a')!.members].sort(), ['10.0.0.1', '10.0.0.2', '10.0.0.4']);
+});
+
+test("planSets: 'all' diffs the whole set", () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.2'])] });
+  const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3'] }]]);
+  const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
+  assert.deepEqual(p.lines, ['add cali40s:a 10.0.0.1 -exist', 'del cali40s:a 10.0.0.3 -exist']);
+});
+
+test('planSets: a host prefix written by calc equals the bare address read back', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1/32'])] });
+  const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.1'] }]]);
+  assert.deepEqual(planSets(d, new Map([['cali40s:a', 'all']]), have, opts).lines, []);
+});
+
+test('planSets: sets no longer desired are destroyed in step 3, not step 1', () => {
+  const have = applied([['cali40s:old', { ...v4net, members: ['10.0.0.1'] }]]);
+  const p = planSets(desired({}), new Map([['cali40s:old', 'all'], ['cali40s:never', 'all']]), have, opts);
+  assert.deepEqual(p.lines, []);
+  assert.deepEqual(p.destroyLines, ['destroy cali40s:old']);
+  assert.deepEqual(p.destroyed, ['cali40s:old']);
+});
+
+test('planSets: a set with another maxelem is rebuilt by swap, keeping its name referenced', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1'])] });
+  const have = applied([['cali40s:a', { ...v4net, maxElem: 65536, members: ['10.0.0.7'] }]]);
+  const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1'])]]), have, opts);
+  assert.deepEqual(p.lines, [
+    'create cali40s:tmp hash:net family inet maxelem 1000 -exist',
+    'add cali40s:tmp 10.0.0.1 -exist',
+    'swap cali40s:tmp cali40s:a',
+    'destroy cali40s:tmp',
+  ]);
+  commitSetChanges(have, p.changes);
+  assert.deepEqual(have.get('cali40s:a'), { type: 'hash:net', family: 4, maxElem: 1000, members: new Set(['10.0.0.1']) });
+});
+
+test('planSets: a set of another type is destroyed and recreated', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1,tcp:80'], 'hash:ip,port')] });
+  const have = applied([['cali40s:a', { ...v4net, members: [] }]]);
+  const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
+  assert.deepEqual(p.lines, [
+    'destroy cali40s:a',
+    'create cali40s:a hash:ip,port family inet maxelem 1000 -exist',
+    'add cali40s:a 10.0.0.1,tcp:80 -exist',
+  ]);
+});
+
+test('planSets: a scratch set left by a crash is destroyed first and never in step 3', () => {
+  const have = applied([['cali40s:tmp', { ...v4net, members: [] }]]);
+  const p = planSets(desired({}), new Map([['cali40s:tmp', 'all']]), have, opts);
+  assert.deepEqual(p.lines, ['destroy cali40s:tmp']);
+  assert.deepEqual(p.destroyLines, []);
+  commitSetChanges(have, p.changes);
+  assert.equal(have.size, 0);
+});
+
+const chains = (o: Record<string, Rule[]>) => new Map(Object.entries(o));
+const stateWith = (o: Record<string, Rule[]>, hook: FamilyState['hook'] = { specs: [], atTop: false }): FamilyState => ({
+  chains: new Map(Object.entries(o).map(([n, r]) => [n, renderChain(n, r, 'cali').hashes])),
+  hook,
+});
+const goodHook = { specs: [hookSpec('cali', 'cali-FORWARD')], atTop: true };
+const body = (payload: string | undefined) => payload?.split('\n').filter((l) => l !== '*filter' && l !== 'COMMIT' && l !== '');
+
+test('planChains: first write declares every chain before any rule, then inserts the hook', () => {
+  const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] });
+  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), emptyFamilyState(), 'cali');
+  const lines = body(p.payload)!;
+  assert.deepEqual(lines.slice(0, 2), [':cali-FORWARD - [0:0]', ':cali-a - [0:0]']);
+  assert.match(lines[2], /^-A cali-FORWARD .*-j cali-a$/);
+  assert.match(lines[3], /^-A cali-a .*-j ACCEPT$/);
+  assert.equal(lines[4], '-I FORWARD 1 -m comment --comment "cali:hook" -j cali-FORWARD');
+  assert.equal(lines.length, 5);
+  assert.deepEqual([p.written.size, p.rules, p.deleted.length], [2, 2, 0]);
+});
+
+test('planChains: an unchanged dirty chain is not written; a changed one is', () => {
+  const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept, accept] });
+  const state = stateWith({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] }, goodHook);
+  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), state, 'cali');
+  assert.deepEqual([...p.written.keys()], ['cali-a']);
+  assert.equal(body(p.payload)!.filter((l) => l.includes('cali-FORWARD')).length, 0);
+  commitChains(state, p);
+  assert.equal(planChains(want, 'cali-FORWARD', new Set(want.keys()), state, 'cali').payload, undefined);
+});
+
+test('planChains: a chain no longer desired is flushed first and deleted last, after the rewrite of its user', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const state = stateWith({ 'cali-FORWARD': [jump('cali-old')], 'cali-old': [accept] }, goodHook);
+  const lines = body(planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD', 'cali-old']), state, 'cali').payload)!;
+  assert.deepEqual(lines.slice(0, 2), [':cali-FORWARD - [0:0]', ':cali-old - [0:0]']);
+  assert.equal(lines.at(-1), '-X cali-old');
+  assert.ok(lines.indexOf('-X cali-old') > lines.findIndex((l) => l.startsWith('-A cali-FORWARD')));
+});
+
+test('planChains: a misplaced or duplicated hook is deleted by spec and inserted at 1', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const spec = hookSpec('cali', 'cali-FORWARD');
+  const state = stateWith({ 'cali-FORWARD': [accept] }, { specs: [spec, spec], atTop: false });
+  const p = planChains(want, 'cali-FORWARD', new Set(), state, 'cali');
+  assert.deepEqual(body(p.payload), [`-D FORWARD ${spec}`, `-D FORWARD ${spec}`, `-I FORWARD 1 ${spec}`]);
+  assert.deepEqual(p.hook, goodHook);
+});
+
+test('planChains: a hook pointing at an old top chain is replaced before that chain is deleted', () => {
+  const want = chains({ 'cali-NEW': [accept] });
+  const state = stateWith({ 'cali-FORWARD': [accept] }, goodHook);
+  const lines = body(planChains(want, 'cali-NEW', new Set(['cali-NEW', 'cali-FORWARD']), state, 'cali').payload)!;
+  const del = lines.indexOf(`-D FORWARD ${hookSpec('cali', 'cali-FORWARD')}`);
+  assert.ok(del >= 0 && del < lines.indexOf('-X cali-FORWARD'));
+  assert.ok(lines.includes(`-I FORWARD 1 ${hookSpec('cali', 'cali-NEW')}`));
+});
+
+test('planChains: with no top chain desired the hook is removed and none inserted', () => {
+  const state = stateWith({}, goodHook);
+  const p = planChains(chains({}), 'cali-FORWARD', new Set(), state, 'cali');
+  assert.deepEqual(body(p.payload), [`-D FORWARD ${hookSpec('cali', 'cali-FORWARD')}`]);
+  assert.deepEqual(p.hook, { specs: [], atTop: false });
+});
+
+test('planChains: an own chain edited by someone else (unknown hashes) is rewritten', () => {
+  const want = chains({ 'cali-FORWARD': [fromSet('cali40s:a')] });
+  const state: FamilyState = { chains: new Map([['cali-FORWARD', ['?']]]), hook: goodHook };
+  const p = planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD']), state, 'cali');
+  assert.deepEqual([...p.written.keys()], ['cali-FORWARD']);
+});

@@ -1,0 +1,53 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { CommandError } from '../../../src/errors.ts';
+import { execaRunner, netnsRunner, recordingRunner, runOk } from '../../../src/dataplane/runner.ts';
+
+test('execaRunner reports a missing binary as WEIR_COMMAND_MISSING', async () => {
+  await assert.rejects(execaRunner().run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING' && e.command === 'weir-no-such-binary');
+});
+
+test('execaRunner resolves with a non-zero exit code and the streams, without a shell', async () => {
+  const r = await execaRunner().run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
+  assert.deepEqual(r, { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
+  // Arguments are passed verbatim: no shell expands them.
+  assert.equal((await execaRunner().run('echo', ['$HOME', '*'])).stdout, '$HOME *\n');
+});
+
+test('execaRunner feeds input on stdin', async () => {
+  assert.equal((await execaRunner().run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
+});
+
+test('execaRunner kills a command that outlives the timeout', async () => {
+  const t0 = Date.now();
+  await assert.rejects(execaRunner({ timeoutMs: 100 }).run('sleep', ['5']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_FAILED' && /timed out/.test(e.stderr));
+  assert.ok(Date.now() - t0 < 4000);
+});
+
+test('netnsRunner prefixes ip netns exec and passes input through', async () => {
+  const base = recordingRunner();
+  await netnsRunner('wt01-a', base).run('ipset', ['restore'], { input: 'x\n' });
+  assert.deepEqual(base.calls, [{ cmd: 'ip', args: ['netns', 'exec', 'wt01-a', 'ipset', 'restore'], input: 'x\n' }]);
+});
+
+test('netnsRunner maps a binary missing inside the namespace to WEIR_COMMAND_MISSING', async () => {
+  const base = recordingRunner(() => ({ stdout: '', stderr: 'exec of "nope" failed: No such file or directory\n', exitCode: 1 }));
+  await assert.rejects(netnsRunner('ns', base).run('nope', []), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING');
+});
+
+test('runOk throws a CommandError with the stderr tail on a non-zero exit', async () => {
+  const runner = recordingRunner(() => ({ stdout: '', stderr: Array.from({ length: 9 }, (_, i) => `line ${i}`).join('\n'), exitCode: 2 }));
+  const err = await runOk(runner, 'ipset', ['list']).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+  assert.ok(err instanceof CommandError);
+  assert.equal(err.code, 'WEIR_COMMAND_FAILED');
+  assert.equal(err.exitCode, 2);
+  assert.match(err.message, /line 8/);
+  assert.doesNotMatch(err.message, /line 3/);
+});
+
+test('recordingRunner forwards to a wrapped runner and records every call', async () => {
+  const inner = recordingRunner(() => ({ stdout: 'hi', stderr: '', exitCode: 0 }));
+  const outer = recordingRunner(inner);
+  assert.equal((await outer.run('a', ['1'])).stdout, 'hi');
+  assert.deepEqual(outer.calls, inner.calls);
+});
