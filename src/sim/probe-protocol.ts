@@ -1,0 +1,23 @@
+// The JSON-lines protocol between the test process and a pod server's UNIX control socket.
+// UNIX sockets are not bound to a network namespace, so the test process can ask a server
+// to open connections from inside its pod's namespace.
+
+export type ProbeProto = 'tcp' | 'udp';
+
+export interface ProbeRequest {
+  readonly id: number;
+  readonly proto: ProbeProto;
+  readonly ip: string;
+  readonly port: number;
+  readonly timeoutMs: number;
+}
+
+export interface ProbeResult {
+  readonly id: number;
+  /** TCP: connected and read the server's name. UDP: the echo arrived before the timeout. */
+  readonly ok: boolean;
+  /** What the target server sent back: its endpoint name. */
+  readonly reply?: string;
+  /** Why the probe failed: an errno code such as ECONNREFUSED, or "timeout". */
+  readonly error?: string;
+}
