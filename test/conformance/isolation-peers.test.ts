@@ -1,0 +1,431 @@
+// Conformance: isolation, policyTypes defaulting, rule matching, peers (OR/AND), label
+// selectors and run-time changes, proved with real packets over the full truth table.
+// Every predicate is written by hand from design/semantics.md.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { diffMatrix, expectMatrix, probeMatrix } from '../../src/sim/prober.ts';
+import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, nsOf, type Cell, type PodDef } from './harness.ts';
+
+type Verdict = (x: Cell) => boolean;
+
+/** Who a pod accepts from (ingress) or may send to (egress), for the pods isolated that way. */
+interface Isolation {
+  readonly ingress?: Readonly<Record<string, Verdict>>;
+  readonly egress?: Readonly<Record<string, Verdict>>;
+}
+
+const always: Verdict = () => true;
+const nothing: Verdict = () => false;
+const from = (...keys: string[]): Verdict => (x) => keys.includes(x.source);
+const to = (...keys: string[]): Verdict => (x) => keys.includes(x.target);
+const fromNs = (...ns: string[]): Verdict => (x) => x.source !== EXTERNAL && ns.includes(nsOf(x.source));
+const toNs = (...ns: string[]): Verdict => (x) => x.target !== EXTERNAL && ns.includes(nsOf(x.target));
+const fromAnyPod: Verdict = (x) => x.source !== EXTERNAL;
+
+/** A connection passes when the source's egress and the target's ingress both allow it (each
+ *  only checked when that pod is isolated that way); a pod always reaches itself. */
+function allow(iso: Isolation): Verdict {
+  return (x) => x.source === x.target || ((iso.egress?.[x.source] ?? always)(x) && (iso.ingress?.[x.target] ?? always)(x));
+}
+
+const WEB = { matchLabels: { app: 'web' } };
+const DB = { matchLabels: { app: 'db' } };
+const TEAM_A = { matchLabels: { team: 'a' } };
+const TEAM_B = { matchLabels: { team: 'b' } };
+
+/** The harness probes pods only as targets; egress toward the external host is probed here. */
+async function expectToExternal(c: Conformance, allowed: Verdict, what: string): Promise<void> {
+  const opts = { sources: c.cluster.pods().map((p) => p.key), targets: [EXTERNAL] };
+  const expected = expectMatrix(c.cluster, opts, allowed);
+  let diff = diffMatrix(expected, await probeMatrix(c.cluster, opts));
+  if (diff.length > 0) diff = diffMatrix(expected, await probeMatrix(c.cluster, { ...opts, timeoutMs: 600 }));
+  assert.deepEqual(diff, [], `${what}: pod -> external cells differ`);
+}
+
+const podDef = (key: string, node: PodDef['node'], ips: string[], labels: Record<string, string>): PodDef => {
+  const [namespace, name] = key.split('/');
+  return { namespace, name, node, ips, labels, ports: [] };
+};
+const A3 = 'alpha/a3', B3 = 'beta/b3', G2 = 'gamma/g2';
+const NEW_A_IPS = ['10.244.1.50', 'fd00:10:244:1::50'];
+
+describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time changes', () => {
+  let c: Conformance;
+  before(async () => {
+    c = await Conformance.start('wcisp');
+  });
+  after(async () => {
+    await c?.stop();
+  });
+
+  describe('isolation', () => {
+    test('a pod selected by no policy accepts everything and sends everywhere, the external host included', async () => {
+      await c.reset();
+      await c.expect(always, 'no policy');
+      await expectToExternal(c, always, 'no policy');
+    });
+
+    test('ingress isolation comes only from a policy in the pod own namespace, not from a matching podSelector elsewhere', async () => {
+      await c.reset();
+      // app=web also matches alpha/a1 and gamma/g1, but the policy lives in beta.
+      await c.setPolicies(np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }));
+      await c.expect(allow({ ingress: { [B1]: nothing } }), 'beta policy isolates b1 only');
+      await c.setPolicies(
+        np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }),
+        np('gamma', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }),
+      );
+      await c.expect(allow({ ingress: { [B1]: nothing, [G1]: nothing } }), 'a gamma policy now isolates g1 as well');
+    });
+
+    test('egress isolation comes only from a policy in the pod own namespace with Egress in its types', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'web-no-egress', { podSelector: WEB, policyTypes: ['Egress'] }),
+        // app=db matches alpha/a2 and beta/b2, but gamma has no such pod: it isolates nobody.
+        np('gamma', 'db-no-egress', { podSelector: DB, policyTypes: ['Egress'] }),
+      );
+      await c.expect(allow({ egress: { [A1]: nothing } }), 'only a1 is egress-isolated');
+    });
+
+    test('a pod isolated by several policies accepts the union of what each allows, and loses a source when its policy goes', async () => {
+      await c.reset();
+      const fromDb = np('alpha', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] });
+      const fromBetaWeb = np('alpha', 'from-beta-web', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_B, podSelector: WEB }] }] });
+      await c.setPolicies(fromDb, fromBetaWeb);
+      await c.expect(allow({ ingress: { [A1]: from(A2, B1) } }), 'a2 (cross-node) and b1 (same node) both allowed');
+      await c.setPolicies(fromBetaWeb);
+      await c.expect(allow({ ingress: { [A1]: from(B1) } }), 'after deleting from-db only b1 remains');
+    });
+
+    test('a connection needs the source egress and the destination ingress to allow it, same-node and cross-node', async () => {
+      await c.reset();
+      const policies = (b2From: unknown) => [
+        np('beta', 'b1-in', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: DB }] }] }),
+        np('beta', 'b2-in', { podSelector: DB, ingress: [{ from: [b2From] }] }),
+        np('alpha', 'a1-out', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [{ namespaceSelector: TEAM_B }] }] }),
+        np('alpha', 'a2-in', { podSelector: DB, ingress: [{ from: [{ podSelector: {} }] }] }),
+        np('gamma', 'g1-in', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
+      ];
+      await c.setPolicies(...policies({ podSelector: WEB }));
+      // a1 -> b1 (same node) and a1 -> b2 (cross-node): egress allows, ingress denies.
+      // a1 -> g1 (same node) and a1 -> a2 (cross-node): ingress allows, egress denies.
+      await c.expect(
+        allow({
+          ingress: { [B1]: from(A2), [B2]: from(B1), [A2]: from(A1), [G1]: fromAnyPod },
+          egress: { [A1]: to(B1, B2) },
+        }),
+        'a1 reaches nothing but itself',
+      );
+      await c.setPolicies(...policies({ namespaceSelector: TEAM_A }));
+      await c.expect(
+        allow({
+          ingress: { [B1]: from(A2), [B2]: from(A1, A2), [A2]: from(A1), [G1]: fromAnyPod },
+          egress: { [A1]: to(B1, B2) },
+        }),
+        'once b2 accepts alpha, a1 -> b2 passes (both sides allow)',
+      );
+    });
+
+    test('replies of allowed TCP and UDP connections pass although the reverse direction is denied', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'a1-in', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }, { namespaceSelector: TEAM_B, podSelector: WEB }] }] }),
+        np('alpha', 'a2-deny-in', { podSelector: DB, policyTypes: ['Ingress'] }),
+        np('beta', 'b1-deny-in', { podSelector: WEB, ingress: [] }),
+        np('gamma', 'g1-deny-out', { podSelector: {}, policyTypes: ['Egress'] }),
+      );
+      // b1 -> a1 and a2 -> a1 need a1's replies to enter b1 / a2, which deny all ingress;
+      // a1, b1, external -> g1 need g1's replies to leave g1, which denies all egress.
+      await c.expect(
+        allow({ ingress: { [A1]: from(A2, B1), [A2]: nothing, [B1]: nothing }, egress: { [G1]: nothing } }),
+        'replies pass, reverse direction dropped',
+      );
+    });
+
+    test('a pod always reaches itself, even when every pod denies all ingress and all egress', async () => {
+      await c.reset();
+      await c.setPolicies(
+        ...['alpha', 'beta', 'gamma'].map((ns) => np(ns, 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })),
+      );
+      await c.expect((x) => x.source === x.target, 'only self cells pass');
+      await expectToExternal(c, nothing, 'deny-all egress');
+    });
+  });
+
+  describe('policyTypes defaulting', () => {
+    test('given policyTypes are authoritative: rules of a direction not listed isolate nothing', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'egress-only', {
+          podSelector: {},
+          policyTypes: ['Egress'],
+          ingress: [{ from: [{ podSelector: { matchLabels: { app: 'nope' } } }] }],
+          egress: [{ to: [{ namespaceSelector: {} }] }],
+        }),
+      );
+      await c.expect(always, 'ingress rules ignored; egress to every pod allowed');
+      // namespaceSelector {} is every pod of every namespace, not the external host.
+      await expectToExternal(c, (x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
+
+      await c.setPolicies(
+        np('alpha', 'ingress-only', {
+          podSelector: {},
+          policyTypes: ['Ingress'],
+          ingress: [{ from: [{ namespaceSelector: TEAM_B }] }],
+          egress: [{ to: [{ podSelector: { matchLabels: { app: 'nope' } } }] }],
+        }),
+      );
+      await c.expect(allow({ ingress: { [A1]: fromNs('beta'), [A2]: fromNs('beta') } }), 'egress rules ignored');
+      await expectToExternal(c, always, 'alpha not egress-isolated');
+    });
+
+    test('without policyTypes an egress rule isolates egress, and ingress [{}] allows every source', async () => {
+      await c.reset();
+      await c.setPolicies(np('alpha', 'inferred', { podSelector: {}, ingress: [{}], egress: [{ to: [{ podSelector: {} }] }] }));
+      await c.expect(allow({ egress: { [A1]: toNs('alpha'), [A2]: toNs('alpha') } }), 'alpha sends to alpha only, accepts all');
+      await expectToExternal(c, (x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
+    });
+
+    test('without policyTypes Ingress is always implied, and egress [] does not isolate egress', async () => {
+      await c.reset();
+      await c.setPolicies(np('beta', 'no-rules', { podSelector: {}, egress: [] }));
+      await c.expect(allow({ ingress: { [B1]: nothing, [B2]: nothing } }), 'beta ingress denied, egress free');
+      await expectToExternal(c, always, 'egress [] isolates nothing');
+
+      await c.setPolicies(np('beta', 'no-rules', { podSelector: {}, egress: [{ to: [{ namespaceSelector: TEAM_A }] }] }));
+      await c.expect(
+        allow({ ingress: { [B1]: nothing, [B2]: nothing }, egress: { [B1]: toNs('alpha'), [B2]: toNs('alpha') } }),
+        'only an egress rule given: ingress still denied, egress to alpha only',
+      );
+    });
+
+    test('policyTypes [Egress] with no egress rules denies all egress, to the external host too', async () => {
+      await c.reset();
+      await c.setPolicies(np('beta', 'web-no-egress', { podSelector: WEB, policyTypes: ['Egress'] }));
+      await c.expect(allow({ egress: { [B1]: nothing } }), 'b1 sends nothing, still accepts everything');
+      await expectToExternal(c, (x) => x.source !== B1, 'b1 cannot reach the external host');
+    });
+
+    test('Ingress type with ingress missing or [] denies all ingress; ingress [{}] allows all', async () => {
+      await c.reset();
+      await c.setPolicies(np('gamma', 'in', { podSelector: {}, policyTypes: ['Ingress'] }));
+      await c.expect(allow({ ingress: { [G1]: nothing } }), 'ingress missing');
+      await c.setPolicies(np('gamma', 'in', { podSelector: {}, policyTypes: ['Ingress'], ingress: [] }));
+      await c.expect(allow({ ingress: { [G1]: nothing } }), 'ingress []');
+      await c.setPolicies(np('gamma', 'in', { podSelector: {}, policyTypes: ['Ingress'], ingress: [{}] }));
+      await c.expect(always, 'ingress [{}] allows every source, the external host included');
+    });
+  });
+
+  describe('rules', () => {
+    test('a rule allows only traffic matching one of its peers and one of its ports', async () => {
+      await c.reset();
+      await c.setPolicies(np('alpha', 'db-tcp80', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }], ports: [{ protocol: 'TCP', port: 80 }] }] }));
+      // a2 on udp or on port 81: peer right, port wrong. b1 on tcp/80: port right, peer wrong.
+      await c.expect(allow({ ingress: { [A1]: (x) => x.source === A2 && x.proto === 'tcp' && x.port === 80 } }), 'one peer, one port');
+
+      await c.setPolicies(
+        np('alpha', 'db-tcp80', {
+          podSelector: WEB,
+          ingress: [{ from: [{ podSelector: DB }, { namespaceSelector: TEAM_B, podSelector: WEB }], ports: [{ port: 80 }, { protocol: 'UDP', port: 81 }] }],
+        }),
+      );
+      await c.expect(
+        allow({ ingress: { [A1]: (x) => [A2, B1].includes(x.source) && ((x.proto === 'tcp' && x.port === 80) || (x.proto === 'udp' && x.port === 81)) } }),
+        'two peers x two ports',
+      );
+    });
+
+    test('a rule with missing or empty from/to matches every address, the external host included', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'any-source-81', { podSelector: WEB, ingress: [{ ports: [{ port: 81 }] }] }),
+        np('beta', 'any-source-udp80', { podSelector: {}, ingress: [{ from: [], ports: [{ protocol: 'UDP', port: 80 }] }] }),
+        np('gamma', 'to-anywhere-80', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ port: 80 }] }] }),
+      );
+      const tcp80: Verdict = (x) => x.proto === 'tcp' && x.port === 80;
+      await c.expect(
+        allow({
+          ingress: { [A1]: (x) => x.proto === 'tcp' && x.port === 81, [B1]: (x) => x.proto === 'udp' && x.port === 80, [B2]: (x) => x.proto === 'udp' && x.port === 80 },
+          egress: { [G1]: tcp80 },
+        }),
+        'any source on the listed ports',
+      );
+      await expectToExternal(c, (x) => x.source !== G1 || tcp80(x), 'g1 reaches the external host on tcp/80 only');
+    });
+
+    test('a rule with missing or empty ports matches every port of every protocol', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] }),
+        np('beta', 'db-to-alpha', { podSelector: DB, egress: [{ to: [{ namespaceSelector: TEAM_A }], ports: [] }] }),
+      );
+      await c.expect(
+        allow({ ingress: { [A1]: from(A2), [B2]: nothing }, egress: { [B2]: toNs('alpha') } }),
+        'a2 -> a1 and b2 -> a2 on tcp/udp 80/81',
+      );
+    });
+  });
+
+  describe('peers', () => {
+    test('separate peer items are OR while selectors in one item are AND', async () => {
+      await c.reset();
+      const or = np('alpha', 'or', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_B }, { podSelector: DB }] }] });
+      await c.setPolicies(or, np('alpha', 'and', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: TEAM_B, podSelector: DB }] }] }));
+      // OR: every beta pod, or db pods of alpha. AND: db pods of beta only (not b1, not a2).
+      await c.expect(allow({ ingress: { [A1]: from(B1, B2, A2), [A2]: from(B2) } }), 'OR beside AND');
+      await c.setPolicies(or, np('alpha', 'and', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: WEB }] }] }));
+      await c.expect(allow({ ingress: { [A1]: from(B1, B2, A2), [A2]: from(A1) } }), 'AND selectors updated to alpha web pods');
+    });
+
+    test('a podSelector alone selects pods of the policy namespace only', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('beta', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] }),
+        np('alpha', 'from-own-ns', { podSelector: DB, ingress: [{ from: [{ podSelector: {} }] }] }),
+      );
+      // alpha/a2 is app=db too, but not in beta; gamma/g1 and beta pods are not in alpha.
+      await c.expect(allow({ ingress: { [B1]: from(B2), [A2]: from(A1) } }), 'own namespace only');
+    });
+
+    test('a namespaceSelector alone selects every pod of matching namespaces; {} matches every pod but not the external host', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('beta', 'from-team-a', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] }),
+        np('gamma', 'from-all-pods', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
+        np('beta', 'db-from-web-anywhere', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: {}, podSelector: WEB }] }] }),
+      );
+      await c.expect(
+        allow({ ingress: { [B1]: fromNs('alpha'), [G1]: fromAnyPod, [B2]: from(A1, B1, G1) } }),
+        'namespace-wide peers',
+      );
+    });
+  });
+
+  describe('label selectors', () => {
+    test('matchLabels and matchExpressions must all hold, and pod label changes move pods in and out of the peer set', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'from-back-db', {
+          podSelector: WEB,
+          ingress: [{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' }, matchExpressions: [{ key: 'tier', operator: 'In', values: ['back'] }] } }] }],
+        }),
+      );
+      await c.expect(allow({ ingress: { [A1]: nothing } }), 'no pod has tier=back');
+      await c.setPodLabels(B2, { app: 'db', tier: 'back' });
+      await c.expect(allow({ ingress: { [A1]: from(B2) } }), 'b2 gains tier=back');
+      await c.setPodLabels(B1, { app: 'web', tier: 'back' });
+      await c.expect(allow({ ingress: { [A1]: from(B2) } }), 'b1 has tier=back but not app=db');
+      await c.setPodLabels(B2, { app: 'db' });
+      await c.expect(allow({ ingress: { [A1]: nothing } }), 'b2 loses tier=back');
+    });
+
+    test('In and NotIn select namespaces, NotIn holding when the label is absent', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('beta', 'from-not-team-b', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'NotIn', values: ['b'] }] } }] }] }),
+        np('alpha', 'from-team-a-or-b', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'In', values: ['a', 'b'] }] } }] }] }),
+      );
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [A2]: fromNs('alpha', 'beta') } }), 'gamma has no team label');
+      await c.setNamespaceLabels('gamma', { team: 'b' });
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha'), [A2]: fromNs('alpha', 'beta', 'gamma') } }), 'gamma labelled team=b');
+    });
+
+    test('Exists and DoesNotExist select by key presence, DoesNotExist holding when the label is absent', async () => {
+      await c.reset();
+      await c.setPolicies(
+        np('alpha', 'from-unlabelled-ns', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'DoesNotExist' }] } }] }] }),
+        np('beta', 'from-labelled-ns-no-role', {
+          podSelector: WEB,
+          ingress: [
+            {
+              from: [
+                {
+                  namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'Exists' }] },
+                  podSelector: { matchExpressions: [{ key: 'role', operator: 'DoesNotExist' }] },
+                },
+              ],
+            },
+          ],
+        }),
+      );
+      await c.expect(allow({ ingress: { [A1]: fromNs('gamma'), [B1]: fromNs('alpha', 'beta') } }), 'no pod has a role label');
+      await c.setPodLabels(A2, { app: 'db', role: 'x' });
+      await c.expect(allow({ ingress: { [A1]: fromNs('gamma'), [B1]: from(A1, B2) } }), 'a2 gains a role label');
+    });
+
+    test('a NotIn target selector selects pods lacking the label, so removing a label can isolate a pod', async () => {
+      await c.reset();
+      await c.setPolicies(np('alpha', 'isolate-non-web', { podSelector: { matchExpressions: [{ key: 'app', operator: 'NotIn', values: ['web'] }] }, policyTypes: ['Ingress'] }));
+      await c.expect(allow({ ingress: { [A2]: nothing } }), 'a2 (app=db) isolated, a1 (app=web) not');
+      await c.setPodLabels(A1, {});
+      await c.expect(allow({ ingress: { [A1]: nothing, [A2]: nothing } }), 'a1 without app label now isolated');
+    });
+  });
+
+  describe('run-time changes', () => {
+    test('namespace label changes move all its pods in and out of peer sets', async () => {
+      await c.reset();
+      await c.setPolicies(np('beta', 'from-team-a', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] }));
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha'), [B2]: fromNs('alpha') } }), 'alpha is team=a');
+      await c.setNamespaceLabels('gamma', { team: 'a' });
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [B2]: fromNs('alpha', 'gamma') } }), 'gamma joins');
+      await c.setNamespaceLabels('alpha', {});
+      await c.expect(allow({ ingress: { [B1]: fromNs('gamma'), [B2]: fromNs('gamma') } }), 'alpha leaves');
+    });
+
+    test('pod label changes move pods in and out of a policy target selection', async () => {
+      await c.reset();
+      await c.setPolicies(np('alpha', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }));
+      await c.expect(allow({ ingress: { [A1]: nothing } }), 'a1 isolated');
+      await c.setPodLabels(A2, { app: 'web' });
+      await c.expect(allow({ ingress: { [A1]: nothing, [A2]: nothing } }), 'a2 relabelled web: isolated too');
+      await c.setPodLabels(A1, { app: 'other' });
+      await c.expect(allow({ ingress: { [A2]: nothing } }), 'a1 relabelled: isolation gone');
+    });
+
+    test('a new pod is at once in the peer sets and isolated as its labels say, on either node', async () => {
+      await c.reset();
+      await c.setPolicies(np('beta', 'web-from-alpha-db', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: DB }] }] }));
+      await c.addPod(podDef(A3, 'node-a', NEW_A_IPS, { app: 'db' }));
+      await c.expect(allow({ ingress: { [B1]: from(A2, A3) } }), 'a3 (node-a) is a peer of b1');
+      await c.addPod(podDef(B3, 'node-b', ['10.244.2.50'], { app: 'web' }));
+      await c.expect(allow({ ingress: { [B1]: from(A2, A3), [B3]: from(A2, A3) } }), 'b3 (node-b) is isolated like b1');
+    });
+
+    test('a pod that goes away leaves the peer sets, and a new pod reusing its IPs gets only its own allowances', async () => {
+      await c.reset();
+      await c.setPolicies(np('beta', 'web-from-alpha-db', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: DB }] }] }));
+      await c.addPod(podDef(A3, 'node-a', NEW_A_IPS, { app: 'db' }));
+      await c.expect(allow({ ingress: { [B1]: from(A2, A3) } }), 'a3 allowed to b1');
+      await c.removePod(A3);
+      await c.expect(allow({ ingress: { [B1]: from(A2) } }), 'a3 gone');
+      await c.addPod(podDef(G2, 'node-a', NEW_A_IPS, { app: 'db' }));
+      await c.expect(allow({ ingress: { [B1]: from(A2) } }), 'gamma/g2 on a3 old IPs is not allowed to b1');
+    });
+
+    test('a Pending or Succeeded pod is in no peer set, and rejoins when Running again', async () => {
+      await c.reset();
+      await c.setPolicies(np('beta', 'web-from-team-a', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] }));
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha') } }), 'a2 Running');
+      // The sim still lets a non-Running pod's packets out: only b1's peer set decides.
+      await c.setPodPhase(A2, 'Pending');
+      await c.expect(allow({ ingress: { [B1]: from(A1) } }), 'a2 Pending');
+      await c.setPodPhase(A2, 'Succeeded');
+      await c.expect(allow({ ingress: { [B1]: from(A1) } }), 'a2 Succeeded');
+      await c.setPodPhase(A2, 'Running');
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha') } }), 'a2 Running again');
+    });
+
+    test('updating a policy target selector re-isolates pods, and deleting the last policy restores default allow', async () => {
+      await c.reset();
+      await c.setPolicies(np('alpha', 'deny', { podSelector: {}, policyTypes: ['Ingress'] }));
+      await c.expect(allow({ ingress: { [A1]: nothing, [A2]: nothing } }), 'all alpha pods isolated');
+      await c.setPolicies(np('alpha', 'deny', { podSelector: DB, policyTypes: ['Ingress'] }));
+      await c.expect(allow({ ingress: { [A2]: nothing } }), 'selector narrowed to app=db');
+      await c.setPolicies();
+      await c.expect(always, 'policy deleted');
+    });
+  });
+});
