@@ -50,6 +50,7 @@ function basePods(): Pod[] {
 function randomWorlds(seed: number, steps: number): World[] {
   const r = rng(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)];
+  const L = (...xs: Record<string, string>[]) => xs;
   let pods = new Map(basePods().map((p) => [p.uid, p]));
   let nss = new Map(NAMESPACES.map((n) => [n.name, n]));
   let pols = new Map(POLICIES.map((p) => [`${p.namespace}/${p.name}`, p]));
@@ -62,11 +63,11 @@ function randomWorlds(seed: number, steps: number): World[] {
     const choice = r();
     const somePod = pods.size ? pick([...pods.values()]) : undefined;
     if (choice < 0.25 && somePod) {
-      pods.set(somePod.uid, { ...somePod, labels: pick([{}, { app: 'web' }, { app: 'db' }, { app: 'api', env: 'prod' }, { role: 'lb' }, { app: 'x' }]) });
+      pods.set(somePod.uid, { ...somePod, labels: pick(L({}, { app: 'web' }, { app: 'db' }, { app: 'api', env: 'prod' }, { role: 'lb' }, { app: 'x' })) });
     } else if (choice < 0.35) {
       const ns = pick(['web', 'db', 'ops', 'ghost']);
       const n = next++;
-      const p = pod(ns, `p${n}`, { ip4: n, nodeName: pick(['node-a', 'node-b']), labels: pick([{ app: 'web' }, { app: 'db' }, {}]), ports: r() < 0.5 ? [{ name: 'http', port: 8080, protocol: 'TCP' }] : [] });
+      const p = pod(ns, `p${n}`, { ip4: n, nodeName: pick(['node-a', 'node-b']), labels: pick(L({ app: 'web' }, { app: 'db' }, {})), ports: r() < 0.5 ? [{ name: 'http', port: 8080, protocol: 'TCP' }] : [] });
       pods.set(p.uid, p);
     } else if (choice < 0.45 && somePod) {
       pods.delete(somePod.uid);
@@ -78,7 +79,7 @@ function randomWorlds(seed: number, steps: number): World[] {
       pods.set(somePod.uid, { ...somePod, ips: other.ips });
     } else if (choice < 0.72) {
       const n = pick(NAMESPACES);
-      nss.set(n.name, { name: n.name, labels: pick([{}, { team: 'a' }, { team: 'b' }, { team: 'b', tier: 'data' }]) });
+      nss.set(n.name, { name: n.name, labels: pick(L({}, { team: 'a' }, { team: 'b' }, { team: 'b', tier: 'data' })) });
     } else if (choice < 0.78) {
       nss.delete(pick(['web', 'db', 'ops']));
     } else if (choice < 0.9) {
