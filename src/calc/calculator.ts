@@ -10,6 +10,7 @@
 
 import { ClusterState, isPeerEligible } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
+import { splitForIpset } from '../model/cidr.ts';
 import { compilePolicy } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
 import type { CompiledPolicy, Family, Labels, ModelEvent, Pod, PodsPeer } from '../model/types.ts';
@@ -18,7 +19,7 @@ import type { DesiredDataplane, DesiredSet, Dirty, Members, Rule, SetType } from
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
 import type { Direction, MarkBits, SetSpec } from './rules.ts';
-import { ipBlockMembers, policyChainRules, topChainRules, workloadChainRules } from './rules.ts';
+import { policyChainRules, topChainRules, workloadChainRules } from './rules.ts';
 
 export interface CalcConfig {
   readonly nodeName: string;
@@ -334,7 +335,8 @@ export class Calculator {
       this.#dirty.sets.set(name, 'all');
       const peer = spec.peer;
       if (peer.kind === 'ipBlock') {
-        for (const m of ipBlockMembers(peer.cidrs)) this.#addMember(set, m);
+        // ipset's hash:net cannot hold a /0.
+        for (const m of splitForIpset(peer.cidrs)) this.#addMember(set, m);
       } else {
         for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
         this.#indexSet(set, peer, true);

@@ -194,9 +194,3 @@ export function topChainRules(fromDispatch: string, toDispatch: string, marks: M
   ];
 }
 
-/** Members an ipBlock peer puts in its hash:net set (ipset cannot hold a /0). */
-export function ipBlockMembers(cidrs: readonly string[]): string[] {
-  return cidrs.flatMap((c) =>
-    c === '0.0.0.0/0' ? ['0.0.0.0/1', '128.0.0.0/1'] : c === '::/0' ? ['::/1', '8000::/1'] : [c],
-  );
-}

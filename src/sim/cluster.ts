@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { CommandError, ConfigError, PreconditionError } from '../errors.ts';
 import type { Family } from '../model/types.ts';
-import { type Cidr, cidrContains, cidrText, firstHost, parseCidr, parseIp } from './addr.ts';
+import { type Cidr, cidrContains, formatCidr, formatIp, parseCidr as parseAnyCidr, parseIp as parseAnyIp } from '../model/cidr.ts';
 import { registerExitCleanup } from './cleanup.ts';
 import { createNs, deleteAllNs, deleteNs, inNs, sh, uniquePrefix } from './netns.ts';
 
@@ -175,6 +175,22 @@ function validateNodes(spec: ClusterSpec): Omit<NodeState, 'netns'>[] {
   return nodes;
 }
 
+/** A network address/prefix (host bits zero), or null. */
+function parseCidr(text: string): Cidr | null {
+  const c = parseAnyCidr(text);
+  return 'error' in c || parseIp(text.split('/')[0])?.value !== c.base ? null : c;
+}
+
+function parseIp(text: string): { family: Family; value: bigint } | null {
+  const a = parseAnyIp(text);
+  return 'error' in a ? null : a;
+}
+
+/** The first host address of a CIDR: Flannel puts it on cni0 and pods route through it. */
+function firstHost(cidr: Cidr): string {
+  return formatIp(cidr.family, cidr.base + 1n);
+}
+
 function underlayIp(family: Family, host: number): string {
   return UNDERLAY[family].net + String(host);
 }
@@ -276,7 +292,7 @@ class SimCluster implements Cluster {
         addrLine(underlayIp(4, EXTERNAL_HOST), UNDERLAY[4].len, 'eth0'),
         addrLine(underlayIp(6, EXTERNAL_HOST), UNDERLAY[6].len, 'eth0'),
         'link set eth0 up',
-        ...this.nodes.flatMap((n) => n.cidrs.map((c) => `route add ${cidrText(c)} via ${underlayIp(c.family, n.index)}`)),
+        ...this.nodes.flatMap((n) => n.cidrs.map((c) => `route add ${formatCidr(c)} via ${underlayIp(c.family, n.index)}`)),
       ]);
       const ips = [underlayIp(4, EXTERNAL_HOST), underlayIp(6, EXTERNAL_HOST)];
       const socketPath = join(this.#dir, 'ext.sock');
@@ -292,7 +308,7 @@ class SimCluster implements Cluster {
     return [
       'link add cni0 type bridge forward_delay 0',
       `link set cni0 address ${mac}`,
-      ...n.cidrs.map((c) => addrLine(firstHost(c), c.prefixLength, 'cni0')),
+      ...n.cidrs.map((c) => addrLine(firstHost(c), c.prefix, 'cni0')),
       'link set cni0 up',
       addrLine(underlayIp(4, n.index), UNDERLAY[4].len, 'eth0'),
       addrLine(underlayIp(6, n.index), UNDERLAY[6].len, 'eth0'),
@@ -300,7 +316,7 @@ class SimCluster implements Cluster {
       // host-gw: every other node's pod CIDRs are reached through that node's underlay address.
       ...this.nodes
         .filter((o) => o !== n)
-        .flatMap((o) => o.cidrs.map((c) => `route add ${cidrText(c)} via ${underlayIp(c.family, o.index)}`)),
+        .flatMap((o) => o.cidrs.map((c) => `route add ${formatCidr(c)} via ${underlayIp(c.family, o.index)}`)),
     ];
   }
 
@@ -318,7 +334,7 @@ class SimCluster implements Cluster {
       await sysctl(netns, NO_DAD);
       await ipBatch(netns, [
         `link add eth0 address ${podMac(spec.ips)} type veth peer name ${nodeVeth} netns ${node.netns}`,
-        ...spec.ips.map((ip) => addrLine(ip, this.#cidrFor(node, ip).prefixLength, 'eth0')),
+        ...spec.ips.map((ip) => addrLine(ip, this.#cidrFor(node, ip).prefix, 'eth0')),
         'link set eth0 up',
         ...spec.ips.map((ip) => `route add default via ${firstHost(this.#cidrFor(node, ip))}`),
       ]);

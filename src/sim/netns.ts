@@ -3,6 +3,7 @@
 
 import { execa } from 'execa';
 import { randomBytes } from 'node:crypto';
+import { CommandError } from '../errors.ts';
 
 /** A unique prefix such as "wt3f9a-": short, because interface names max out at 15 chars. */
 export function uniquePrefix(tag: string): string {
@@ -11,9 +12,7 @@ export function uniquePrefix(tag: string): string {
 
 export async function sh(cmd: string, args: readonly string[], input?: string): Promise<string> {
   const r = await execa(cmd, args, { input, reject: false });
-  if (r.exitCode !== 0) {
-    throw new Error(`${cmd} ${args.join(' ')} exited ${r.exitCode}: ${String(r.stderr).trim()}`);
-  }
+  if (r.exitCode !== 0) throw new CommandError('WEIR_COMMAND_FAILED', cmd, args, r.exitCode, String(r.stderr));
   return String(r.stdout);
 }
 

@@ -60,6 +60,8 @@ interface AgentProc {
   readonly node: string;
   readonly child: ChildProcess;
   revision: string;
+  /** Lines seen in all (log keeps only the last 200). */
+  lines: number;
   readonly errors: string[];
   readonly log: string[];
 }
@@ -68,6 +70,9 @@ export class Conformance {
   readonly cluster: Cluster;
   readonly dir: string;
   readonly #agents: AgentProc[] = [];
+  /** Raw files: their last content that parses, and the ones now broken on disk. */
+  readonly #goodRaw = new Map<string, string>();
+  readonly #brokenRaw = new Set<string>();
   pods = new Map<string, PodDef>();
   namespaces: Record<string, Record<string, string>> = {};
   policies: unknown[] = [];
@@ -156,11 +161,30 @@ export class Conformance {
 
   /** Writes a raw file into the manifests directory (for invalid-input scenarios). */
   async writeRaw(name: string, content: string): Promise<void> {
+    this.#goodRaw.set(name, content);
+    this.#brokenRaw.delete(name);
     await writeFile(join(this.dir, name), content);
     await this.settle();
   }
 
+  /** Writes a file that does not parse, and waits until every agent has reported it: an agent
+   *  keeps the file's last good content, so its revision does not move. */
+  async writeBrokenRaw(name: string, content: string): Promise<void> {
+    const seen = this.#agents.map((a) => a.lines);
+    this.#brokenRaw.add(name);
+    await writeFile(join(this.dir, name), content);
+    const deadline = Date.now() + 10_000;
+    const newLines = (a: AgentProc, since: number) => (a.lines > since ? a.log.slice(-Math.min(a.log.length, a.lines - since)) : []);
+    while (!this.#agents.every((a, i) => newLines(a, seen[i]).some((l) => l.includes(name) && /"level":(4|5)0/.test(l)))) {
+      if (Date.now() > deadline) throw new Error(`agents did not report the broken file ${name}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await this.settle();
+  }
+
   async removeRaw(name: string): Promise<void> {
+    this.#goodRaw.delete(name);
+    this.#brokenRaw.delete(name);
     await rm(join(this.dir, name), { force: true });
     await this.settle();
   }
@@ -199,7 +223,8 @@ export class Conformance {
 
   async revision(): Promise<string> {
     const names = (await readdir(this.dir)).filter((n) => /\.(ya?ml|json)$/.test(n) && !n.startsWith('.')).sort();
-    return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await readFile(join(this.dir, name), 'utf8') }))));
+    const content = async (name: string) => (this.#brokenRaw.has(name) ? this.#goodRaw.get(name)! : await readFile(join(this.dir, name), 'utf8'));
+    return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await content(name) }))));
   }
 
   agentErrors(): string[] {
@@ -239,9 +264,10 @@ export class Conformance {
       ['netns', 'exec', netns, process.execPath, MAIN, 'agent', '--manifests', this.dir, '--node-name', node, '--log-level', 'info', '--resync-interval', '5'],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
-    const a: AgentProc = { node, child, revision: '', errors: [], log: [] };
+    const a: AgentProc = { node, child, revision: '', lines: 0, errors: [], log: [] };
     const onLine = (line: string) => {
       a.log.push(line);
+      a.lines++;
       if (a.log.length > 200) a.log.shift();
       let rec: { level?: number; msg?: string; revision?: string } | undefined;
       try {

@@ -18,7 +18,6 @@ const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [
 
 // Agents see a changed file within their 20 ms debounce; nothing can be awaited for a file that
 // changes no revision, so this is a generous fixed wait.
-const BROKEN_FILE_WAIT_MS = 1000;
 
 const self = (x: Cell) => x.source === x.target;
 const tcp = (port?: number) => (x: Cell) => x.proto === 'tcp' && (port === undefined || x.port === port);
@@ -363,10 +362,7 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     try {
       await c.writeRaw(file, [...head, '  ingress:', '    - from:', '        - podSelector:', '            matchLabels:', '              app: web', ''].join('\n'));
       await c.expect(ingress({ [A2]: from(A1) }), 'valid file');
-      // Written past the harness: its settle() hashes the directory as it is, while an agent
-      // keeps the last good content of a broken file, so the two revisions never meet.
-      await writeFile(join(c.dir, file), [...head, '  ingress: [ { from: [ {podSelector: ', ''].join('\n'));
-      await sleep(BROKEN_FILE_WAIT_MS);
+      await c.writeBrokenRaw(file, [...head, '  ingress: [ { from: [ {podSelector: ', ''].join('\n'));
       await c.expect(ingress({ [A2]: from(A1) }), 'broken file keeps last good content');
       await c.writeRaw(file, [...head, '  ingress:', '    - ports:', '        - port: 81', ''].join('\n'));
       await c.expect(ingress({ [A2]: tcp(81) }), 'fixed file');
