@@ -47,7 +47,9 @@ export function parse(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed {
   }
   const values: Partial<Record<FlagName, string | boolean>> = {};
   for (const name of Object.keys(FLAGS) as FlagName[]) {
-    const v = (parsed.values as Record<string, string | boolean | undefined>)[name] ?? env[envName(name)];
+    const fromEnv = env[envName(name)];
+    const v = (parsed.values as Record<string, string | boolean | undefined>)[name] ??
+      (fromEnv !== undefined && FLAGS[name].type === 'boolean' ? ['1', 'true', 'yes'].includes(fromEnv.toLowerCase()) : fromEnv);
     if (v !== undefined) values[name] = v;
   }
   const [command, ...rest] = parsed.positionals;

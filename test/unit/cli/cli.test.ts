@@ -1,0 +1,62 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const MAIN = fileURLToPath(new URL('../../../src/cli/main.ts', import.meta.url));
+const EXAMPLES = fileURLToPath(new URL('../../../examples/', import.meta.url));
+const weir = (args: string[], env: Record<string, string> = {}) =>
+  spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
+
+describe('weir CLI', () => {
+  test('render prints the ipset and both iptables payloads, the same bytes every time', () => {
+    const a = weir(['render', '--manifests', EXAMPLES, '--node-name', 'node-a']);
+    assert.equal(a.status, 0, a.stderr);
+    assert.match(a.stdout, /^# ipset restore\ncreate cali40s:/);
+    assert.match(a.stdout, /# iptables-restore --noflush \(IPv4\)\n\*filter\n:cali-FORWARD - \[0:0\]/);
+    assert.match(a.stdout, /# ip6tables-restore --noflush \(IPv6\)\n\*filter/);
+    assert.match(a.stdout, /-I FORWARD 1 -m comment --comment "cali:hook" -j cali-FORWARD/);
+    assert.equal(weir(['render', '--manifests', EXAMPLES, '--node-name', 'node-a']).stdout, a.stdout);
+  });
+
+  test('render takes its flags from WEIR_* environment variables too, and honours the prefix', () => {
+    const r = weir(['render'], { WEIR_MANIFESTS: EXAMPLES, WEIR_NODE_NAME: 'node-b', WEIR_CHAIN_PREFIX: 'weir', WEIR_FAMILIES: '4' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /:weir-FORWARD - \[0:0\]/);
+    assert.doesNotMatch(r.stdout, /cali/);
+    assert.doesNotMatch(r.stdout, /IPv6/);
+  });
+
+  test('render lists an invalid policy with the path of every error', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'weir-cli-'));
+    try {
+      writeFileSync(join(dir, 'p.yaml'), [
+        'apiVersion: networking.k8s.io/v1', 'kind: NetworkPolicy', 'metadata: {name: bad, namespace: ns}',
+        'spec:', '  podSelector: {}', '  ingress:', '    - from: [{ipBlock: {cidr: nonsense}}]', '      ports: [{port: 70000}]', '',
+      ].join('\n'));
+      const r = weir(['render', '--manifests', dir, '--node-name', 'n']);
+      assert.equal(r.status, 0, r.stderr);
+      assert.match(r.stdout, /# policy ns\/bad is invalid and adds no allowance/);
+      assert.match(r.stdout, /spec\.ingress\[0\]\.from\[0\]\.ipBlock\.cidr/);
+      assert.match(r.stdout, /spec\.ingress\[0\]\.ports\[0\]\.port/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('bad flags are all reported at once, with exit status 2', () => {
+    const r = weir(['agent', '--mark-mask', '0xc000', '--families', '5', '--chain-prefix', 'Bad-Prefix']);
+    assert.equal(r.status, 2);
+    for (const want of [/--node-name \(WEIR_NODE_NAME\) is required/, /--manifests \(WEIR_MANIFESTS\) is required/, /overlaps kube-proxy/, /--families must be 4, 6 or 4,6/, /chain prefix "Bad-Prefix"/]) {
+      assert.match(r.stderr, want);
+    }
+  });
+
+  test('an unknown command or flag is a clear error', () => {
+    assert.match(weir(['enforce']).stderr, /unknown command "enforce"/);
+    assert.match(weir(['render', '--nodename', 'x']).stderr, /Unknown option '--nodename'/);
+  });
+});
