@@ -160,7 +160,8 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   /** Rebuilds the record from the kernel and marks everything, desired or found, dirty. */
   async function readKernel(t: Tools, desired: DesiredDataplane): Promise<void> {
     const read: { [F in Family]?: FamilyState } = {};
-    for (const f of families) read[f] = familyStateFromSave(await t.iptables.save(f), names);
+    const saved = await Promise.all(families.map((f) => t.iptables.save(f)));
+    families.forEach((f, i) => (read[f] = familyStateFromSave(saved[i], names)));
     const fresh: AppliedState = {
       sets: setsStateFromSave(await t.ipset.save(), names),
       families: { 4: read[4] ?? emptyFamilyState(), 6: read[6] ?? emptyFamilyState() },
@@ -214,14 +215,18 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         .filter(({ plan }) => plan.payload !== undefined);
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
-          for (const { f, plan } of plans) {
-            await t.iptables.restore(f, plan.payload!);
+          // The families are separate tables: write them side by side, record each success.
+          const results = await Promise.allSettled(plans.map(({ f, plan }) => t.iptables.restore(f, plan.payload!)));
+          plans.forEach(({ f, plan }, i) => {
+            if (results[i].status !== 'fulfilled') return;
             commitChains(state.families[f], plan);
             stats.chainsWritten += plan.written.size;
             stats.chainsDeleted += plan.deleted.length;
             stats.rulesWritten += plan.rules;
             if (plan.hook) stats.hooksWritten++;
-          }
+          });
+          const failed = results.find((r) => r.status === 'rejected');
+          if (failed) throw (failed as PromiseRejectedResult).reason;
         });
       }
 
