@@ -14,23 +14,25 @@ export interface SyntheticSize {
 export const NODE = 'node-0';
 const TIERS = ['web', 'api', 'db'];
 
-export function podIps(i: number): string[] {
-  return [`10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`, `fd00::${i.toString(16)}`];
+/** Like Flannel, every node has its own pod range: a /20 per node (k is the pod's index on it). */
+export function podIps(node: number, k: number): string[] {
+  return [`10.${node >> 4}.${((node & 15) << 4) | ((k >> 8) & 15)}.${k & 255}`, `fd00::${node.toString(16)}:${k.toString(16)}`];
 }
 
 export function makePod(i: number, size: SyntheticSize, labels?: Pod['labels']): Pod {
   const nodes = Math.max(1, Math.round(size.pods / size.localPods));
   const ns = `ns-${i % size.namespaces}`;
+  const node = i % nodes;
   return {
     uid: `uid-${i}`,
     namespace: ns,
     name: `pod-${i}`,
     labels: labels ?? { app: `app${Math.floor(i / size.namespaces) % 5}`, tier: TIERS[Math.floor(i / size.namespaces) % 3] },
-    nodeName: `node-${i % nodes}`,
+    nodeName: `node-${node}`,
     hostNetwork: false,
     phase: 'Running',
     terminating: false,
-    ips: podIps(i),
+    ips: podIps(node, Math.floor(i / nodes)),
     ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
   };
 }

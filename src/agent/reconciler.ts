@@ -45,6 +45,9 @@ export class Reconciler {
   readonly #o: ReconcilerOptions;
   readonly #clock: Clock;
   #queue: SourceBatch[] = [];
+  /** Arrival times of batches taken into calc but not yet in the kernel. */
+  #unapplied: number[] = [];
+  #arrivals: number[] = [];
   #synced = false;
   #latestRevision = '';
   #appliedRevision = '';
@@ -76,6 +79,7 @@ export class Reconciler {
 
   onBatch(batch: SourceBatch): void {
     this.#queue.push(batch);
+    this.#arrivals.push(this.#clock.now());
     this.#latestRevision = batch.revision;
     this.#schedule(this.#o.debounceMs);
   }
@@ -123,6 +127,7 @@ export class Reconciler {
   async #pass(): Promise<void> {
     const { calc, dataplane, log, metrics } = this.#o;
     const batches = this.#queue.splice(0);
+    this.#unapplied.push(...this.#arrivals.splice(0));
     if (batches.length > 0) {
       const t0 = this.#clock.now();
       let events = 0;
@@ -157,6 +162,7 @@ export class Reconciler {
       this.#lastError = null;
       this.#appliedRevision = revision;
       const ms = this.#clock.now() - t0;
+      for (const at of this.#unapplied.splice(0)) metrics.enforceLatency.observe((this.#clock.now() - at) / 1000);
       metrics.applyDuration.observe({ step: resync ? 'resync' : 'total' }, ms / 1000);
       metrics.applies.inc({ result: 'ok' });
       const st = dataplane.status();

@@ -10,7 +10,7 @@
 
 import { ClusterState, isPeerEligible } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
-import { splitForIpset } from '../model/cidr.ts';
+import { formatCidr, parseIp, splitForIpset } from '../model/cidr.ts';
 import { compilePolicy } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
 import type { CompiledPolicy, Family, Labels, ModelEvent, Pod, PodsPeer } from '../model/types.ts';
@@ -19,7 +19,7 @@ import type { DesiredDataplane, DesiredSet, Dirty, Members, Rule, SetType } from
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
 import type { Direction, MarkBits, SetSpec } from './rules.ts';
-import { policyChainRules, topChainRules, workloadChainRules } from './rules.ts';
+import { hostCidr, policyChainRules, topChainRules, workloadChainRules } from './rules.ts';
 
 export interface CalcConfig {
   readonly nodeName: string;
@@ -90,6 +90,9 @@ export class Calculator {
   #dirty: Dirty = emptyDirty();
   #touchedPolicies = new Set<string>();
   #dispatchDirty = false;
+  #bucketChains: { 4: Set<string>; 6: Set<string> } = { 4: new Set(), 6: new Set() };
+  /** Local pod address -> its dispatch block, kept for the addresses of current pods. */
+  #blocks = new Map<string, string>();
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
@@ -414,26 +417,60 @@ export class Calculator {
     return this.takeDirty();
   }
 
+  /**
+   * Dispatch is a two-level tree: the top chains jump on the /28 (IPv4) or /124 (IPv6) block
+   * of the address to a bucket chain of at most 16 pods, which jumps to the pod's chain. A pod
+   * coming or going rewrites one small bucket, not a list of every local pod.
+   */
   #rebuildDispatch(): void {
     const names = this.#cfg.names;
     const ordered = [...this.#workloads.entries()].sort(([ua, a], [ub, b]) =>
       compare(`${a.pod.namespace}/${a.pod.name}/${ua}`, `${b.pod.namespace}/${b.pod.name}/${ub}`),
     );
+    const blocksNow = new Map<string, string>();
     for (const f of this.#cfg.families) {
-      const from: Rule[] = [];
-      const to: Rule[] = [];
+      const buckets = new Map<string, { from: Rule[]; to: Rule[] }>();
       for (const [uid, w] of ordered) {
         for (const ip of w.pod.ips) {
           if (familyOf(ip) !== f) continue;
-          const cidr = ip.includes(':') ? `${ip}/128` : `${ip}/32`;
-          from.push({ matches: [{ kind: 'addr', dir: 'src', cidr }], action: { kind: 'goto', chain: names.fromWorkload(uid) } });
-          to.push({ matches: [{ kind: 'addr', dir: 'dst', cidr }], action: { kind: 'goto', chain: names.toWorkload(uid) } });
+          const block = this.#blocks.get(ip) ?? dispatchBlock(ip);
+          blocksNow.set(ip, block);
+          let b = buckets.get(block);
+          if (!b) buckets.set(block, (b = { from: [], to: [] }));
+          const cidr = hostCidr(ip);
+          b.from.push({ matches: [{ kind: 'addr', dir: 'src', cidr }], action: { kind: 'goto', chain: names.fromWorkload(uid) } });
+          b.to.push({ matches: [{ kind: 'addr', dir: 'dst', cidr }], action: { kind: 'goto', chain: names.toWorkload(uid) } });
         }
       }
-      this.#setChain(f, names.fromWorkloadDispatch, from);
-      this.#setChain(f, names.toWorkloadDispatch, to);
+      const blocks = [...buckets.keys()].sort(compare);
+      const top = (dir: 'from' | 'to') =>
+        blocks.map((block): Rule => ({
+          matches: [{ kind: 'addr', dir: dir === 'from' ? 'src' : 'dst', cidr: block }],
+          action: { kind: 'goto', chain: names.dispatchBucket(dir, block) },
+        }));
+      this.#setChain(f, names.fromWorkloadDispatch, top('from'));
+      this.#setChain(f, names.toWorkloadDispatch, top('to'));
+      const live = new Set<string>();
+      for (const [block, b] of buckets) {
+        for (const dir of ['from', 'to'] as const) {
+          const chain = names.dispatchBucket(dir, block);
+          live.add(chain);
+          this.#setChain(f, chain, dir === 'from' ? b.from : b.to);
+        }
+      }
+      for (const chain of this.#bucketChains[f]) if (!live.has(chain)) this.#deleteChain(f, chain);
+      this.#bucketChains[f] = live;
     }
+    this.#blocks = blocksNow;
   }
+}
+
+/** The /28 or /124 block holding an address: the dispatch bucket it belongs to. */
+function dispatchBlock(ip: string): string {
+  const a = parseIp(ip);
+  if ('error' in a) throw new RangeError(`local pod address ${ip}: ${a.error}`);
+  const prefix = a.family === 4 ? 28 : 124;
+  return formatCidr({ family: a.family, base: a.value & ~0xfn, prefix });
 }
 
 /** Members a pod gives a set: its addresses of the set's family, with the resolved port

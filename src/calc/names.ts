@@ -25,6 +25,8 @@ export interface Names {
   fromWorkload(podKey: string): string;
   policyIngress(policyKey: string): string;
   policyEgress(policyKey: string): string;
+  /** A dispatch bucket chain: the local pods of one address block, by direction. */
+  dispatchBucket(dir: 'from' | 'to', block: string): string;
   peerSet(family: Family, canonicalKey: string): string;
   isOwnChain(name: string): boolean;
   isOwnSet(name: string): boolean;
@@ -66,6 +68,7 @@ export function makeNames(prefix: string = DEFAULT_PREFIX): Names {
     fromWorkload: (podKey) => chainHash('fw', podKey),
     policyIngress: (policyKey) => chainHash('pi', policyKey),
     policyEgress: (policyKey) => chainHash('po', policyKey),
+    dispatchBucket: (dir, block) => chainHash(dir === 'from' ? 'fd' : 'td', block),
     peerSet: (family, key) => hashed(setHead(family), MAX_SET_NAME, key),
     isOwnChain: (name) => name.startsWith(`${prefix}-`),
     isOwnSet: (name) => name.startsWith(setHead(4)) || name.startsWith(setHead(6)),

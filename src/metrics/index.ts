@@ -16,6 +16,10 @@ export interface Metrics {
   readonly calcDuration: Histogram;
   readonly sourceEvents: Counter<'kind'>;
   readonly commandRetries: Counter<'command'>;
+  readonly enforceLatency: Histogram;
+  readonly watchEvents: Counter<'kind' | 'type'>;
+  readonly watchRestarts: Counter<'kind' | 'reason'>;
+  readonly statusWrites: Counter<'kind' | 'result'>;
 }
 
 export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
@@ -46,5 +50,14 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     }),
     sourceEvents: new Counter({ name: 'weir_source_events_total', help: 'Model events received from the source, by kind', labelNames: ['kind'], registers }),
     commandRetries: new Counter({ name: 'weir_command_retries_total', help: 'Retried iptables/ipset commands (xtables lock held)', labelNames: ['command'], registers }),
+    enforceLatency: new Histogram({
+      name: 'weir_event_to_enforced_seconds',
+      help: 'Time from a change reaching the agent to the kernel holding it',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    }),
+    watchEvents: new Counter({ name: 'weir_watch_events_total', help: 'Watch events received from the API server, by kind and type', labelNames: ['kind', 'type'], registers }),
+    watchRestarts: new Counter({ name: 'weir_watch_restarts_total', help: 'Watch restarts, by kind and reason (error, expired, watchdog, relist)', labelNames: ['kind', 'reason'], registers }),
+    statusWrites: new Counter({ name: 'weir_status_writes_total', help: 'Status object writes, by kind and result', labelNames: ['kind', 'result'], registers }),
   };
 }
