@@ -1,0 +1,301 @@
+// List+watch of one kind, kept alive whatever happens: every failure (HTTP error, network
+// error, 410 Gone, a watch that ends or goes silent) restarts it after a jittered exponential
+// backoff; 410 and a periodic timer relist and diff against the cache, which repairs any event
+// the watch missed. The cache holds converted model objects only, and a change is reported only
+// when an object's model form changes, so every report is an exact diff.
+
+import { WeirError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
+import type { ObjectKind } from '../../model/types.ts';
+import type { ViewEntry } from '../manifests/view.ts';
+import { describe, KubeApiError, statusOf } from './api.ts';
+import type { KubeApi, RawWatchEvent } from './api.ts';
+import { convertObject, isRecord, rawRef, resourceVersionOf } from './resources.ts';
+import type { Converted, Resource } from './resources.ts';
+import { backoffDelay, pickBetween } from './timings.ts';
+import type { KubeTimings } from './timings.ts';
+
+/** The vocabulary of a watch loop, for logs and metrics:
+ *  - listed: a full list completed (the first one, or a relist);
+ *  - watch-started: the server accepted a watch;
+ *  - event: an ADDED, MODIFIED or DELETED event arrived;
+ *  - bookmark: a BOOKMARK moved the resourceVersion on;
+ *  - error: a list or watch failed (detail: why);
+ *  - restart: the loop is about to wait and start again (detail: why and the delay);
+ *  - watchdog: a silent watch was abandoned;
+ *  - relist: a relist begins after the first list (detail: periodic or 410). */
+export type WatchTransition = 'listed' | 'watch-started' | 'event' | 'bookmark' | 'error' | 'restart' | 'watchdog' | 'relist';
+
+export interface WatchEvent {
+  readonly kind: ObjectKind;
+  readonly type: WatchTransition;
+  readonly detail?: string;
+}
+
+export interface ReflectorDeps {
+  readonly api: KubeApi;
+  readonly log: Logger;
+  readonly timings: KubeTimings;
+  readonly delay: (ms: number, signal: AbortSignal) => Promise<void>;
+  readonly random: () => number;
+  readonly now: () => number;
+  readonly onWatchEvent: (e: WatchEvent) => void;
+}
+
+export interface ReflectorSink {
+  /** An object changed (entry) or disappeared (undefined); key is the model key. */
+  change(key: string, entry: ViewEntry | undefined): void;
+  /** A full list was applied to the cache. */
+  listed(): void;
+}
+
+export interface Reflector {
+  /** Lists and watches until `signal` aborts; never rejects. */
+  run(signal: AbortSignal): Promise<void>;
+  /** The current resourceVersion ('' before the first list). */
+  resourceVersion(): string;
+}
+
+// Why a watch was cut short by us rather than by the server.
+const WATCHDOG = 'watchdog';
+const RELIST = 'relist';
+
+export function createReflector(res: Resource, deps: ReflectorDeps, sink: ReflectorSink): Reflector {
+  const { api, log, timings, random, now } = deps;
+  const kind = res.kind;
+  const entries = new Map<string, ViewEntry>();
+  /** name -> key: a pod name reused by a new uid replaces the old pod. */
+  const byName = new Map<string, string>();
+  const nameOfKey = new Map<string, string>();
+  /** Objects that failed conversion, with the message last logged, so a relist does not repeat it. */
+  let bad = new Map<string, string>();
+  let rv = '';
+  let needList = true;
+  let listedOnce = false;
+  let relistWhy = '';
+  let relistTimer: NodeJS.Timeout | undefined;
+  let current: AbortController | undefined;
+  /** Set when the running watch made progress: the next failure starts the backoff afresh. */
+  let healthy = false;
+
+  function hook(type: WatchTransition, detail?: string): void {
+    try {
+      deps.onWatchEvent(detail === undefined ? { kind, type } : { kind, type, detail });
+    } catch (err) {
+      log.error({ err, kind }, 'the watch event hook failed');
+    }
+  }
+
+  /** Stores a converted object; returns whether its model form changed. */
+  function put(c: Converted): boolean {
+    const { entry, name } = c;
+    const holder = byName.get(name);
+    if (holder !== undefined && holder !== entry.key) remove(holder);
+    byName.set(name, entry.key);
+    nameOfKey.set(entry.key, name);
+    if (entries.get(entry.key)?.canonical === entry.canonical) return false;
+    entries.set(entry.key, entry);
+    for (const w of c.warnings) log.warn({ kind, object: name }, w);
+    sink.change(entry.key, entry);
+    return true;
+  }
+
+  function remove(key: string): boolean {
+    const name = nameOfKey.get(key);
+    if (name !== undefined && byName.get(name) === key) byName.delete(name);
+    nameOfKey.delete(key);
+    if (!entries.delete(key)) return false;
+    sink.change(key, undefined);
+    return true;
+  }
+
+  /** Converts, or logs why not (once per object and message) and returns null. */
+  function convert(raw: unknown, badNow: Map<string, string>): Converted | null {
+    const ref = rawRef(res, raw);
+    try {
+      const c = convertObject(res, raw);
+      badNow.delete(ref.key);
+      return c;
+    } catch (err) {
+      if (!(err instanceof WeirError)) throw err;
+      if (bad.get(ref.key) !== err.message) {
+        log.warn({ err, kind, namespace: ref.namespace || undefined, name: ref.name }, `${err.message}; skipped`);
+      }
+      badNow.set(ref.key, err.message);
+      return null;
+    }
+  }
+
+  async function list(signal: AbortSignal): Promise<number> {
+    const fresh: Converted[] = [];
+    const badNow = new Map<string, string>();
+    let cont = '';
+    let listRv = '';
+    do {
+      const query: Record<string, string> = { limit: String(timings.pageSize) };
+      if (cont !== '') query.continue = cont;
+      if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
+      const body = await api.get(res.path, query, AbortSignal.any([signal, AbortSignal.timeout(timings.listTimeoutMs)]));
+      const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
+      const items = isRecord(body) && Array.isArray(body.items) ? body.items : null;
+      if (items === null) throw new KubeApiError(res.path, 200, '', 'the list response has no items');
+      for (const item of items) {
+        const c = convert(item, badNow);
+        if (c !== null) fresh.push(c);
+      }
+      cont = typeof md.continue === 'string' ? md.continue : '';
+      listRv = typeof md.resourceVersion === 'string' ? md.resourceVersion : '';
+    } while (cont !== '');
+    bad = badNow;
+
+    let changes = 0;
+    const keep = new Set(fresh.map((c) => c.entry.key));
+    for (const key of [...entries.keys()]) if (!keep.has(key) && remove(key)) changes++;
+    for (const c of fresh) if (put(c)) changes++;
+    rv = listRv;
+    return changes;
+  }
+
+  function apply(ev: RawWatchEvent): void {
+    switch (ev.type) {
+      case 'ADDED':
+      case 'MODIFIED': {
+        const c = convert(ev.object, bad);
+        if (c !== null) put(c);
+        else {
+          // An object we cannot read is treated as absent, as a relist would.
+          const key = byName.get(rawRef(res, ev.object).key);
+          if (key !== undefined) remove(key);
+        }
+        hook('event', ev.type);
+        break;
+      }
+      case 'DELETED': {
+        const ref = rawRef(res, ev.object);
+        bad.delete(ref.key);
+        const key = byName.get(ref.key);
+        const held = key === undefined ? undefined : entries.get(key);
+        // A late delete of an older pod of the same name must not remove the new one.
+        const sameUid = held === undefined || held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid;
+        if (key !== undefined && sameUid) remove(key);
+        hook('event', ev.type);
+        break;
+      }
+      case 'BOOKMARK':
+        hook('bookmark', resourceVersionOf(ev.object));
+        break;
+      case 'ERROR': {
+        const s = statusOf(ev.object);
+        throw new KubeApiError(res.path, s?.code ?? 0, s?.reason ?? '', s?.message || 'the watch sent an ERROR event');
+      }
+      default:
+        log.debug({ kind, type: ev.type }, `ignoring a watch event of type ${ev.type}`);
+        return;
+    }
+    const next = resourceVersionOf(ev.object);
+    if (next !== '') rv = next;
+    healthy = true;
+  }
+
+  /** One watch from `rv`. Returns how it ended when it ended without an error. */
+  async function watch(signal: AbortSignal): Promise<'ended' | typeof WATCHDOG | typeof RELIST> {
+    const ctl = new AbortController();
+    const cut = AbortSignal.any([signal, ctl.signal]);
+    current = ctl;
+    const started = now();
+    let last = started;
+    // Re-armed lazily from the time of the last chunk, instead of being reset on every chunk.
+    let dog: NodeJS.Timeout | undefined;
+    const check = () => {
+      const silent = now() - last;
+      if (silent >= timings.watchdogMs) ctl.abort(WATCHDOG);
+      else dog = setTimeout(check, timings.watchdogMs - silent);
+    };
+    dog = setTimeout(check, timings.watchdogMs);
+    const query: Record<string, string> = {
+      watch: 'true',
+      allowWatchBookmarks: 'true',
+      timeoutSeconds: String(Math.round(pickBetween(timings.watchTimeoutSeconds, random))),
+    };
+    if (rv !== '') query.resourceVersion = rv;
+    if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
+    try {
+      const stream = await api.watch(res.path, query, cut, () => {
+        last = now();
+      });
+      hook('watch-started', `from resourceVersion ${rv || '(latest)'}`);
+      for await (const ev of stream) apply(ev);
+      return 'ended';
+    } catch (err) {
+      if (!signal.aborted && ctl.signal.aborted) return ctl.signal.reason === WATCHDOG ? WATCHDOG : RELIST;
+      throw err;
+    } finally {
+      clearTimeout(dog);
+      current = undefined;
+      if (now() - started >= timings.healthyWatchMs) healthy = true;
+    }
+  }
+
+  function armRelist(): void {
+    clearTimeout(relistTimer);
+    relistTimer = setTimeout(() => {
+      needList = true;
+      relistWhy = 'periodic';
+      current?.abort(RELIST);
+    }, pickBetween(timings.relistMs, random));
+  }
+
+  async function run(signal: AbortSignal): Promise<void> {
+    let failures = 0;
+    while (!signal.aborted) {
+      let why: string;
+      let phase = 'list';
+      healthy = false;
+      try {
+        if (needList) {
+          if (listedOnce) hook('relist', relistWhy);
+          const changes = await list(signal);
+          needList = false;
+          failures = 0;
+          hook('listed', `${entries.size} objects at resourceVersion ${rv || '(none)'}`);
+          if (listedOnce && changes > 0) {
+            log.info({ kind, changes, why: relistWhy }, `${kind} relist repaired ${changes} object(s) the watch had not delivered`);
+          }
+          listedOnce = true;
+          sink.listed();
+          armRelist();
+        }
+        phase = 'watch';
+        const ended = await watch(signal);
+        if (ended === RELIST) continue; // planned: relist at once
+        if (ended === WATCHDOG) {
+          why = `the watch was silent for ${timings.watchdogMs} ms`;
+          hook('watchdog', why);
+          log.warn({ kind, resourceVersion: rv }, `${kind} ${why}; restarting it`);
+        } else {
+          why = 'the server ended the watch';
+        }
+      } catch (err) {
+        if (signal.aborted) break;
+        why = describe(err);
+        if (err instanceof KubeApiError && err.status === 410) {
+          needList = true;
+          relistWhy = `410 Gone: ${err.message}`;
+        }
+        hook('error', why);
+        // 410 is routine after a long disconnect: the relist repairs it.
+        const level = err instanceof KubeApiError && err.status === 410 ? 'info' : 'warn';
+        log[level]({ err, kind, resourceVersion: rv }, `${kind} ${phase} failed: ${why}`);
+      }
+      if (healthy) failures = 0;
+      failures++;
+      const ms = backoffDelay(failures, timings, random);
+      hook('restart', `${why}; retrying in ${ms} ms`);
+      log.debug({ kind, failures, delayMs: ms }, `${kind}: ${why}; retrying in ${ms} ms`);
+      await deps.delay(ms, signal);
+    }
+    clearTimeout(relistTimer);
+  }
+
+  return { run, resourceVersion: () => rv };
+}

@@ -1,0 +1,90 @@
+// The four kinds Weir watches: where they live in the API and how one raw object becomes a
+// view entry (the shared conversion of ../convert.ts, canonical JSON for exact diffs).
+
+import type { ObjectKind } from '../../model/types.ts';
+import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
+import { canonicalJson, objectKey } from '../manifests/view.ts';
+import type { ModelUpsert, ViewEntry } from '../manifests/view.ts';
+
+export interface Resource {
+  readonly kind: ObjectKind;
+  /** Collection path across all namespaces. */
+  readonly path: string;
+  readonly namespaced: boolean;
+  readonly fieldSelector?: string;
+}
+
+/** Namespaces and nodes before pods and policies, the order of the first batch's events. */
+export function resourcesFor(nodeName: string): readonly Resource[] {
+  return [
+    { kind: 'Namespace', path: '/api/v1/namespaces', namespaced: false },
+    // Only this agent's node: its podCIDRs are all Weir needs from nodes.
+    { kind: 'Node', path: '/api/v1/nodes', namespaced: false, fieldSelector: `metadata.name=${nodeName}` },
+    { kind: 'Pod', path: '/api/v1/pods', namespaced: true },
+    { kind: 'NetworkPolicy', path: '/apis/networking.k8s.io/v1/networkpolicies', namespaced: true },
+  ];
+}
+
+export interface Converted {
+  readonly entry: ViewEntry;
+  /** namespace/name (or name): at most one object holds a name at a time, whatever its uid. */
+  readonly name: string;
+  /** Problems the conversion survived (an invalid pod IP dropped). */
+  readonly warnings: readonly string[];
+}
+
+/** Converts one raw API object; throws the WeirError of ../convert.ts when it cannot. */
+export function convertObject(res: Resource, raw: unknown): Converted {
+  const warnings: string[] = [];
+  const warn = (m: string) => void warnings.push(m);
+  let upsert: ModelUpsert;
+  switch (res.kind) {
+    case 'Pod':
+      upsert = { kind: 'Pod', op: 'upsert', object: toPod(raw, warn) };
+      break;
+    case 'Namespace':
+      upsert = { kind: 'Namespace', op: 'upsert', object: toNamespace(raw) };
+      break;
+    case 'Node':
+      upsert = { kind: 'Node', op: 'upsert', object: toNode(raw, warn) };
+      break;
+    case 'NetworkPolicy':
+      // Needs only metadata: the spec goes through as received and the model validates it.
+      upsert = { kind: 'NetworkPolicy', op: 'upsert', object: toNetworkPolicy(raw) };
+      break;
+  }
+  const entry: ViewEntry = { key: objectKey(upsert), upsert, canonical: canonicalJson(upsert.object), file: res.path };
+  return { entry, name: nameOfUpsert(upsert), warnings };
+}
+
+function nameOfUpsert(u: ModelUpsert): string {
+  return u.kind === 'Pod' || u.kind === 'NetworkPolicy' ? `${u.object.namespace}/${u.object.name}` : u.object.name;
+}
+
+export interface RawRef {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  /** Same form as Converted.name ("default" namespace when missing, as ../convert.ts does). */
+  readonly key: string;
+}
+
+/** Identity read leniently from a raw object, for deletes and for messages about objects that
+ *  do not convert. */
+export function rawRef(res: Resource, raw: unknown): RawRef {
+  const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
+  const text = (v: unknown) => (typeof v === 'string' ? v : '');
+  const name = text(md.name);
+  const namespace = res.namespaced ? text(md.namespace) || 'default' : '';
+  return { namespace, name, uid: text(md.uid), key: res.namespaced ? `${namespace}/${name}` : name };
+}
+
+/** metadata.resourceVersion of a raw object, '' if absent. */
+export function resourceVersionOf(raw: unknown): string {
+  const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
+  return typeof md.resourceVersion === 'string' ? md.resourceVersion : '';
+}
+
+export function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

@@ -1,0 +1,160 @@
+// The kube source: Pods and NetworkPolicies of all namespaces, Namespaces and this agent's own
+// Node, list+watched from the API server and fed as model events. Nothing goes out before every
+// kind has been listed once; the first batch is then the full state (synced: true), and each
+// later batch is the exact diff since the batch before, coalesced over a few milliseconds.
+
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { ConfigError } from '../../errors.ts';
+import type { Logger } from '../../log.ts';
+import { diffViews } from '../manifests/view.ts';
+import type { ViewEntry } from '../manifests/view.ts';
+import type { Source, SourceBatch } from '../types.ts';
+import { createKubeApi } from './api.ts';
+import type { KubeApi } from './api.ts';
+import { createReflector } from './reflector.ts';
+import type { Reflector, WatchEvent } from './reflector.ts';
+import { resourcesFor } from './resources.ts';
+import { DEFAULT_KUBE_TIMINGS } from './timings.ts';
+import type { KubeTimings } from './timings.ts';
+
+export interface KubeSourceOptions {
+  readonly kubeConfig: KubeConfig;
+  /** This agent's node: the only Node watched. */
+  readonly nodeName: string;
+  readonly log: Logger;
+  readonly timings?: Partial<KubeTimings>;
+  /** Every watch transition, e.g. to count weir_watch_events_total{kind} ('event') and
+   *  weir_watch_restarts_total{kind} ('restart'). Must not throw (it is caught and logged). */
+  readonly onWatchEvent?: (e: WatchEvent) => void;
+  /** Waits between retries; resolves early when the signal aborts. Tests record the backoff. */
+  readonly delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** [0, 1), for jitter and the randomised watch timeouts and relist intervals. */
+  readonly random?: () => number;
+  /** Monotonic milliseconds, for the watchdog. */
+  readonly now?: () => number;
+}
+
+/** Resolves after `ms`, or as soon as `signal` aborts. */
+async function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  await sleep(ms, undefined, { signal }).catch(() => {});
+}
+
+/**
+ * `revision` of a batch: the number of batches this source has delivered since it started,
+ * in decimal ("1" is the initial full state). It tells how far the consumer has got, not what
+ * the cluster holds; it starts again at "1" when the agent restarts.
+ */
+export function createKubeSource(opts: KubeSourceOptions): Source {
+  const { log, nodeName } = opts;
+  const timings: KubeTimings = { ...DEFAULT_KUBE_TIMINGS, ...opts.timings };
+  const resources = resourcesFor(nodeName);
+
+  /** What the consumer has been sent, by model key. */
+  const delivered = new Map<string, ViewEntry>();
+  /** Keys changed since the last batch, with their current entry (undefined: gone). */
+  const pending = new Map<string, ViewEntry | undefined>();
+  const listed = new Set<string>();
+  const reflectors: Reflector[] = [];
+  let loops: Promise<void>[] = [];
+  let api: KubeApi | null = null;
+  let abort: AbortController | null = null;
+  let onBatch: ((batch: SourceBatch) => void) | null = null;
+  let synced = false;
+  let seq = 0;
+  let flushTimer: NodeJS.Timeout | null = null;
+  let stopped = false;
+  let started: (() => void) | null = null;
+
+  function schedule(): void {
+    // A fixed window from the first change, not reset by later ones, bounds the delay.
+    if (flushTimer !== null || stopped) return;
+    flushTimer = setTimeout(flush, timings.coalesceMs);
+  }
+
+  function flush(): void {
+    if (flushTimer !== null) clearTimeout(flushTimer);
+    flushTimer = null;
+    if (stopped || onBatch === null) return;
+    const before = new Map<string, ViewEntry>();
+    const after = new Map<string, ViewEntry>();
+    for (const [key, entry] of pending) {
+      const sent = delivered.get(key);
+      if (sent !== undefined) before.set(key, sent);
+      if (entry !== undefined) after.set(key, entry);
+    }
+    pending.clear();
+    // A change undone within the window (A -> B -> A) yields nothing.
+    const events = diffViews(before, after);
+    for (const key of before.keys()) if (!after.has(key)) delivered.delete(key);
+    for (const [key, entry] of after) delivered.set(key, entry);
+    if (events.length === 0 && seq > 0) return;
+    seq++;
+    const revision = String(seq);
+    log.debug({ events: events.length, revision, resourceVersions: resourceVersions() }, `kube: ${events.length} change(s)`);
+    try {
+      onBatch({ events, synced: true, revision });
+    } catch (err) {
+      log.error({ err }, 'the kube batch handler failed');
+    }
+  }
+
+  function resourceVersions(): Record<string, string> {
+    const out: Record<string, string> = {};
+    resources.forEach((r, i) => (out[r.kind] = reflectors[i]?.resourceVersion() ?? ''));
+    return out;
+  }
+
+  return {
+    start(cb: (batch: SourceBatch) => void): Promise<void> {
+      if (onBatch !== null) return Promise.reject(new Error('the kube source was started twice'));
+      if (opts.kubeConfig.getCurrentCluster() === null) {
+        return Promise.reject(new ConfigError(['the kubeconfig has no current cluster (check its current-context)']));
+      }
+      onBatch = cb;
+      const ctl = new AbortController();
+      abort = ctl;
+      const kubeApi = createKubeApi(opts.kubeConfig);
+      api = kubeApi;
+      const deps = {
+        api: kubeApi,
+        log,
+        timings,
+        delay: opts.delay ?? abortableDelay,
+        random: opts.random ?? Math.random,
+        now: opts.now ?? (() => performance.now()),
+        onWatchEvent: opts.onWatchEvent ?? (() => {}),
+      };
+      const ready = new Promise<void>((resolve) => (started = resolve));
+      for (const res of resources) {
+        const reflector = createReflector(res, deps, {
+          change(key, entry) {
+            pending.set(key, entry);
+            if (synced) schedule();
+          },
+          listed() {
+            listed.add(res.kind);
+            if (synced || listed.size < resources.length) return;
+            synced = true;
+            log.info({ node: nodeName, resourceVersions: resourceVersions() }, 'kube: every kind listed; sending the full state');
+            flush();
+            started?.();
+          },
+        });
+        reflectors.push(reflector);
+      }
+      loops = reflectors.map((r) => r.run(ctl.signal));
+      return ready;
+    },
+
+    async stop(): Promise<void> {
+      stopped = true;
+      if (flushTimer !== null) clearTimeout(flushTimer);
+      flushTimer = null;
+      abort?.abort();
+      await Promise.allSettled(loops);
+      await api?.close();
+      started?.();
+    },
+  };
+}

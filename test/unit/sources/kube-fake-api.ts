@@ -1,0 +1,265 @@
+// A loopback fake of the Kubernetes API server for the four collections the kube source reads:
+// paginated lists and chunked watch streams, with the faults a real server will not produce on
+// demand (HTTP errors, held or stalled responses, ended streams, compacted history).
+
+import { createServer } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { KubeConfig } from '@kubernetes/client-node';
+
+export type Kind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';
+
+const PATHS: Record<Kind, string> = {
+  Pod: '/api/v1/pods',
+  Namespace: '/api/v1/namespaces',
+  Node: '/api/v1/nodes',
+  NetworkPolicy: '/apis/networking.k8s.io/v1/networkpolicies',
+};
+const NAMESPACED: Record<Kind, boolean> = { Pod: true, Namespace: false, Node: false, NetworkPolicy: true };
+export const TOKEN = 'fake-token';
+
+type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
+
+/** What the next list or watch request of a kind gets instead of a normal answer. */
+export type Fault =
+  | { readonly status: number; readonly reason?: string }
+  /** Answer normally once the promise resolves. */
+  | { readonly hold: Promise<void> }
+  /** (watch) 200 and headers, then nothing at all, ever. */
+  | { readonly stall: true };
+
+export interface RequestRecord {
+  readonly kind: Kind;
+  readonly verb: 'list' | 'watch';
+  readonly query: URLSearchParams;
+}
+
+interface Watcher {
+  readonly kind: Kind;
+  readonly res: ServerResponse;
+  readonly name: string | null;
+  readonly stalled: boolean;
+}
+
+interface HistoryEvent {
+  readonly rv: number;
+  readonly type: string;
+  readonly object: Obj;
+}
+
+export class FakeApiServer {
+  rv = 1000;
+  readonly requests: RequestRecord[] = [];
+  private readonly objects = new Map<Kind, Map<string, Obj>>();
+  private readonly history = new Map<Kind, HistoryEvent[]>();
+  /** Watches from a resourceVersion below this get 410 Gone. */
+  private readonly oldest = new Map<Kind, number>();
+  private readonly faults = new Map<string, Fault[]>();
+  private readonly watchers = new Set<Watcher>();
+  private server: Server | null = null;
+  private port = 0;
+  private uidSeq = 0;
+
+  async start(): Promise<void> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+
+  async close(): Promise<void> {
+    for (const w of this.watchers) w.res.destroy();
+    this.watchers.clear();
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()) ?? resolve());
+  }
+
+  kubeConfig(token = TOKEN): KubeConfig {
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      // client-node refuses plain http unless skipTLSVerify is set.
+      clusters: [{ name: 'fake', server: `http://127.0.0.1:${this.port}`, skipTLSVerify: true }],
+      users: [{ name: 'agent', token }],
+      contexts: [{ name: 'fake', cluster: 'fake', user: 'agent' }],
+      currentContext: 'fake',
+    });
+    return kc;
+  }
+
+  /** Queues a fault for the next list or watch request of a kind. */
+  fault(kind: Kind, verb: 'list' | 'watch', f: Fault): void {
+    const k = `${kind} ${verb}`;
+    this.faults.set(k, [...(this.faults.get(k) ?? []), f]);
+  }
+
+  requestsOf(kind: Kind, verb: 'list' | 'watch'): RequestRecord[] {
+    return this.requests.filter((r) => r.kind === kind && r.verb === verb);
+  }
+
+  openWatches(kind: Kind): number {
+    return [...this.watchers].filter((w) => w.kind === kind).length;
+  }
+
+  /** The stored object (as served, with uid and resourceVersion). */
+  get(kind: Kind, key: string): Obj {
+    const o = this.store(kind).get(key);
+    if (o === undefined) throw new Error(`no ${kind} ${key}`);
+    return o;
+  }
+
+  /** Creates or replaces an object; `silent` leaves watchers uninformed (a missed event). */
+  set(kind: Kind, object: Obj, opts: { silent?: boolean } = {}): Obj {
+    const key = keyOf(kind, object);
+    const prev = this.store(kind).get(key);
+    const md = { ...object.metadata };
+    md.uid ??= (prev?.metadata.uid as string | undefined) ?? `uid-${++this.uidSeq}`;
+    md.resourceVersion = String(++this.rv);
+    const stored: Obj = { ...object, metadata: md };
+    this.store(kind).set(key, stored);
+    this.record(kind, prev === undefined ? 'ADDED' : 'MODIFIED', stored, opts.silent ?? false);
+    return stored;
+  }
+
+  remove(kind: Kind, key: string, opts: { silent?: boolean } = {}): void {
+    const prev = this.store(kind).get(key);
+    if (prev === undefined) throw new Error(`no ${kind} ${key}`);
+    this.store(kind).delete(key);
+    const gone: Obj = { ...prev, metadata: { ...prev.metadata, resourceVersion: String(++this.rv) } };
+    this.record(kind, 'DELETED', gone, opts.silent ?? false);
+  }
+
+  /** Sends a BOOKMARK at the current resourceVersion to the open watches of a kind. */
+  bookmark(kind: Kind): string {
+    const rv = String(this.rv);
+    this.broadcast(kind, 'BOOKMARK', { kind: kind, apiVersion: 'v1', metadata: { resourceVersion: rv } } as Obj);
+    return rv;
+  }
+
+  /** Ends every open watch stream of a kind, as the server does at timeoutSeconds. */
+  endWatches(kind: Kind): void {
+    for (const w of [...this.watchers]) {
+      if (w.kind !== kind) continue;
+      this.watchers.delete(w);
+      w.res.end();
+    }
+  }
+
+  /** Forgets the history of a kind: a watch resuming from before now gets 410 Gone. */
+  compact(kind: Kind): void {
+    this.oldest.set(kind, this.rv);
+    this.history.set(kind, []);
+  }
+
+  private store(kind: Kind): Map<string, Obj> {
+    let m = this.objects.get(kind);
+    if (m === undefined) this.objects.set(kind, (m = new Map()));
+    return m;
+  }
+
+  private record(kind: Kind, type: string, object: Obj, silent: boolean): void {
+    const rv = Number(object.metadata.resourceVersion);
+    if (!silent) {
+      this.history.set(kind, [...(this.history.get(kind) ?? []), { rv, type, object }]);
+      this.broadcast(kind, type, object);
+    }
+  }
+
+  private broadcast(kind: Kind, type: string, object: Obj): void {
+    for (const w of this.watchers) {
+      if (w.kind !== kind || w.stalled) continue;
+      if (w.name !== null && object.metadata.name !== w.name && type !== 'BOOKMARK') continue;
+      w.res.write(`${JSON.stringify({ type, object })}\n`);
+    }
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://fake');
+    const kind = (Object.keys(PATHS) as Kind[]).find((k) => PATHS[k] === url.pathname);
+    if (req.headers.authorization !== `Bearer ${TOKEN}`) return status(res, 401, 'Unauthorized', 'bad token');
+    if (kind === undefined || req.method !== 'GET') return status(res, 404, 'NotFound', `no route ${url.pathname}`);
+    const verb = url.searchParams.get('watch') === 'true' ? 'watch' : 'list';
+    this.requests.push({ kind, verb, query: url.searchParams });
+    const fault = this.faults.get(`${kind} ${verb}`)?.shift();
+    if (fault !== undefined && 'hold' in fault) await fault.hold;
+    if (fault !== undefined && 'status' in fault) return status(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
+    const selector = url.searchParams.get('fieldSelector');
+    const name = selector?.startsWith('metadata.name=') ? selector.slice('metadata.name='.length) : null;
+    if (verb === 'list') return this.list(kind, url.searchParams, name, res);
+    this.watch(kind, url.searchParams, name, res, fault !== undefined && 'stall' in fault);
+  }
+
+  private list(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse): void {
+    const all = [...this.store(kind).entries()]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([, o]) => o)
+      .filter((o) => name === null || o.metadata.name === name);
+    const limit = Number(q.get('limit') ?? '0') || all.length;
+    const token = q.get('continue');
+    const { offset, rv } = token === null ? { offset: 0, rv: this.rv } : (JSON.parse(Buffer.from(token, 'base64').toString()) as { offset: number; rv: number });
+    const items = all.slice(offset, offset + limit);
+    const more = offset + limit < all.length;
+    const metadata: Record<string, string> = { resourceVersion: String(rv) };
+    if (more) metadata.continue = Buffer.from(JSON.stringify({ offset: offset + limit, rv })).toString('base64');
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ kind: `${kind}List`, apiVersion: 'v1', metadata, items }));
+  }
+
+  private watch(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse, stalled: boolean): void {
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    res.flushHeaders();
+    const w: Watcher = { kind, res, name, stalled };
+    this.watchers.add(w);
+    res.on('close', () => this.watchers.delete(w));
+    if (stalled) return;
+    const from = q.get('resourceVersion');
+    if (from === null || from === '' || from === '0') {
+      for (const o of this.store(kind).values()) this.broadcastTo(w, 'ADDED', o);
+      return;
+    }
+    if (Number(from) < (this.oldest.get(kind) ?? 0)) {
+      const gone = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410, message: `too old resource version: ${from}` };
+      res.end(`${JSON.stringify({ type: 'ERROR', object: gone })}\n`);
+      this.watchers.delete(w);
+      return;
+    }
+    for (const e of this.history.get(kind) ?? []) if (e.rv > Number(from)) this.broadcastTo(w, e.type, e.object);
+  }
+
+  private broadcastTo(w: Watcher, type: string, object: Obj): void {
+    if (w.name !== null && object.metadata.name !== w.name) return;
+    w.res.write(`${JSON.stringify({ type, object })}\n`);
+  }
+}
+
+function keyOf(kind: Kind, o: Obj): string {
+  const name = String(o.metadata.name);
+  return NAMESPACED[kind] ? `${String(o.metadata.namespace ?? 'default')}/${name}` : name;
+}
+
+function status(res: ServerResponse, code: number, reason: string, message: string): void {
+  res.writeHead(code, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason, message, code }));
+}
+
+// ---- raw objects as the API server serves them ----------------------------------------------
+
+export function pod(namespace: string, name: string, o: { uid?: string; labels?: Record<string, string>; ip?: string; node?: string } = {}): Obj {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace, ...(o.uid ? { uid: o.uid } : {}), labels: o.labels ?? {}, annotations: { 'weir.test/noise': 'x' } },
+    spec: { nodeName: o.node ?? 'node-a', containers: [{ name: 'c', image: 'busybox', ports: [{ name: 'http', containerPort: 8080 }] }] },
+    status: { phase: 'Running', podIP: o.ip ?? '10.0.0.1', podIPs: [{ ip: o.ip ?? '10.0.0.1' }] },
+  };
+}
+
+export function namespace(name: string, labels: Record<string, string> = {}): Obj {
+  return { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels }, spec: { finalizers: ['kubernetes'] }, status: { phase: 'Active' } };
+}
+
+export function node(name: string, podCIDR: string): Obj {
+  return { apiVersion: 'v1', kind: 'Node', metadata: { name }, spec: { podCIDR, podCIDRs: [podCIDR] } };
+}
+
+export function networkPolicy(namespace: string, name: string, spec: unknown): Obj {
+  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace, generation: 1 }, spec };
+}
