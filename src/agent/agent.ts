@@ -2,14 +2,15 @@
 // server in one place. Order matters: the source starts last, so its first batch finds the
 // loop ready; nothing is written before that batch says the source is synced.
 
+import { KubeConfig } from '@kubernetes/client-node';
 import { readFile } from 'node:fs/promises';
 import { Calculator, makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/index.ts';
-import { PreconditionError } from '../errors.ts';
+import { ConfigError, PreconditionError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
-import { createManifestSource } from '../sources/index.ts';
+import { createKubeSource, createManifestSource } from '../sources/index.ts';
 import type { Source } from '../sources/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
@@ -35,6 +36,8 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const { log } = deps;
   const runner = deps.runner ?? execaRunner();
   const metrics = deps.metrics ?? createMetrics();
+  // Construction does no I/O, so a wrong source configuration is reported before anything runs.
+  const source = deps.source ?? createSource(cfg, log, metrics);
   await preflight(runner, cfg, log);
 
   const names = makeNames(cfg.chainPrefix);
@@ -77,7 +80,6 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     log.info({ addr: cfg.metricsAddr, port: server.port }, 'serving /metrics, /healthz and /readyz');
   }
 
-  const source = deps.source ?? createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs });
   reconciler.start();
   try {
     await source.start((batch) => reconciler.onBatch(batch));
@@ -100,6 +102,31 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
       server?.server.closeAllConnections();
     },
   };
+}
+
+/** The manifest directory when one is given, else the API server (kubeconfig or in-cluster). */
+function createSource(cfg: AgentConfig, log: Logger, metrics: Metrics): Source {
+  if (cfg.manifestsDir) return createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs });
+  const kubeConfig = new KubeConfig();
+  try {
+    if (cfg.kubeconfig) kubeConfig.loadFromFile(cfg.kubeconfig);
+    else kubeConfig.loadFromCluster();
+  } catch (err) {
+    throw new ConfigError([`cannot load ${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'the in-cluster configuration'}: ${(err as Error).message}`]);
+  }
+  if (!cfg.kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) {
+    throw new ConfigError(['not running in a cluster (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig or --manifests']);
+  }
+  return createKubeSource({
+    kubeConfig,
+    nodeName: cfg.nodeName,
+    log,
+    onWatchEvent: (e) => {
+      if (e.type === 'event' || e.type === 'bookmark') metrics.watchEvents.inc({ kind: e.kind, type: e.type });
+      if (e.type === 'restart' || e.type === 'watchdog' || e.type === 'relist') metrics.watchRestarts.inc({ kind: e.kind, reason: e.type });
+      if (e.type === 'error') log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
+    },
+  });
 }
 
 /** Fails early, with a clear message, when the host lacks what Weir needs. */

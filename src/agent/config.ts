@@ -9,7 +9,10 @@ export type Backend = 'auto' | 'nft' | 'legacy';
 
 export interface AgentConfig {
   readonly nodeName: string;
+  /** Directory of manifests (the embedded default source). Empty: watch the API server. */
   readonly manifestsDir: string;
+  /** Out-of-cluster kubeconfig; empty means in-cluster configuration. */
+  readonly kubeconfig: string;
   /** HOST:PORT for /metrics, /healthz, /readyz; '' disables the server. */
   readonly metricsAddr: string;
   readonly chainPrefix: string;
@@ -37,6 +40,7 @@ export function defaultConfig(): AgentConfig {
   return {
     nodeName: '',
     manifestsDir: '',
+    kubeconfig: '',
     metricsAddr: '',
     chainPrefix: 'cali',
     markMask: 0xffff0000,
@@ -63,6 +67,7 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   const problems: string[] = [];
   if (need.nodeName && !c.nodeName) problems.push('--node-name (WEIR_NODE_NAME) is required');
   if (need.manifestsDir && !c.manifestsDir) problems.push('--manifests (WEIR_MANIFESTS) is required');
+  if (c.manifestsDir && c.kubeconfig) problems.push('--manifests and --kubeconfig exclude each other: choose one source');
   const prefixProblem = validatePrefix(c.chainPrefix);
   if (prefixProblem) problems.push(prefixProblem);
   const mask = c.markMask >>> 0;

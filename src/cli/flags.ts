@@ -8,7 +8,8 @@ import type { Family } from '../model/types.ts';
 
 export const FLAGS = {
   'node-name': { type: 'string', help: 'name of this node (pods with spec.nodeName equal to it are policed here)' },
-  manifests: { type: 'string', help: 'directory of *.yaml, *.yml, *.json manifests (Namespaces, Nodes, Pods, NetworkPolicies)' },
+  manifests: { type: 'string', help: 'directory of *.yaml, *.yml, *.json manifests (Namespaces, Nodes, Pods, NetworkPolicies) to enforce instead of the API server' },
+  kubeconfig: { type: 'string', help: 'kubeconfig file for out-of-cluster use (default: in-cluster service account)' },
   'metrics-addr': { type: 'string', help: 'HOST:PORT serving /metrics, /healthz, /readyz (default: off)' },
   'chain-prefix': { type: 'string', help: 'prefix of every chain and set Weir owns (default cali)' },
   'mark-mask': { type: 'string', help: 'packet mark bits Weir may use (default 0xffff0000; accept = lowest bit, pass = next)' },
@@ -87,6 +88,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     ...d,
     nodeName: str('node-name') ?? d.nodeName,
     manifestsDir: str('manifests') ?? d.manifestsDir,
+    kubeconfig: str('kubeconfig') ?? d.kubeconfig,
     metricsAddr: str('metrics-addr') ?? d.metricsAddr,
     chainPrefix: str('chain-prefix') ?? d.chainPrefix,
     markMask,
@@ -111,7 +113,8 @@ export function usage(): string {
     'Usage: weir <command> [flags]',
     '',
     'Commands:',
-    '  agent    --node-name NAME --manifests DIR   enforce NetworkPolicies on this node, watching DIR',
+    '  agent    --node-name NAME [--kubeconfig F]  enforce the cluster\'s NetworkPolicies on this node (in-cluster config by default)',
+    '  agent    --node-name NAME --manifests DIR   enforce the NetworkPolicies of a manifests directory instead, watching it',
     '  render   --node-name NAME --manifests DIR   print the ipset and iptables payloads the agent would write, and exit',
     '  cleanup                                      remove every chain, hook rule and ipset Weir owns, nothing else',
     '  demo                                         a simulated Flannel node in network namespaces, enforcing examples/',

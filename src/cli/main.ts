@@ -22,7 +22,7 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   switch (command) {
     case 'agent': {
-      const cfg = toConfig(values, { nodeName: true, manifestsDir: true });
+      const cfg = toConfig(values, { nodeName: true, manifestsDir: false });
       const log = createLogger(cfg.logLevel);
       const agent = await startAgent(cfg, { log });
       await waitForSignal();

@@ -7,3 +7,5 @@ export type { ManifestSourceOptions } from './manifests/source.ts';
 export { manifestRevision } from './manifests/view.ts';
 export { toNamespace, toNetworkPolicy, toNode, toPod } from './convert.ts';
 export type { ConvertWarning } from './convert.ts';
+export { createKubeSource } from './kube/index.ts';
+export type { KubeSourceOptions, KubeTimings, WatchEvent } from './kube/index.ts';

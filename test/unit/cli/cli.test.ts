@@ -48,11 +48,17 @@ describe('weir CLI', () => {
   });
 
   test('bad flags are all reported at once, with exit status 2', () => {
-    const r = weir(['agent', '--mark-mask', '0xc000', '--families', '5', '--chain-prefix', 'Bad-Prefix']);
+    const r = weir(['agent', '--mark-mask', '0xc000', '--families', '5', '--chain-prefix', 'Bad-Prefix', '--manifests', 'x', '--kubeconfig', 'y']);
     assert.equal(r.status, 2);
-    for (const want of [/--node-name \(WEIR_NODE_NAME\) is required/, /--manifests \(WEIR_MANIFESTS\) is required/, /overlaps kube-proxy/, /--families must be 4, 6 or 4,6/, /chain prefix "Bad-Prefix"/]) {
+    for (const want of [/--node-name \(WEIR_NODE_NAME\) is required/, /--manifests and --kubeconfig exclude each other/, /overlaps kube-proxy/, /--families must be 4, 6 or 4,6/, /chain prefix "Bad-Prefix"/]) {
       assert.match(r.stderr, want);
     }
+  });
+
+  test('the agent outside a cluster without --kubeconfig or --manifests says what to pass', () => {
+    const r = weir(['agent', '--node-name', 'n'], { KUBERNETES_SERVICE_HOST: '' });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /pass --kubeconfig or --manifests/);
   });
 
   test('an unknown command or flag is a clear error', () => {
