@@ -121,6 +121,7 @@ function createSource(cfg: AgentConfig, log: Logger, metrics: Metrics): Source {
     kubeConfig,
     nodeName: cfg.nodeName,
     log,
+    timings: { watchdogMs: cfg.watchIdleTimeoutMs, relistMs: [cfg.relistIntervalMs, 2 * cfg.relistIntervalMs] },
     onWatchEvent: (e) => {
       if (e.type === 'event' || e.type === 'bookmark') metrics.watchEvents.inc({ kind: e.kind, type: e.type });
       if (e.type === 'restart' || e.type === 'watchdog' || e.type === 'relist') metrics.watchRestarts.inc({ kind: e.kind, reason: e.type });

@@ -28,6 +28,10 @@ export interface AgentConfig {
   readonly retryMaxMs: number;
   /** Full read-back of the kernel to repair drift made by other programs. */
   readonly resyncIntervalMs: number;
+  /** A watch silent this long (not even a bookmark) is restarted. */
+  readonly watchIdleTimeoutMs: number;
+  /** Full relist of every watched kind, to repair missed events (randomised up to 2x). */
+  readonly relistIntervalMs: number;
   /** Retries of one iptables/ipset command when the xtables lock is held. */
   readonly lockRetries: number;
   readonly lockRetryDelayMs: number;
@@ -51,6 +55,8 @@ export function defaultConfig(): AgentConfig {
     retryMinMs: 100,
     retryMaxMs: 10_000,
     resyncIntervalMs: 30_000,
+    watchIdleTimeoutMs: 180_000,
+    relistIntervalMs: 300_000,
     lockRetries: 5,
     lockRetryDelayMs: 200,
   };
@@ -84,7 +90,7 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   }
   for (const [k, v] of [
     ['debounce', c.debounceMs], ['retry minimum', c.retryMinMs], ['retry maximum', c.retryMaxMs],
-    ['resync interval', c.resyncIntervalMs], ['lock retry delay', c.lockRetryDelayMs], ['lock retries', c.lockRetries],
+    ['resync interval', c.resyncIntervalMs], ['watch idle timeout', c.watchIdleTimeoutMs], ['relist interval', c.relistIntervalMs], ['lock retry delay', c.lockRetryDelayMs], ['lock retries', c.lockRetries],
   ] as const) {
     if (!Number.isFinite(v) || v < 0) problems.push(`${k} must be a non-negative number, got ${v}`);
   }

@@ -18,6 +18,8 @@ export const FLAGS = {
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
   'debounce-ms': { type: 'string', help: 'quiet time before a write, so bursts coalesce (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
+  'watch-idle-timeout': { type: 'string', help: 'seconds a watch may stay silent (not even a bookmark) before it is restarted (default 180)' },
+  'relist-interval': { type: 'string', help: 'seconds between full relists that repair missed watch events (default 300, randomised up to 2x)' },
   examples: { type: 'string', help: 'demo only: the manifests directory to load (default: the examples/ shipped with Weir)' },
   once: { type: 'boolean', help: 'demo only: print the matrix once and exit instead of watching' },
   help: { type: 'boolean', help: 'show help' },
@@ -97,6 +99,8 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     logLevel: str('log-level') ?? d.logLevel,
     debounceMs: num('debounce-ms', d.debounceMs),
     resyncIntervalMs: num('resync-interval', d.resyncIntervalMs, 1000),
+    watchIdleTimeoutMs: num('watch-idle-timeout', d.watchIdleTimeoutMs, 1000),
+    relistIntervalMs: num('relist-interval', d.relistIntervalMs, 1000),
   };
   try {
     const valid = validateConfig(cfg, need);

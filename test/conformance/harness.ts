@@ -12,19 +12,16 @@
 //   external: a host outside the pod CIDRs (172.31.0.200, fd00:172:31::200)
 // Every pod and the external host serve TCP and UDP on ports 80 and 81.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { createCluster, type Cluster } from '../../src/sim/cluster.ts';
 import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix } from '../../src/sim/prober.ts';
 import { manifestRevision } from '../../src/sources/index.ts';
+import { AgentProcess } from '../support/agent-process.ts';
 
 export type { Cell };
 export const EXTERNAL = 'external';
-const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
 export interface PodDef {
   readonly namespace: string;
@@ -56,20 +53,11 @@ export function baseNamespaces(): Record<string, Record<string, string>> {
   return { alpha: { team: 'a' }, beta: { team: 'b' }, gamma: {} };
 }
 
-interface AgentProc {
-  readonly node: string;
-  readonly child: ChildProcess;
-  revision: string;
-  /** Lines seen in all (log keeps only the last 200). */
-  lines: number;
-  readonly errors: string[];
-  readonly log: string[];
-}
 
 export class Conformance {
   readonly cluster: Cluster;
   readonly dir: string;
-  readonly #agents: AgentProc[] = [];
+  readonly #agents: AgentProcess[] = [];
   /** Raw files: their last content that parses, and the ones now broken on disk. */
   readonly #goodRaw = new Map<string, string>();
   readonly #brokenRaw = new Set<string>();
@@ -174,7 +162,7 @@ export class Conformance {
     this.#brokenRaw.add(name);
     await writeFile(join(this.dir, name), content);
     const deadline = Date.now() + 10_000;
-    const newLines = (a: AgentProc, since: number) => (a.lines > since ? a.log.slice(-Math.min(a.log.length, a.lines - since)) : []);
+    const newLines = (a: AgentProcess, since: number) => (a.lines > since ? a.log.slice(-Math.min(a.log.length, a.lines - since)) : []);
     while (!this.#agents.every((a, i) => newLines(a, seen[i]).some((l) => l.includes(name) && /"level":(4|5)0/.test(l)))) {
       if (Date.now() > deadline) throw new Error(`agents did not report the broken file ${name}`);
       await new Promise((r) => setTimeout(r, 10));
@@ -212,7 +200,7 @@ export class Conformance {
     const want = await this.revision();
     const deadline = Date.now() + timeoutMs;
     while (this.#agents.some((a) => a.revision !== want)) {
-      const dead = this.#agents.find((a) => a.child.exitCode !== null);
+      const dead = this.#agents.find((a) => a.exited);
       if (dead) throw new Error(`agent on ${dead.node} exited ${dead.child.exitCode}:\n${dead.log.slice(-20).join('\n')}`);
       if (Date.now() > deadline) {
         throw new Error(`agents did not apply revision ${want.slice(0, 12)} within ${timeoutMs} ms: ${this.#agents.map((a) => `${a.node}=${a.revision.slice(0, 12)}`).join(', ')}\n${this.#agents.flatMap((a) => a.log.slice(-5)).join('\n')}`);
@@ -237,17 +225,7 @@ export class Conformance {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(
-      this.#agents.map(
-        (a) =>
-          new Promise<void>((resolve) => {
-            if (a.child.exitCode !== null) return resolve();
-            a.child.once('exit', () => resolve());
-            a.child.kill('SIGTERM');
-            setTimeout(() => a.child.kill('SIGKILL'), 3000).unref();
-          }),
-      ),
-    );
+    await Promise.all(this.#agents.map((a) => a.stop()));
     await rm(this.dir, { recursive: true, force: true });
     await this.cluster.destroy();
   }
@@ -258,29 +236,8 @@ export class Conformance {
     return p;
   }
 
-  #spawnAgent(node: string, netns: string): AgentProc {
-    const child = spawn(
-      'ip',
-      ['netns', 'exec', netns, process.execPath, MAIN, 'agent', '--manifests', this.dir, '--node-name', node, '--log-level', 'info', '--resync-interval', '5'],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    const a: AgentProc = { node, child, revision: '', lines: 0, errors: [], log: [] };
-    const onLine = (line: string) => {
-      a.log.push(line);
-      a.lines++;
-      if (a.log.length > 200) a.log.shift();
-      let rec: { level?: number; msg?: string; revision?: string } | undefined;
-      try {
-        rec = JSON.parse(line);
-      } catch {
-        return;
-      }
-      if ((rec?.level ?? 0) >= 50) a.errors.push(line);
-      if ((rec?.msg === 'applied changes' || rec?.msg === 'resynced dataplane') && rec.revision) a.revision = rec.revision;
-    };
-    createInterface({ input: child.stdout! }).on('line', onLine);
-    createInterface({ input: child.stderr! }).on('line', onLine);
-    return a;
+  #spawnAgent(node: string, netns: string): AgentProcess {
+    return new AgentProcess(node, netns, ['--manifests', this.dir, '--log-level', 'info', '--resync-interval', '5']);
   }
 
   async #writeAll(): Promise<void> {

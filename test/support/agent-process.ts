@@ -1,0 +1,81 @@
+// A real `weir agent` process inside a node's network namespace, with its JSON log lines
+// parsed as they arrive: tests wait on what the agent says it did.
+
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+
+export interface LogRecord {
+  readonly level?: number;
+  readonly msg?: string;
+  readonly revision?: string;
+  readonly [k: string]: unknown;
+}
+
+export class AgentProcess {
+  readonly node: string;
+  readonly child: ChildProcess;
+  /** The revision of the last successful write. */
+  revision = '';
+  /** Every line seen, and the last 300 kept. */
+  lines = 0;
+  readonly log: string[] = [];
+  readonly errors: string[] = [];
+  readonly #waiters = new Set<{ test: (r: LogRecord, line: string) => boolean; resolve: (r: LogRecord) => void }>();
+
+  constructor(node: string, netns: string, args: readonly string[]) {
+    this.node = node;
+    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, MAIN, 'agent', '--node-name', node, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    createInterface({ input: this.child.stdout! }).on('line', (l) => this.#onLine(l));
+    createInterface({ input: this.child.stderr! }).on('line', (l) => this.#onLine(l));
+  }
+
+  get exited(): boolean {
+    return this.child.exitCode !== null || this.child.signalCode !== null;
+  }
+
+  /** Resolves with the first record from now on that passes `test`. */
+  waitFor(test: (r: LogRecord, line: string) => boolean, timeoutMs: number, what: string): Promise<LogRecord> {
+    return new Promise((resolve, reject) => {
+      const w = { test, resolve: (r: LogRecord) => (clearTimeout(timer), resolve(r)) };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(w);
+        reject(new Error(`agent on ${this.node}: no log line for "${what}" within ${timeoutMs} ms; last lines:\n${this.log.slice(-8).join('\n')}`));
+      }, timeoutMs);
+      this.#waiters.add(w);
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.exited) return;
+    const done = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.kill('SIGTERM');
+    const force = setTimeout(() => this.child.kill('SIGKILL'), 3000);
+    await done;
+    clearTimeout(force);
+  }
+
+  #onLine(line: string): void {
+    this.lines++;
+    this.log.push(line);
+    if (this.log.length > 300) this.log.shift();
+    let rec: LogRecord;
+    try {
+      rec = JSON.parse(line) as LogRecord;
+    } catch {
+      return;
+    }
+    if ((rec.level ?? 0) >= 50) this.errors.push(line);
+    if ((rec.msg === 'applied changes' || rec.msg === 'resynced dataplane') && typeof rec.revision === 'string') this.revision = rec.revision;
+    for (const w of [...this.#waiters]) {
+      if (w.test(rec, line)) {
+        this.#waiters.delete(w);
+        w.resolve(rec);
+      }
+    }
+  }
+}
