@@ -1,0 +1,147 @@
+// The integration tier: a real kube-apiserver + etcd (scripts/control-plane.sh), the simulated
+// two-node Flannel cluster of the conformance suite, and one `weir agent --kubeconfig` process
+// per node inside that node's namespace, reaching the API server through a bridge (bridge.ts).
+// Pods are created through the API with their status subresource set to the simulated IPs;
+// policies, labels and deletions are driven with real kubectl; assertions are real packets.
+
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createCluster, type Cluster } from '../../src/sim/cluster.ts';
+import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix } from '../../src/sim/prober.ts';
+import { basePods, baseNamespaces, NODES, type PodDef } from '../conformance/harness.ts';
+import { AgentProcess } from '../support/agent-process.ts';
+import { bridgeApiServer, type Bridge } from './bridge.ts';
+import { startControlPlane, type ControlPlane } from './controlplane.ts';
+
+export type { Cell };
+
+export interface AgentOptions {
+  /** Extra flags, e.g. a short --watch-idle-timeout for the stall test. */
+  readonly args?: readonly string[];
+  /** Another kubeconfig than the admin's (the RBAC test). */
+  readonly kubeconfig?: string;
+}
+
+export class KubeIntegration {
+  readonly cp: ControlPlane;
+  readonly cluster: Cluster;
+  readonly agents: AgentProcess[] = [];
+  readonly bridges = new Map<string, Bridge>();
+
+  private constructor(cp: ControlPlane, cluster: Cluster) {
+    this.cp = cp;
+    this.cluster = cluster;
+  }
+
+  static async start(opts: AgentOptions = {}): Promise<KubeIntegration> {
+    const cp = await startControlPlane();
+    let cluster: Cluster | undefined;
+    let k: KubeIntegration | undefined;
+    try {
+      cluster = await createCluster({
+        tag: 'wint',
+        nodes: NODES.map((n) => ({ name: n.name, podCIDRs: [...n.podCIDRs] })),
+        pods: basePods().map((p) => ({ namespace: p.namespace, name: p.name, node: p.node, ips: p.ips })),
+      });
+      k = new KubeIntegration(cp, cluster);
+      await k.#createObjects();
+      const port = Number(new URL(cp.server).port);
+      for (const node of cluster.nodes) k.bridges.set(node.name, await bridgeApiServer(node.netns, port));
+      for (const node of cluster.nodes) k.startAgent(node.name, opts);
+      await Promise.all(k.agents.map((a) => a.waitFor((r) => r.msg === 'resynced dataplane', 30_000, 'first sync')));
+      return k;
+    } catch (err) {
+      if (k) await k.stop();
+      else {
+        await cluster?.destroy();
+        await cp.stop();
+      }
+      throw err;
+    }
+  }
+
+  startAgent(node: string, opts: AgentOptions = {}): AgentProcess {
+    const netns = this.cluster.nodes.find((n) => n.name === node)!.netns;
+    const a = new AgentProcess(node, netns, ['--kubeconfig', opts.kubeconfig ?? this.cp.kubeconfig, '--log-level', 'info', '--resync-interval', '5', ...(opts.args ?? [])]);
+    this.agents.push(a);
+    return a;
+  }
+
+  kubectl(args: readonly string[], input?: string): Promise<string> {
+    return this.cp.kubectl(args, input);
+  }
+
+  /** kubectl apply -f - of objects (JSON is YAML). */
+  async apply(...objects: unknown[]): Promise<void> {
+    await this.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
+  }
+
+  /**
+   * Probes the full truth table until it matches (the agents enforce asynchronously; there is
+   * no revision to wait for as in manifest mode), and throws with the last diff otherwise.
+   */
+  async expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
+    const expected = expectMatrix(this.cluster, {}, allowed);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const actual = await probeMatrix(this.cluster);
+      const diff = diffMatrix(expected, actual);
+      if (diff.length === 0) return actual;
+      if (Date.now() > deadline) {
+        throw new Error(`${what}: ${diff.length} cells differ:\n  ${diff.slice(0, 30).join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}\n\nagent errors:\n${this.agents.flatMap((a) => a.errors).join('\n') || 'none'}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.allSettled(this.agents.map((a) => a.stop()));
+    for (const b of this.bridges.values()) await b.close().catch(() => {});
+    await this.cluster.destroy();
+    await this.cp.stop();
+  }
+
+  /** Namespaces, Nodes and Pods of the conformance cast, created through the API. */
+  async #createObjects(): Promise<void> {
+    const nss = Object.entries(baseNamespaces()).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } }));
+    const nodes = NODES.map((n) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: n.name }, spec: { podCIDRs: n.podCIDRs, podCIDR: n.podCIDRs[0] } }));
+    await this.apply(...nss, ...nodes);
+    await this.cp.kubectl(['wait', '--for=jsonpath={.metadata.name}', 'namespace/alpha', '--timeout=30s']);
+    for (const p of basePods()) await this.createPod(p);
+  }
+
+  /** Creates a pod through the API and sets its status like a kubelet would (Running, IPs). */
+  async createPod(p: PodDef): Promise<void> {
+    await this.apply(podObject(p));
+    await this.setPodStatus(p.namespace, p.name, p.phase ?? 'Running', p.ips);
+  }
+
+  async setPodStatus(namespace: string, name: string, phase: string, ips: readonly string[]): Promise<void> {
+    const status = { phase, podIP: ips[0], podIPs: ips.map((ip) => ({ ip })), conditions: [{ type: 'Ready', status: phase === 'Running' ? 'True' : 'False' }] };
+    await this.kubectl(['patch', 'pod', name, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+  }
+
+  /** Writes an object to a file in the control plane's directory (for kubectl -f). */
+  async writeFile(name: string, content: string): Promise<string> {
+    const path = join(this.cp.dir, name);
+    await writeFile(path, content);
+    return path;
+  }
+}
+
+export function podObject(p: PodDef): unknown {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: p.name, namespace: p.namespace, labels: p.labels },
+    spec: {
+      nodeName: p.node,
+      hostNetwork: p.hostNetwork ?? false,
+      containers: [{ name: 'server', image: 'registry.invalid/weir-sim-server', ports: p.ports }],
+    },
+  };
+}
+
+export function policyObject(namespace: string, name: string, spec: unknown): unknown {
+  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace, name }, spec };
+}
