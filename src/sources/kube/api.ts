@@ -44,6 +44,9 @@ export interface KubeApi {
     signal: AbortSignal,
     onData: () => void,
   ): Promise<AsyncIterable<RawWatchEvent>>;
+  /** Destroys every pooled connection, idle ones too: after a stalled watch the path to the
+   *  server is suspect, and reusing a half-dead keep-alive connection would stall again. */
+  reset(): void;
   /** Releases the connection pool. */
   close(): Promise<void>;
 }
@@ -105,6 +108,13 @@ export function createKubeApi(kc: KubeConfig): KubeApi {
       const stream = resp.body.stream();
       if (stream === null) throw new KubeApiError(path, 200, '', 'the watch response has no body');
       return lines(path, stream, onData);
+    },
+
+    reset() {
+      const old = pool;
+      pool = undefined;
+      havePool = false;
+      void old?.destroy().catch(() => {});
     },
 
     async close() {

@@ -270,6 +270,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
         if (ended === RELIST) continue; // planned: relist at once
         if (ended === WATCHDOG) {
           why = `the watch was silent for ${timings.watchdogMs} ms`;
+          api.reset();
           hook('watchdog', why);
           log.warn({ kind, resourceVersion: rv }, `${kind} ${why}; restarting it`);
         } else {

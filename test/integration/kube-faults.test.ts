@@ -1,0 +1,71 @@
+// Faults a real API server produces (restarts, 410 Gone after history is lost) and ones it
+// will not produce on demand (a stalled watch, via the bridge): enforcement stays correct
+// throughout and recovers without restarting the agent.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { A1, A2, B1, B2, G1 } from '../conformance/harness.ts';
+import { KubeIntegration, policyObject, type Cell } from './kube-harness.ts';
+
+const WATCHDOG_S = 3;
+
+describe('kube faults', () => {
+  let k: KubeIntegration;
+  before(async () => {
+    k = await KubeIntegration.start({ args: ['--watch-idle-timeout', String(WATCHDOG_S)] });
+  });
+  after(async () => {
+    await k?.stop();
+  });
+
+  const onlyFrom = (srcs: string[]) => (c: Cell) => c.target !== A1 || c.source === A1 || srcs.includes(c.source);
+  const allowFrom = (...apps: string[]) =>
+    policyObject('alpha', 'a1-ingress', {
+      podSelector: { matchLabels: { app: 'web' } },
+      ingress: [{ from: apps.map((app) => ({ namespaceSelector: {}, podSelector: { matchLabels: { app } } })) }],
+    });
+
+  test('the API server restarts: enforcement holds while it is down, and later changes are enforced', async () => {
+    await k.apply(allowFrom('web'));
+    await k.expect(onlyFrom([B1, G1]), 'before the restart');
+    const restarted = k.cp.restartApiServer();
+    // While the API server is away the kernel keeps enforcing the last state.
+    await k.expect(onlyFrom([B1, G1]), 'during the restart', 2000);
+    await restarted;
+    await k.apply(allowFrom('web', 'db'));
+    await k.expect(onlyFrom([B1, G1, B2, A2]), 'after the restart', 20_000);
+    assert.ok(k.agents.every((a) => !a.exited));
+  });
+
+  test('a stalled watch is restarted by the watchdog and the change it missed is enforced', async () => {
+    await k.apply(allowFrom('web'));
+    await k.expect(onlyFrom([B1, G1]), 'before the stall');
+    const frozen = [...k.bridges.values()].reduce((n, b) => n + b.stallOpenConnections(), 0);
+    assert.ok(frozen >= 2, `expected open watch connections to freeze, got ${frozen}`);
+    const t0 = Date.now();
+    await k.apply(allowFrom('web', 'db'));
+    try {
+      await k.expect(onlyFrom([B1, G1, B2, A2]), 'after the stall', 20_000);
+    } catch (e) {
+      console.log(k.agents[0].log.slice(-40).join('\n'));
+      throw e;
+    }
+    console.log(`missed change enforced ${Date.now() - t0} ms after the stall (watchdog ${WATCHDOG_S} s)`);
+  });
+
+  test('410 Gone after history is lost: the relist repairs a deletion the agent never saw', async () => {
+    await k.apply(allowFrom('web'), policyObject('beta', 'deny-b1', { podSelector: { matchLabels: { app: 'web' } } }));
+    const both = (c: Cell) => onlyFrom([B1, G1])(c) && (c.target !== B1 || c.source === B1);
+    await k.expect(both, 'two policies');
+    // Freeze the agents' connections, delete a policy, and restart the API server so that its
+    // watch cache starts after that deletion: resuming from the old resourceVersion gets 410.
+    for (const b of k.bridges.values()) b.stallOpenConnections();
+    await k.kubectl(['delete', 'networkpolicy', 'deny-b1', '-n', 'beta']);
+    await k.cp.restartApiServer();
+    const relisted = Promise.all(
+      k.agents.map((a) => a.waitFor((r) => typeof r.msg === 'string' && r.msg.startsWith('NetworkPolicy relist repaired') && String(r.why).includes('410'), 30_000, 'a relist after 410 Gone')),
+    );
+    await k.expect(onlyFrom([B1, G1]), 'deletion repaired by relist', 30_000);
+    await relisted;
+  });
+});
