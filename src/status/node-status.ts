@@ -1,0 +1,165 @@
+// What a NodePolicyStatus says, computed from what the agent knows. Pure.
+
+import { conditionsKey, mergeConditions, parseConditions, REASON_PATTERN, rfc3339, truncate } from './conditions.ts';
+import type { Condition, ConditionSpec } from './conditions.ts';
+
+export interface PolicyRef {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+}
+
+/** A policy the node enforces (it selects a local pod), at the generation the kernel holds. */
+export interface EnforcedPolicy extends PolicyRef {
+  readonly generation: number;
+  /** Set when the policy is invalid: the node then isolates its pods without allowing anything. */
+  readonly error?: string;
+}
+
+export interface NodeCounts {
+  readonly localPods: number;
+  readonly policies: number;
+  readonly sets: number;
+  readonly chains: number;
+  readonly rules: number;
+}
+
+/** Something wrong on the node that is not an apply failure, e.g. br_netfilter off. */
+export interface NodeProblem {
+  /** CamelCase, e.g. BrNetfilterDisabled. */
+  readonly reason: string;
+  readonly message: string;
+}
+
+export type ApplyOutcome = { readonly ok: true } | { readonly ok: false; readonly message: string };
+
+/** What the agent hands the node reporter after each apply (or failed apply). */
+export interface NodeStatusInput {
+  /** The source has delivered its first complete view of the cluster. */
+  readonly synced: boolean;
+  /** The outcome of the latest apply; null before the first one. */
+  readonly lastApply: ApplyOutcome | null;
+  /** When the kernel was last made to match the desired state (epoch ms); null: never. */
+  readonly lastSyncTime: number | null;
+  readonly counts: NodeCounts;
+  readonly policies: readonly EnforcedPolicy[];
+  readonly problems?: readonly NodeProblem[];
+}
+
+/** The `status` of a NodePolicyStatus, key order as written. */
+export interface NodeStatus {
+  readonly conditions: readonly Condition[];
+  readonly lastSyncTime?: string;
+  readonly counts: NodeCounts;
+  readonly policies: readonly EnforcedPolicy[];
+}
+
+/** How many invalid policies the Degraded message names before "and N more". */
+export const MAX_NAMED_INVALID = 5;
+
+export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
+  const { synced, lastApply } = input;
+  const ready: ConditionSpec = !synced
+    ? { type: 'Ready', status: 'False', reason: 'WaitingForSync', message: 'waiting for the first complete view of the cluster' }
+    : lastApply === null
+      ? { type: 'Ready', status: 'False', reason: 'NotYetApplied', message: 'synced, but nothing has been applied to the kernel yet' }
+      : !lastApply.ok
+        ? { type: 'Ready', status: 'False', reason: 'ApplyFailed', message: `the kernel may not hold the latest policy state: ${lastApply.message}` }
+        : { type: 'Ready', status: 'True', reason: 'Synced', message: 'synced with the cluster; the kernel holds the latest policy state' };
+  const programmed: ConditionSpec =
+    lastApply === null
+      ? { type: 'Programmed', status: 'Unknown', reason: 'NotYetApplied', message: 'no apply has run yet' }
+      : lastApply.ok
+        ? { type: 'Programmed', status: 'True', reason: 'Applied', message: 'the last apply succeeded' }
+        : { type: 'Programmed', status: 'False', reason: 'ApplyFailed', message: lastApply.message };
+
+  const problems: NodeProblem[] = [];
+  if (lastApply !== null && !lastApply.ok) problems.push({ reason: 'ApplyFailed', message: `apply failed: ${lastApply.message}` });
+  const invalid = sortPolicies(input.policies.filter((p) => p.error !== undefined));
+  if (invalid.length > 0) {
+    const named = invalid.slice(0, MAX_NAMED_INVALID).map((p) => `${p.namespace}/${p.name} (${p.error})`);
+    const more = invalid.length > MAX_NAMED_INVALID ? ` and ${invalid.length - MAX_NAMED_INVALID} more` : '';
+    problems.push({
+      reason: 'InvalidPolicies',
+      message: `${invalid.length} invalid ${invalid.length === 1 ? 'policy isolates its' : 'policies isolate their'} pods: ${named.join(', ')}${more}`,
+    });
+  }
+  for (const p of input.problems ?? []) problems.push({ reason: REASON_PATTERN.test(p.reason) ? p.reason : 'NodeProblem', message: p.message });
+  const degraded: ConditionSpec =
+    problems.length === 0
+      ? { type: 'Degraded', status: 'False', reason: 'AsExpected', message: 'no problems' }
+      : { type: 'Degraded', status: 'True', reason: problems[0].reason, message: problems.map((p) => p.message).join('; ') };
+  return [ready, programmed, degraded];
+}
+
+export function buildNodeStatus(input: NodeStatusInput, previous: readonly Condition[] | undefined, nowMs: number): NodeStatus {
+  const c = input.counts;
+  return {
+    conditions: mergeConditions(previous, nodeConditionSpecs(input), nowMs),
+    ...(input.lastSyncTime === null ? {} : { lastSyncTime: rfc3339(input.lastSyncTime) }),
+    counts: { localPods: c.localPods, policies: c.policies, sets: c.sets, chains: c.chains, rules: c.rules },
+    policies: sortPolicies(input.policies).map((p) => ({
+      namespace: p.namespace,
+      name: p.name,
+      uid: p.uid,
+      generation: p.generation,
+      ...(p.error === undefined ? {} : { error: truncate(p.error, 1024) }),
+    })),
+  };
+}
+
+function sortPolicies<T extends PolicyRef>(ps: readonly T[]): T[] {
+  const key = (p: PolicyRef) => `${p.namespace}\0${p.name}\0${p.uid}`;
+  return [...ps].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+}
+
+/** Reads the status of a NodePolicyStatus back; malformed parts are left out. */
+export function parseNodeStatus(raw: unknown): NodeStatus | null {
+  if (typeof raw !== 'object' || raw === null) return null;
+  const s = raw as Record<string, unknown>;
+  const counts = (typeof s.counts === 'object' && s.counts !== null ? s.counts : {}) as Record<string, unknown>;
+  const num = (v: unknown) => (typeof v === 'number' ? v : 0);
+  return {
+    conditions: parseConditions(s.conditions),
+    ...(typeof s.lastSyncTime === 'string' ? { lastSyncTime: s.lastSyncTime } : {}),
+    counts: {
+      localPods: num(counts.localPods),
+      policies: num(counts.policies),
+      sets: num(counts.sets),
+      chains: num(counts.chains),
+      rules: num(counts.rules),
+    },
+    policies: parseEnforced(s.policies),
+  };
+}
+
+export function parseEnforced(raw: unknown): EnforcedPolicy[] {
+  if (!Array.isArray(raw)) return [];
+  const out: EnforcedPolicy[] = [];
+  for (const p of raw as unknown[]) {
+    if (typeof p !== 'object' || p === null) continue;
+    const { namespace, name, uid, generation, error } = p as Record<string, unknown>;
+    if (typeof namespace !== 'string' || typeof name !== 'string' || typeof uid !== 'string' || typeof generation !== 'number') continue;
+    out.push({ namespace, name, uid, generation, ...(typeof error === 'string' ? { error } : {}) });
+  }
+  return out;
+}
+
+/** Canonical text of everything but lastSyncTime, for "is a write needed". */
+export function nodeStatusKey(s: NodeStatus): string {
+  const c = s.counts;
+  return JSON.stringify([
+    conditionsKey(s.conditions),
+    [c.localPods, c.policies, c.sets, c.chains, c.rules],
+    sortPolicies(s.policies).map((p) => [p.namespace, p.name, p.uid, p.generation, p.error ?? null]),
+  ]);
+}
+
+/** A write is needed when anything but lastSyncTime changed, or when lastSyncTime moved and the
+ *  stored one is at least `heartbeatMs` old: a resync every 30 s should not mean a write every 30 s. */
+export function nodeStatusNeedsWrite(stored: NodeStatus | null, next: NodeStatus, heartbeatMs: number): boolean {
+  if (stored === null || nodeStatusKey(stored) !== nodeStatusKey(next)) return true;
+  if (next.lastSyncTime === undefined || next.lastSyncTime === stored.lastSyncTime) return false;
+  if (stored.lastSyncTime === undefined) return true;
+  return Date.parse(next.lastSyncTime) - Date.parse(stored.lastSyncTime) >= heartbeatMs;
+}

@@ -1,0 +1,126 @@
+// What a NetworkPolicyStatus says: is the policy accepted, and has every node that should
+// enforce it realized its current generation. Pure.
+
+import { conditionsKey, mergeConditions, parseConditions } from './conditions.ts';
+import type { Condition, ConditionSpec } from './conditions.ts';
+import { parseEnforced } from './node-status.ts';
+
+/** One policy as the agent holding the aggregator lease sees it. */
+export interface PolicyStatusInput {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  readonly generation: number;
+  /** ok: spec valid and supported; otherwise message names every field path at fault. */
+  readonly accepted: { readonly ok: boolean; readonly message: string };
+  /** Nodes running a pod the policy selects: the nodes that must enforce it. */
+  readonly desiredNodes: readonly string[];
+}
+
+/** Node name -> policy uid -> generation the node's kernel holds (from NodePolicyStatus). */
+export type NodeRealizations = ReadonlyMap<string, ReadonlyMap<string, number>>;
+
+export interface Realization {
+  readonly desired: number;
+  readonly realized: number;
+  /** Desired nodes that have not realized the generation yet, sorted. */
+  readonly pending: readonly string[];
+}
+
+/** The `status` of a NetworkPolicyStatus, key order as written. */
+export interface PolicyStatus {
+  readonly observedGeneration: number;
+  readonly conditions: readonly Condition[];
+  readonly nodesDesired: number;
+  readonly nodesRealized: number;
+  /** "realized/desired", for the printer column. */
+  readonly realized: string;
+  /** The first MAX_PENDING_LISTED pending nodes. */
+  readonly nodesPending: readonly string[];
+}
+
+export const MAX_PENDING_LISTED = 10;
+
+/** Reads a NodePolicyStatusList into realizations; objects without a usable status add a node
+ *  that has realized nothing. */
+export function realizationsFromList(list: unknown): Map<string, Map<string, number>> {
+  const out = new Map<string, Map<string, number>>();
+  const items = (list as { items?: unknown } | null)?.items;
+  if (!Array.isArray(items)) return out;
+  for (const item of items as unknown[]) {
+    const o = item as { metadata?: { name?: unknown }; status?: { policies?: unknown } } | null;
+    const node = o?.metadata?.name;
+    if (typeof node !== 'string') continue;
+    const byUid = new Map<string, number>();
+    for (const p of parseEnforced(o?.status?.policies)) byUid.set(p.uid, Math.max(p.generation, byUid.get(p.uid) ?? 0));
+    out.set(node, byUid);
+  }
+  return out;
+}
+
+/** A desired node has realized the policy when its NodePolicyStatus lists the policy's uid at
+ *  the current generation or a later one. A node without a NodePolicyStatus has not. */
+export function realize(policy: Pick<PolicyStatusInput, 'uid' | 'generation' | 'desiredNodes'>, nodes: NodeRealizations): Realization {
+  const desired = [...new Set(policy.desiredNodes)].sort();
+  const pending = desired.filter((n) => (nodes.get(n)?.get(policy.uid) ?? -1) < policy.generation);
+  return { desired: desired.length, realized: desired.length - pending.length, pending };
+}
+
+export function policyConditionSpecs(policy: PolicyStatusInput, r: Realization): ConditionSpec[] {
+  const accepted: ConditionSpec = policy.accepted.ok
+    ? { type: 'Accepted', status: 'True', reason: 'Valid', message: policy.accepted.message || 'the spec is valid and supported' }
+    : { type: 'Accepted', status: 'False', reason: 'Invalid', message: policy.accepted.message || 'the spec is invalid' };
+  // A rejected policy is still enforced: it isolates the pods it selects (fail closed), so
+  // Enforced reports realization either way.
+  const gen = `generation ${policy.generation}`;
+  let enforced: ConditionSpec;
+  if (r.desired === 0) {
+    enforced = { type: 'Enforced', status: 'True', reason: 'NoPodsSelected', message: 'no node runs a pod this policy selects' };
+  } else if (r.pending.length === 0) {
+    enforced = { type: 'Enforced', status: 'True', reason: 'AllNodesRealized', message: `${r.realized}/${r.desired} nodes enforce ${gen}` };
+  } else {
+    const shown = r.pending.slice(0, MAX_PENDING_LISTED).join(', ');
+    const more = r.pending.length > MAX_PENDING_LISTED ? ` and ${r.pending.length - MAX_PENDING_LISTED} more` : '';
+    enforced = {
+      type: 'Enforced',
+      status: 'False',
+      reason: 'NodesPending',
+      message: `${r.pending.length} of ${r.desired} nodes have not realized ${gen}: ${shown}${more}`,
+    };
+  }
+  return [accepted, enforced];
+}
+
+export function buildPolicyStatus(
+  policy: PolicyStatusInput,
+  r: Realization,
+  previous: readonly Condition[] | undefined,
+  nowMs: number,
+): PolicyStatus {
+  return {
+    observedGeneration: policy.generation,
+    conditions: mergeConditions(previous, policyConditionSpecs(policy, r), nowMs, policy.generation),
+    nodesDesired: r.desired,
+    nodesRealized: r.realized,
+    realized: `${r.realized}/${r.desired}`,
+    nodesPending: r.pending.slice(0, MAX_PENDING_LISTED),
+  };
+}
+
+export function parsePolicyStatus(raw: unknown): PolicyStatus | null {
+  if (typeof raw !== 'object' || raw === null) return null;
+  const s = raw as Record<string, unknown>;
+  const num = (v: unknown) => (typeof v === 'number' ? v : 0);
+  return {
+    observedGeneration: num(s.observedGeneration),
+    conditions: parseConditions(s.conditions),
+    nodesDesired: num(s.nodesDesired),
+    nodesRealized: num(s.nodesRealized),
+    realized: typeof s.realized === 'string' ? s.realized : '',
+    nodesPending: Array.isArray(s.nodesPending) ? (s.nodesPending as unknown[]).filter((n): n is string => typeof n === 'string') : [],
+  };
+}
+
+export function policyStatusKey(s: PolicyStatus): string {
+  return JSON.stringify([s.observedGeneration, conditionsKey(s.conditions), s.nodesDesired, s.nodesRealized, s.realized, s.nodesPending]);
+}

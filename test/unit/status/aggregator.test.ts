@@ -1,0 +1,344 @@
+// The policy status aggregator against a loopback fake API server (not a real kube-apiserver:
+// see test/integration/status.test.ts for that): Lease election, and the NetworkPolicyStatus
+// objects only the holder writes.
+
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, test } from 'node:test';
+import { createPolicyStatusAggregator } from '../../../src/status/index.ts';
+import type { PassResult, PolicyStatusAggregator, PolicyStatusInput } from '../../../src/status/index.ts';
+import { captureLog, FakeApi, FakeClock, Results, settle, until } from './fake-api.ts';
+
+const T0 = Date.parse('2025-06-01T12:00:00Z');
+const LEASE = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/weir-policy-status';
+const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
+const NPS = (node: string) => `/apis/weir.dev/v1alpha1/nodepolicystatuses/${node}`;
+const POLSTATUS = (ns: string, name: string) => `/apis/weir.dev/v1alpha1/namespaces/${ns}/networkpolicystatuses/${name}`;
+
+const web = (generation: number, desiredNodes: string[]): PolicyStatusInput => ({
+  namespace: 'shop',
+  name: 'web',
+  uid: 'u-web',
+  generation,
+  accepted: { ok: true, message: '' },
+  desiredNodes,
+});
+const bad: PolicyStatusInput = {
+  namespace: 'shop',
+  name: 'bad',
+  uid: 'u-bad',
+  generation: 1,
+  accepted: { ok: false, message: 'spec.ingress[0].ports[0].port: must be between 1 and 65535' },
+  desiredNodes: [],
+};
+
+function nodeStatus(api: FakeApi, node: string, policies: { uid: string; generation: number }[]): void {
+  api.put(NPS(node), {
+    apiVersion: 'weir.dev/v1alpha1',
+    kind: 'NodePolicyStatus',
+    metadata: { name: node },
+    status: { policies: policies.map((p) => ({ namespace: 'shop', name: p.uid.slice(2), ...p })) },
+  });
+}
+
+function lease(api: FakeApi, holder: string | null, renewMs: number, transitions = 1): void {
+  api.put(LEASE, {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name: 'weir-policy-status', namespace: 'kube-system' },
+    spec: {
+      ...(holder === null ? {} : { holderIdentity: holder }),
+      leaseDurationSeconds: 15,
+      acquireTime: new Date(T0 - 3_600_000).toISOString(),
+      renewTime: new Date(renewMs).toISOString(),
+      leaseTransitions: transitions,
+    },
+  });
+}
+
+const leaseSpec = (api: FakeApi) => api.get(LEASE)?.spec as { holderIdentity?: string; leaseTransitions: number; renewTime: string; acquireTime?: string };
+
+describe('policy status aggregator', () => {
+  let api: FakeApi;
+  let clock: FakeClock;
+  let running: PolicyStatusAggregator[];
+  let logs: ReturnType<typeof captureLog>;
+
+  beforeEach(async () => {
+    api = new FakeApi();
+    await api.start();
+    clock = new FakeClock(T0);
+    running = [];
+    logs = captureLog();
+  });
+  afterEach(async () => {
+    for (const a of running) await a.stop();
+    await api.stop();
+  });
+
+  const start = (identity: string, results?: Results<PassResult>) => {
+    const a = createPolicyStatusAggregator({
+      kubeConfig: api.kubeConfig(`token-${identity}`),
+      identity,
+      log: logs.log,
+      clock,
+      leaseDurationSeconds: 15,
+      minIntervalMs: 2_000,
+      retryMinMs: 1_000,
+      retryMaxMs: 8_000,
+      ...(results ? { onWrite: results.push } : {}),
+    });
+    running.push(a);
+    a.start();
+    return a;
+  };
+  const leaseCalls = () => api.requests.filter((r) => r.path.startsWith(LEASES));
+  /** Advances to the next lease tick, waits until it has made `n` lease requests in all and
+   *  has scheduled the tick after it (one third of the 15 s duration later). */
+  const leaseTick = async (ms: number, n: number) => {
+    clock.advance(ms);
+    await until(() => leaseCalls().length >= n, `${n} lease requests`);
+    await until(() => clock.hasTimerAt(clock.now() + 5_000), 'the next lease tick');
+  };
+
+  describe('Lease', () => {
+    test('creates a missing Lease, renews it every third of its duration, releases it on stop', async () => {
+      const a = start('node-a');
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      assert.deepEqual(leaseCalls().map((r) => `${r.method} ${r.path}`), [`GET ${LEASE}`, `POST ${LEASES}`]);
+      const created = leaseSpec(api);
+      assert.deepEqual(created, {
+        holderIdentity: 'node-a',
+        leaseDurationSeconds: 15,
+        acquireTime: '2025-06-01T12:00:00.000000Z',
+        renewTime: '2025-06-01T12:00:00.000000Z',
+        leaseTransitions: 0,
+      });
+
+      await leaseTick(5_000, 4);
+      const renew = leaseCalls()[3];
+      assert.equal(renew.method, 'PUT');
+      assert.equal((renew.body as { metadata: { resourceVersion?: string } }).metadata.resourceVersion !== undefined, true, 'a renewal is a compare-and-swap');
+      assert.deepEqual(leaseSpec(api), { ...created, renewTime: '2025-06-01T12:00:05.000000Z' });
+      assert.equal(a.isHolder(), true);
+
+      await a.stop();
+      running = [];
+      const released = leaseSpec(api);
+      assert.equal(released.holderIdentity, undefined);
+      assert.equal(released.leaseTransitions, 0);
+    });
+
+    test('waits while another agent renews, takes over one lease duration after the renewals stop', async () => {
+      lease(api, 'node-b', T0);
+      const a = start('node-a');
+      await leaseTick(0, 1);
+      assert.equal(a.isHolder(), false);
+      await leaseTick(5_000, 2);
+      lease(api, 'node-b', T0 + 7_000); // node-b renews at 12:00:07...
+      await leaseTick(5_000, 3); // ...seen at 12:00:10: expiry moves to 12:00:25
+      await leaseTick(5_000, 4);
+      await leaseTick(5_000, 5);
+      assert.equal(a.isHolder(), false, 'not before 12:00:25');
+      assert.equal(leaseCalls().filter((r) => r.method !== 'GET').length, 0, 'never wrote the Lease while node-b held it');
+      await leaseTick(5_000, 7);
+      await until(() => a.isHolder(), 'node-a takes over');
+      assert.deepEqual(
+        { holder: leaseSpec(api).holderIdentity, transitions: leaseSpec(api).leaseTransitions, acquired: leaseSpec(api).acquireTime },
+        { holder: 'node-a', transitions: 2, acquired: '2025-06-01T12:00:25.000000Z' },
+      );
+    });
+
+    test('a released Lease is taken at the next try', async () => {
+      lease(api, null, T0, 3);
+      const a = start('node-a');
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      assert.equal(leaseSpec(api).leaseTransitions, 4);
+    });
+
+    test('a write conflict (409) is resolved by reading the Lease again', async () => {
+      lease(api, 'node-b', T0);
+      const a = start('node-a');
+      for (let i = 1; i <= 3; i++) await leaseTick(i === 1 ? 0 : 5_000, i);
+      // At 12:00:15 node-a will take the expired Lease, but node-c gets there first.
+      api.fail({ method: 'PUT', path: LEASE, status: 409, reason: 'Conflict', times: 1, onHit: () => lease(api, 'node-c', T0 + 15_000, 2) });
+      await leaseTick(5_000, 6);
+      assert.deepEqual(leaseCalls().slice(3).map((r) => r.method), ['GET', 'PUT', 'GET']);
+      assert.equal(a.isHolder(), false);
+      assert.equal(leaseSpec(api).holderIdentity, 'node-c');
+      assert.equal(logs.warnings().length, 0, 'a lost race is no failure');
+    });
+
+    test('two agents starting together: exactly one holds the Lease', async () => {
+      const a = start('node-a');
+      const b = start('node-b');
+      clock.advance(0);
+      await until(() => a.isHolder() || b.isHolder(), 'somebody holds the lease');
+      await until(() => leaseCalls().length >= 5, 'both tried');
+      await settle(20);
+      assert.notEqual(a.isHolder(), b.isHolder());
+      assert.equal(leaseSpec(api).holderIdentity, a.isHolder() ? 'node-a' : 'node-b');
+    });
+  });
+
+  describe('NetworkPolicyStatus', () => {
+    const statusWrites = () => api.writes().filter((r) => r.path.includes('/networkpolicystatuses/'));
+
+    test('the holder writes each policy status with server-side apply, diffed, and deletes orphans', async () => {
+      nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 2 }]);
+      nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 1 }]);
+      const orphan = api.put(POLSTATUS('shop', 'gone'), { apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'gone', namespace: 'shop' } });
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [web(2, ['node-a', 'node-b']), bad] });
+      clock.advance(0);
+      assert.equal(await results.next(), 'ok');
+
+      assert.deepEqual(statusWrites().map((r) => `${r.method} ${r.path}`), [
+        `PATCH ${POLSTATUS('shop', 'bad')}`,
+        `PATCH ${POLSTATUS('shop', 'bad')}/status`,
+        `PATCH ${POLSTATUS('shop', 'web')}`,
+        `PATCH ${POLSTATUS('shop', 'web')}/status`,
+        `DELETE ${POLSTATUS('shop', 'gone')}`,
+      ]);
+      for (const r of statusWrites().filter((w) => w.method === 'PATCH')) {
+        assert.equal(r.contentType, 'application/apply-patch+yaml');
+        assert.equal(r.query.get('fieldManager'), 'weir-aggregator');
+        assert.equal(r.query.get('force'), 'true');
+      }
+      assert.deepEqual(statusWrites()[4].body, { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { uid: orphan.metadata.uid } });
+      assert.equal(api.get(POLSTATUS('shop', 'gone')), undefined);
+
+      const webObj = api.get(POLSTATUS('shop', 'web'))!;
+      assert.deepEqual(webObj.metadata.ownerReferences, [{ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', name: 'web', uid: 'u-web' }]);
+      assert.deepEqual(webObj.status, {
+        observedGeneration: 2,
+        conditions: [
+          { type: 'Accepted', status: 'True', observedGeneration: 2, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'the spec is valid and supported' },
+          {
+            type: 'Enforced',
+            status: 'False',
+            observedGeneration: 2,
+            lastTransitionTime: '2025-06-01T12:00:00Z',
+            reason: 'NodesPending',
+            message: '1 of 2 nodes have not realized generation 2: node-b',
+          },
+        ],
+        nodesDesired: 2,
+        nodesRealized: 1,
+        realized: '1/2',
+        nodesPending: ['node-b'],
+      });
+      const badStatus = api.get(POLSTATUS('shop', 'bad'))!.status as { conditions: { type: string; status: string; message: string }[] };
+      assert.deepEqual(badStatus.conditions[0], {
+        type: 'Accepted',
+        status: 'False',
+        observedGeneration: 1,
+        lastTransitionTime: '2025-06-01T12:00:00Z',
+        reason: 'Invalid',
+        message: 'spec.ingress[0].ports[0].port: must be between 1 and 65535',
+      });
+
+      // node-b catches up; the next periodic pass (no new input) sees it.
+      nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 2 }]);
+      const before = statusWrites().length;
+      clock.advance(2_000);
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(statusWrites().slice(before).map((r) => `${r.method} ${r.path}`), [`PATCH ${POLSTATUS('shop', 'web')}/status`]);
+      const enforced = (api.get(POLSTATUS('shop', 'web'))!.status as { conditions: { type: string; status: string; lastTransitionTime: string }[]; realized: string });
+      assert.equal(enforced.realized, '2/2');
+      assert.deepEqual(enforced.conditions.map((c) => [c.type, c.status, c.lastTransitionTime]), [
+        ['Accepted', 'True', '2025-06-01T12:00:00Z'],
+        ['Enforced', 'True', '2025-06-01T12:00:02Z'],
+      ]);
+
+      // Nothing changed: the pass reads, and writes nothing.
+      const reads = api.requests.length;
+      clock.advance(2_000);
+      assert.equal(await results.next(), 'skipped');
+      assert.equal(statusWrites().length, before + 1);
+      assert.ok(api.requests.length > reads, 'it did list again');
+    });
+
+    test('a re-created NetworkPolicy (new uid) gets its ownerReference re-applied', async () => {
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [web(1, [])] });
+      clock.advance(0);
+      await results.next();
+      a.update({ policies: [{ ...web(1, []), uid: 'u-web-2' }] });
+      clock.advance(2_000);
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(
+        (api.get(POLSTATUS('shop', 'web'))!.metadata.ownerReferences as { uid: string }[]).map((r) => r.uid),
+        ['u-web-2'],
+      );
+    });
+
+    test('only the holder writes; after it releases the Lease the other agent takes over the writing', async () => {
+      nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 1 }]);
+      const ra = new Results<PassResult>();
+      const rb = new Results<PassResult>();
+      const a = start('node-a', ra);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      const b = start('node-b', rb);
+      const input = { policies: [web(1, ['node-a'])] };
+      a.update(input);
+      b.update(input);
+      clock.advance(0);
+      assert.equal(await ra.next(), 'ok');
+      assert.equal(await rb.next(), 'skipped');
+      await until(() => leaseCalls().some((r) => r.authorization === 'Bearer token-node-b'), 'node-b tried the lease');
+      await settle(20);
+      assert.equal(b.isHolder(), false);
+      assert.ok(statusWrites().length > 0);
+      assert.ok(statusWrites().every((r) => r.authorization === 'Bearer token-node-a'), 'every status write came from the holder');
+
+      await a.stop();
+      running = running.filter((x) => x !== a);
+      const before = statusWrites().length;
+      clock.advance(5_000);
+      await until(() => b.isHolder(), 'node-b takes over the released lease');
+      b.update({ policies: [web(2, ['node-a'])] });
+      clock.advance(0);
+      await until(() => statusWrites().length > before, 'node-b writes');
+      assert.ok(statusWrites().slice(before).every((r) => r.authorization === 'Bearer token-node-b'));
+      assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { observedGeneration: number }).observedGeneration, 2);
+    });
+
+    test('nothing is written or deleted before the first update', async () => {
+      api.put(POLSTATUS('shop', 'old'), { apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'old', namespace: 'shop' } });
+      const a = start('node-a');
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      clock.advance(10_000);
+      await settle(50);
+      assert.equal(statusWrites().length, 0);
+      assert.notEqual(api.get(POLSTATUS('shop', 'old')), undefined);
+    });
+
+    test('403 on the status writes: one warning, the Lease is still held, writes resume when allowed', async () => {
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      const denial = api.fail({ method: 'PATCH', path: /networkpolicystatuses/, status: 403, reason: 'Forbidden' });
+      a.update({ policies: [web(1, [])] });
+      clock.advance(0);
+      assert.equal(await results.next(), 'error');
+      clock.advance(2_000); // the retry: backoff, but never sooner than the interval
+      assert.equal(await results.next(), 'error');
+      assert.equal(logs.warnings().length, 1);
+      assert.match(logs.warnings()[0].msg, /forbids the status write \(RBAC\)/);
+      denial.times = 0;
+      clock.advance(2_000);
+      assert.equal(await results.next(), 'ok');
+    });
+  });
+});

@@ -1,0 +1,330 @@
+// Test helpers for the status writers: a loopback fake API server that stores objects and
+// records every request, a clock whose timers run only when a test advances it, a logger that
+// keeps its lines, and a waiter for the writers' onWrite results.
+
+import { createServer } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { KubeConfig } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import type { Clock } from '../../../src/status/clock.ts';
+import type { Logger } from '../../../src/log.ts';
+
+export type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
+
+export interface Recorded {
+  readonly method: string;
+  readonly path: string;
+  readonly query: URLSearchParams;
+  readonly contentType: string | undefined;
+  readonly authorization: string | undefined;
+  readonly body: unknown;
+}
+
+export interface Fault {
+  readonly method?: string;
+  readonly path?: string | RegExp;
+  readonly status: number;
+  readonly reason: string;
+  /** How many matching requests fail (default: all of them). */
+  times?: number;
+  /** Runs when the fault hits, e.g. to let "another client" write first. */
+  readonly onHit?: () => void;
+}
+
+interface Parsed {
+  readonly prefix: string;
+  readonly ns: string | null;
+  readonly plural: string;
+  readonly name: string | null;
+  readonly sub: string | null;
+}
+
+function parsePath(path: string): Parsed {
+  const segs = path.split('/').filter(Boolean).map(decodeURIComponent);
+  const i = segs[0] === 'api' ? 2 : 3;
+  let rest = segs.slice(i);
+  let ns: string | null = null;
+  if (rest[0] === 'namespaces' && rest.length >= 3) {
+    ns = rest[1];
+    rest = rest.slice(2);
+  }
+  return { prefix: '/' + segs.slice(0, i).join('/'), ns, plural: rest[0], name: rest[1] ?? null, sub: rest[2] ?? null };
+}
+
+const keyOf = (p: Pick<Parsed, 'prefix' | 'ns' | 'plural'>, name: string): string => `${p.prefix}|${p.ns ?? ''}|${p.plural}|${name}`;
+
+/** RFC 7386 JSON merge patch. */
+function mergePatch(target: unknown, patch: unknown): unknown {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch)) return patch;
+  const out: Record<string, unknown> = typeof target === 'object' && target !== null && !Array.isArray(target) ? { ...(target as Record<string, unknown>) } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = mergePatch(out[k], v);
+  }
+  return out;
+}
+
+export class FakeApi {
+  readonly requests: Recorded[] = [];
+  readonly faults: Fault[] = [];
+  private readonly store = new Map<string, Obj>();
+  private rv = 100;
+  private uidSeq = 0;
+  private server: Server | null = null;
+
+  async start(): Promise<void> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  /** A kubeconfig for this server; `token` tells clients apart in `requests`. */
+  kubeConfig(token: string = 'test-token'): KubeConfig {
+    const port = (this.server!.address() as AddressInfo).port;
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'fake', server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
+      users: [{ name: 'agent', token }],
+      contexts: [{ name: 'fake', cluster: 'fake', user: 'agent' }],
+      currentContext: 'fake',
+    });
+    return kc;
+  }
+
+  /** Stores an object at its item path (uid and resourceVersion added when missing). */
+  put(path: string, obj: Record<string, unknown>): Obj {
+    const p = parsePath(path);
+    const o = structuredClone(obj) as Obj;
+    o.metadata = { uid: `uid-${++this.uidSeq}`, creationTimestamp: '2025-01-01T00:00:00Z', ...o.metadata, resourceVersion: String(++this.rv) };
+    this.store.set(keyOf(p, p.name!), o);
+    return o;
+  }
+
+  get(path: string): Obj | undefined {
+    const p = parsePath(path);
+    return this.store.get(keyOf(p, p.name!));
+  }
+
+  /** Requests that change something. */
+  writes(): Recorded[] {
+    return this.requests.filter((r) => r.method !== 'GET');
+  }
+
+  fail(f: Fault): Fault {
+    this.faults.push(f);
+    return f;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString();
+    const url = new URL(req.url ?? '/', 'http://fake');
+    const method = req.method ?? 'GET';
+    const body = text === '' ? undefined : (JSON.parse(text) as unknown);
+    const contentType = req.headers['content-type'];
+    this.requests.push({ method, path: url.pathname, query: url.searchParams, contentType, authorization: req.headers.authorization, body });
+
+    const send = (status: number, value: unknown): void => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(value));
+    };
+    const failure = (status: number, reason: string, message: string): void =>
+      send(status, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message, reason, code: status });
+
+    for (const f of this.faults) {
+      if ((f.times ?? Infinity) <= 0) continue;
+      if (f.method !== undefined && f.method !== method) continue;
+      if (f.path !== undefined && !(typeof f.path === 'string' ? url.pathname === f.path : f.path.test(url.pathname))) continue;
+      if (f.times !== undefined) f.times--;
+      f.onHit?.();
+      return failure(f.status, f.reason, `${method} ${url.pathname} is ${f.reason.toLowerCase()} (fault)`);
+    }
+
+    const p = parsePath(url.pathname);
+    if (p.name === null) {
+      if (method === 'GET') {
+        const items = [...this.store.entries()]
+          .filter(([k]) => k.startsWith(`${p.prefix}|`) && k.split('|')[2] === p.plural && (p.ns === null || k.split('|')[1] === p.ns))
+          .map(([, o]) => o);
+        return send(200, { kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: String(this.rv) }, items });
+      }
+      if (method === 'POST') {
+        const o = body as Obj;
+        const name = o?.metadata?.name;
+        if (typeof name !== 'string') return failure(422, 'Invalid', 'metadata.name is required');
+        if (this.store.has(keyOf(p, name))) return failure(409, 'AlreadyExists', `${p.plural} "${name}" already exists`);
+        const path = `${url.pathname}/${name}`;
+        return send(201, this.put(path, o));
+      }
+      return failure(405, 'MethodNotAllowed', `${method} on a collection`);
+    }
+
+    const key = keyOf(p, p.name);
+    const cur = this.store.get(key);
+    const itemPath = url.pathname.replace(/\/status$/, '');
+    switch (method) {
+      case 'GET':
+        return cur ? send(200, cur) : failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
+      case 'PUT': {
+        if (!cur) return failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
+        const o = body as Obj;
+        const rv = o?.metadata?.resourceVersion;
+        if (rv !== undefined && rv !== cur.metadata.resourceVersion) {
+          return failure(409, 'Conflict', `Operation cannot be fulfilled on ${p.plural} "${p.name}": the object has been modified`);
+        }
+        return send(200, this.put(itemPath, { ...o, metadata: { ...o.metadata, uid: cur.metadata.uid, creationTimestamp: cur.metadata.creationTimestamp } }));
+      }
+      case 'PATCH': {
+        if (contentType === 'application/apply-patch+yaml') {
+          if (!url.searchParams.get('fieldManager')) return failure(400, 'BadRequest', 'fieldManager is required for apply requests');
+          const o = body as Obj;
+          if (p.sub === 'status') {
+            if (!cur) return failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
+            return send(200, this.put(itemPath, { ...cur, status: o.status }));
+          }
+          const { status: _ignored, ...rest } = o;
+          const merged = cur ? { ...cur, ...rest, metadata: { ...cur.metadata, ...o.metadata } } : rest;
+          return send(cur ? 200 : 201, this.put(itemPath, merged));
+        }
+        if (contentType === 'application/merge-patch+json') {
+          if (!cur) return failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
+          return send(200, this.put(itemPath, mergePatch(cur, body) as Obj));
+        }
+        return failure(415, 'UnsupportedMediaType', `content type ${contentType}`);
+      }
+      case 'DELETE': {
+        if (!cur) return failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
+        const pre = (body as { preconditions?: { uid?: string } } | undefined)?.preconditions?.uid;
+        if (pre !== undefined && pre !== cur.metadata.uid) return failure(409, 'Conflict', 'precondition failed: uid');
+        this.store.delete(key);
+        return send(200, { kind: 'Status', apiVersion: 'v1', status: 'Success' });
+      }
+      default:
+        return failure(405, 'MethodNotAllowed', method);
+    }
+  }
+}
+
+/** A clock whose timers run only when the test advances it. Starts at a fixed wall time. */
+export class FakeClock implements Clock {
+  t: number;
+  private timers: { at: number; fn: () => void; id: number }[] = [];
+  private seq = 0;
+  constructor(start: number = Date.parse('2025-06-01T12:00:00Z')) {
+    this.t = start;
+  }
+  now(): number {
+    return this.t;
+  }
+  setTimeout(fn: () => void, ms: number): unknown {
+    const id = ++this.seq;
+    this.timers.push({ at: this.t + ms, fn, id });
+    return id;
+  }
+  clearTimeout(h: unknown): void {
+    this.timers = this.timers.filter((x) => x.id !== h);
+  }
+  pending(): number {
+    return this.timers.length;
+  }
+  /** Whether a timer is due at exactly `at`. */
+  hasTimerAt(at: number): boolean {
+    return this.timers.some((x) => x.at === at);
+  }
+  /** Moves time forward, running the timers that fall due, in order. */
+  advance(ms: number): void {
+    const end = this.t + ms;
+    for (;;) {
+      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
+      const next = this.timers[0];
+      if (!next || next.at > end) break;
+      this.timers.shift();
+      this.t = Math.max(this.t, next.at);
+      next.fn();
+    }
+    this.t = end;
+  }
+  /** Like advance, but awaits `between()` after each timer, so that async work a timer
+   *  started can schedule the next timer before time moves on. */
+  async advanceAsync(ms: number, between: () => Promise<void>): Promise<void> {
+    const end = this.t + ms;
+    for (;;) {
+      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
+      const next = this.timers[0];
+      if (!next || next.at > end) break;
+      this.timers.shift();
+      this.t = Math.max(this.t, next.at);
+      next.fn();
+      await between();
+    }
+    this.t = end;
+  }
+}
+
+/** Lets pending promise callbacks run (no I/O). */
+export async function microtasks(): Promise<void> {
+  for (let k = 0; k < 20; k++) await Promise.resolve();
+}
+
+export interface LogLine {
+  readonly level: number;
+  readonly msg: string;
+  readonly [k: string]: unknown;
+}
+
+/** A debug-level logger that keeps its lines. */
+export function captureLog(): { log: Logger; lines: LogLine[]; warnings: () => LogLine[] } {
+  const lines: LogLine[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const l of chunk.toString().split('\n')) if (l.trim()) lines.push(JSON.parse(l) as LogLine);
+      cb();
+    },
+  });
+  const log = pino({ level: 'debug' }, stream);
+  return { log, lines, warnings: () => lines.filter((l) => l.level === 40) };
+}
+
+/** Collects onWrite results; `next()` consumes them in order, waiting (real time, bounded)
+ *  for one that has not arrived yet. */
+export class Results<T> {
+  readonly all: T[] = [];
+  private consumed = 0;
+  private waiters: { n: number; resolve: (v: T) => void }[] = [];
+  readonly push = (r: T): void => {
+    this.all.push(r);
+    for (const w of this.waiters.splice(0)) {
+      if (this.all.length >= w.n) w.resolve(this.all[w.n - 1]);
+      else this.waiters.push(w);
+    }
+  };
+  next(timeoutMs: number = 3000): Promise<T> {
+    const n = ++this.consumed;
+    if (this.all.length >= n) return Promise.resolve(this.all[n - 1]);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`no result #${n} within ${timeoutMs} ms (have ${JSON.stringify(this.all)})`)), timeoutMs);
+      this.waiters.push({ n, resolve: (v) => (clearTimeout(t), resolve(v)) });
+    });
+  }
+}
+
+/** Waits until `cond` holds (real time, bounded): for effects that have no callback. */
+export async function until(cond: () => boolean, what: string, timeoutMs: number = 3000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+/** Lets in-flight requests settle (for asserting that nothing more happens). */
+export function settle(ms: number = 50): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

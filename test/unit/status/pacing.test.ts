@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { backoffMs, delayUntilNext } from '../../../src/status/pacing.ts';
+import { createPacer } from '../../../src/status/pacer.ts';
+import type { PassResult } from '../../../src/status/pacer.ts';
+import { FakeClock, microtasks } from './fake-api.ts';
+
+const O = { minIntervalMs: 1_000, retryMinMs: 500, retryMaxMs: 8_000 };
+
+describe('backoffMs', () => {
+  const cases = [
+    { name: 'no failure, no backoff', failures: 0, expected: 0 },
+    { name: 'first failure: the minimum', failures: 1, expected: 500 },
+    { name: 'doubles', failures: 2, expected: 1_000 },
+    { name: 'doubles again', failures: 4, expected: 4_000 },
+    { name: 'capped at the maximum', failures: 5, expected: 8_000 },
+    { name: 'stays capped for huge counts', failures: 10_000, expected: 8_000 },
+  ];
+  for (const c of cases) test(c.name, () => assert.equal(backoffMs(c.failures, O), c.expected));
+});
+
+describe('delayUntilNext', () => {
+  const cases = [
+    { name: 'the first pass runs at once', last: null, failures: 0, now: 5_000, expected: 0 },
+    { name: 'within the interval: waits for the rest of it', last: 5_000, failures: 0, now: 5_300, expected: 700 },
+    { name: 'after the interval: at once', last: 5_000, failures: 0, now: 7_000, expected: 0 },
+    { name: 'a short backoff does not undercut the interval', last: 5_000, failures: 1, now: 5_000, expected: 1_000 },
+    { name: 'a long backoff stretches the gap', last: 5_000, failures: 4, now: 6_000, expected: 3_000 },
+  ];
+  for (const c of cases) test(c.name, () => assert.equal(delayUntilNext(c.last, c.failures, c.now, O), c.expected));
+});
+
+describe('createPacer', () => {
+  function setup(script: ('ok' | 'skipped' | 'fail')[]) {
+    const clock = new FakeClock(0);
+    const starts: number[] = [];
+    const results: PassResult[] = [];
+    let i = 0;
+    const pacer = createPacer({
+      clock,
+      ...O,
+      run: async () => {
+        starts.push(clock.now());
+        const step = script[i++] ?? 'ok';
+        if (step === 'fail') throw new Error('refused');
+        return step;
+      },
+      onResult: (r) => results.push(r),
+    });
+    const advance = (ms: number) => clock.advanceAsync(ms, microtasks);
+    return { clock, pacer, starts, results, advance };
+  }
+
+  test('poke returns before the pass runs; the pass runs on the next timer', async () => {
+    const { pacer, starts, advance } = setup([]);
+    pacer.poke();
+    assert.deepEqual(starts, []);
+    await advance(0);
+    assert.deepEqual(starts, [0]);
+  });
+
+  test('many pokes within the interval make one more pass, at the end of the interval', async () => {
+    const { pacer, starts, results, advance } = setup([]);
+    pacer.poke();
+    await advance(0);
+    for (let k = 0; k < 50; k++) pacer.poke();
+    await advance(999);
+    assert.deepEqual(starts, [0]);
+    await advance(1);
+    assert.deepEqual(starts, [0, 1_000]);
+    await advance(10_000);
+    assert.deepEqual(starts, [0, 1_000], 'no poke, no pass');
+    assert.deepEqual(results, ['ok', 'ok']);
+  });
+
+  test('failures retry on their own with growing delays, and success resets them', async () => {
+    const { pacer, starts, results, advance } = setup(['fail', 'fail', 'fail', 'fail', 'fail', 'ok', 'ok']);
+    pacer.poke();
+    await advance(16_000);
+    assert.deepEqual(starts, [0, 1_000, 2_000, 4_000, 8_000, 16_000]);
+    assert.deepEqual(results, ['error', 'error', 'error', 'error', 'error', 'ok']);
+    assert.equal(pacer.failures(), 0);
+    pacer.poke();
+    await advance(1_000);
+    assert.equal(starts.at(-1), 17_000, 'after a success the plain interval applies again');
+  });
+
+  test('stop cancels the pending pass', async () => {
+    const { clock, pacer, starts, advance } = setup([]);
+    pacer.poke();
+    await pacer.stop();
+    await advance(5_000);
+    assert.deepEqual(starts, []);
+    assert.equal(clock.pending(), 0);
+    pacer.poke();
+    assert.equal(clock.pending(), 0, 'a stopped pacer schedules nothing');
+  });
+});
