@@ -15,6 +15,8 @@ import type { Source } from '../sources/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
 import { Reconciler } from './reconciler.ts';
+import { startReporting, type Reporting } from './reporting.ts';
+import type { NodeProblem } from '../status/index.ts';
 
 export interface AgentDeps {
   readonly log: Logger;
@@ -37,8 +39,11 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const runner = deps.runner ?? execaRunner();
   const metrics = deps.metrics ?? createMetrics();
   // Construction does no I/O, so a wrong source configuration is reported before anything runs.
-  const source = deps.source ?? createSource(cfg, log, metrics);
-  await preflight(runner, cfg, log);
+  const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg);
+  const source =
+    deps.source ??
+    (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
+  const problems = await preflight(runner, cfg, log);
 
   const names = makeNames(cfg.chainPrefix);
   const calc = new Calculator({ nodeName: cfg.nodeName, names, families: cfg.families, marks: markBits(cfg.markMask) });
@@ -60,6 +65,8 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
       },
     },
   });
+  // Status goes back to the cluster only when the cluster is the source.
+  let reporting: Reporting | undefined;
   const reconciler = new Reconciler({
     calc,
     dataplane,
@@ -69,7 +76,20 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     retryMinMs: cfg.retryMinMs,
     retryMaxMs: cfg.retryMaxMs,
     resyncIntervalMs: cfg.resyncIntervalMs,
+    onPass: (outcome) => reporting?.onPass(outcome),
   });
+  if (kubeConfig) {
+    reporting = startReporting({
+      kubeConfig,
+      nodeName: cfg.nodeName,
+      calc,
+      log,
+      metrics,
+      synced: () => reconciler.synced,
+      counts: () => dataplane.status(),
+      problems,
+    });
+  }
 
   let server: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   if (cfg.metricsAddr) {
@@ -85,6 +105,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     await source.start((batch) => reconciler.onBatch(batch));
   } catch (err) {
     await reconciler.stop();
+    await reporting?.stop();
     server?.server.close();
     throw err;
   }
@@ -98,15 +119,18 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     async stop() {
       await source.stop();
       await reconciler.stop();
+      await reporting?.stop();
       await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
       server?.server.closeAllConnections();
     },
   };
 }
 
-/** The manifest directory when one is given, else the API server (kubeconfig or in-cluster). */
-function createSource(cfg: AgentConfig, log: Logger, metrics: Metrics): Source {
-  if (cfg.manifestsDir) return createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs });
+/** The cluster's configuration: the kubeconfig when given, else in-cluster. */
+function loadKubeConfig(cfg: AgentConfig): KubeConfig {
+  if (!cfg.kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) {
+    throw new ConfigError(['not running in a cluster (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig or --manifests']);
+  }
   const kubeConfig = new KubeConfig();
   try {
     if (cfg.kubeconfig) kubeConfig.loadFromFile(cfg.kubeconfig);
@@ -114,9 +138,10 @@ function createSource(cfg: AgentConfig, log: Logger, metrics: Metrics): Source {
   } catch (err) {
     throw new ConfigError([`cannot load ${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'the in-cluster configuration'}: ${(err as Error).message}`]);
   }
-  if (!cfg.kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) {
-    throw new ConfigError(['not running in a cluster (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig or --manifests']);
-  }
+  return kubeConfig;
+}
+
+function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logger, metrics: Metrics): Source {
   return createKubeSource({
     kubeConfig,
     nodeName: cfg.nodeName,
@@ -131,7 +156,8 @@ function createSource(cfg: AgentConfig, log: Logger, metrics: Metrics): Source {
 }
 
 /** Fails early, with a clear message, when the host lacks what Weir needs. */
-async function preflight(runner: CommandRunner, cfg: AgentConfig, log: Logger): Promise<void> {
+async function preflight(runner: CommandRunner, cfg: AgentConfig, log: Logger): Promise<NodeProblem[]> {
+  const problems: NodeProblem[] = [];
   const missing: string[] = [];
   for (const [cmd, args] of [['ipset', ['version']], ['iptables-restore', ['--version']]] as const) {
     const r = await runner.run(cmd, args).catch((err: unknown) => ({ exitCode: -1, stdout: '', stderr: String(err) }));
@@ -148,7 +174,10 @@ async function preflight(runner: CommandRunner, cfg: AgentConfig, log: Logger): 
     const file = `/proc/sys/net/bridge/bridge-nf-call-${f === 4 ? 'iptables' : 'ip6tables'}`;
     const v = await readFile(file, 'utf8').catch(() => 'missing');
     if (v.trim() !== '1') {
-      log.warn({ file, value: v.trim() }, 'br_netfilter is not active: traffic between pods of the same node bypasses policy');
+      const message = `${file} is ${v.trim()}, not 1: traffic between pods of the same node bypasses policy`;
+      log.warn({ file, value: v.trim() }, message);
+      problems.push({ reason: 'BrNetfilterDisabled', message });
     }
   }
+  return problems;
 }

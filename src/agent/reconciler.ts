@@ -3,6 +3,7 @@
 // dirtied. One apply at a time; bursts coalesce; failures back off; a timer resyncs.
 
 import type { Calculator, DesiredDataplane, Dirty } from '../calc/index.ts';
+import type { CompiledPolicy } from '../model/types.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
 import type { SourceBatch } from '../sources/types.ts';
@@ -39,6 +40,15 @@ export interface ReconcilerOptions {
   readonly retryMaxMs: number;
   readonly resyncIntervalMs: number;
   readonly clock?: Clock;
+  /** Called after every write attempt (status reporting hangs here; it must not block). */
+  readonly onPass?: (outcome: PassOutcome) => void;
+}
+
+export interface PassOutcome {
+  readonly ok: boolean;
+  readonly error?: string;
+  /** Policies changed since the previous attempt (compiled, or null when deleted). */
+  readonly policyChanges: readonly { key: string; policy: CompiledPolicy | null }[];
 }
 
 export class Reconciler {
@@ -48,6 +58,8 @@ export class Reconciler {
   /** Arrival times of batches taken into calc but not yet in the kernel. */
   #unapplied: number[] = [];
   #arrivals: number[] = [];
+  /** Policy changes taken into calc since the last write attempt, for onPass. */
+  #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
   #synced = false;
   #latestRevision = '';
   #appliedRevision = '';
@@ -82,6 +94,11 @@ export class Reconciler {
     this.#arrivals.push(this.#clock.now());
     this.#latestRevision = batch.revision;
     this.#schedule(this.#o.debounceMs);
+  }
+
+  /** The source has delivered its first complete view. */
+  get synced(): boolean {
+    return this.#synced;
   }
 
   readiness(): { ready: boolean; revision: string; reason: string } {
@@ -138,7 +155,9 @@ export class Reconciler {
         for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
         if (b.synced) this.#synced = true;
       }
-      for (const { key, policy } of calc.takePolicyChanges()) {
+      const changes = calc.takePolicyChanges();
+      this.#policyChanges.push(...changes);
+      for (const { key, policy } of changes) {
         if (policy && policy.errors.length > 0) {
           metrics.errors.inc({ reason: 'WEIR_POLICY_INVALID' });
           log.warn(
@@ -175,6 +194,7 @@ export class Reconciler {
       metrics.policies.set({ state: 'valid' }, reports.length - invalid);
       metrics.policies.set({ state: 'invalid' }, invalid);
       log.info({ resync, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : 'applied changes');
+      this.#o.onPass?.({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     } catch (err) {
       this.#failures++;
       this.#needResync = true; // after a failure, trust only what the kernel says it holds
@@ -184,6 +204,7 @@ export class Reconciler {
       metrics.applies.inc({ result: 'error' });
       const delay = Math.min(this.#o.retryMaxMs, this.#o.retryMinMs * 2 ** (this.#failures - 1));
       log.error({ err, code, attempt: this.#failures, retryInMs: delay }, 'dataplane apply failed; will retry');
+      this.#o.onPass?.({ ok: false, error: this.#lastError, policyChanges: this.#policyChanges.splice(0) });
       this.#scheduleRetry(delay);
     }
   }

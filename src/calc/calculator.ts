@@ -8,7 +8,7 @@
 // Only policies that select a pod of this node are "active": they own chains and hold
 // references on peer sets; a set lives while some active policy references it.
 
-import { ClusterState, isPeerEligible } from '../model/cluster.ts';
+import { ClusterState, isPeerEligible, isPoliced } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
 import { formatCidr, parseIp, splitForIpset } from '../model/cidr.ts';
 import { compilePolicy } from '../model/policy.ts';
@@ -223,13 +223,7 @@ export class Calculator {
   // ---- local workloads ------------------------------------------------------------------
 
   #isLocal(pod: Pod): boolean {
-    return (
-      pod.nodeName === this.#cfg.nodeName &&
-      !pod.hostNetwork &&
-      pod.ips.length > 0 &&
-      pod.phase !== 'Succeeded' &&
-      pod.phase !== 'Failed'
-    );
+    return pod.nodeName === this.#cfg.nodeName && isPoliced(pod);
   }
 
   /** Recomputes which policies select a pod of this node and rewrites its chains. */

@@ -18,6 +18,12 @@ export function isPeerEligible(pod: Pod): boolean {
   return pod.phase === 'Running' && pod.ips.length > 0 && !pod.hostNetwork;
 }
 
+/** A pod some node polices: it has an IP of its own and has not finished (a terminating or
+ *  pending pod with an IP is still policed). */
+export function isPoliced(pod: Pod): boolean {
+  return !pod.hostNetwork && pod.ips.length > 0 && pod.phase !== 'Succeeded' && pod.phase !== 'Failed';
+}
+
 export class ClusterState {
   readonly pods = new Map<string, Pod>();
   readonly nodes = new Map<string, Node>();
@@ -118,6 +124,17 @@ export class ClusterState {
 
   podsIn(namespace: string): Iterable<Pod> {
     return this.#podsByNs.get(namespace) ?? [];
+  }
+
+  /** Nodes running a pod the policy selects (not host-network, not finished, with an IP):
+   *  the nodes that must enforce it. */
+  nodesEnforcing(policy: CompiledPolicy): string[] {
+    const nodes = new Set<string>();
+    for (const pod of this.podsIn(policy.namespace)) {
+      if (!pod.nodeName || !isPoliced(pod)) continue;
+      if (policy.podSelector === null || selectorMatches(policy.podSelector, pod.labels)) nodes.add(pod.nodeName);
+    }
+    return [...nodes].sort();
   }
 
   peerMatchesPod(peer: PodsPeer, pod: Pod): boolean {

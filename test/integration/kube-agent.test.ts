@@ -56,3 +56,62 @@ describe('weir agent --kubeconfig against a real API server', () => {
     await k.expect(() => true, 'all policies deleted');
   });
 });
+
+describe('status written back to the cluster', () => {
+  let k: KubeIntegration;
+  before(async () => {
+    k = await KubeIntegration.start();
+  });
+  after(async () => {
+    await k?.stop();
+  });
+
+  const getJson = async (args: string[]) => JSON.parse(await k.kubectl([...args, '-o', 'json'])) as Record<string, any>;
+  const cond = (obj: Record<string, any>, type: string) => (obj.status?.conditions ?? []).find((c: { type: string }) => c.type === type);
+  async function eventually<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    let last: T | undefined;
+    let err: unknown;
+    while (Date.now() < deadline) {
+      try {
+        last = await fn();
+        if (ok(last)) return last;
+      } catch (e) {
+        err = e;
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    throw new Error(`${what}: not reached; last ${JSON.stringify(last)?.slice(0, 1500)} ${err ? String(err) : ''}`);
+  }
+
+  test('each node reports Ready and Programmed; a policy reports Accepted and Enforced on the nodes that run its pods', async () => {
+    for (const node of ['node-a', 'node-b']) {
+      const s = await eventually(`NodePolicyStatus ${node}`, () => getJson(['get', 'nodepolicystatus', node]), (o) => cond(o, 'Ready')?.status === 'True' && cond(o, 'Programmed')?.status === 'True');
+      assert.equal(s.metadata.ownerReferences[0].kind, 'Node');
+      assert.equal(s.status.counts.localPods, node === 'node-a' ? 3 : 2);
+    }
+    await k.apply(policyObject('alpha', 'web-ingress', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ podSelector: {} }] }] }));
+    const np = await eventually('NetworkPolicyStatus alpha/web-ingress', () => getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha']), (o) => cond(o, 'Enforced')?.status === 'True');
+    assert.equal(cond(np, 'Accepted').status, 'True');
+    assert.equal(np.status.nodesDesired, 1, 'only node-a runs alpha web pods');
+    assert.equal(np.status.nodesRealized, 1);
+    const table = await k.kubectl(['get', 'networkpolicystatuses', '-n', 'alpha']);
+    assert.match(table, /web-ingress\s+True\s+True\s+1\/1/);
+    const nodes = await k.kubectl(['get', 'nodepolicystatuses']);
+    assert.match(nodes, /node-a\s+True\s+True\s+False/);
+  });
+
+  test('a policy the API server admits but Weir cannot enforce as written is reported with a precise reason, and isolates', async () => {
+    // Leading zeros: the API server still parses "010.0.0.0/8" as decimal (with a warning);
+    // Weir refuses to guess between octal and decimal.
+    await k.apply(policyObject('beta', 'ambiguous', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ ipBlock: { cidr: '010.244.0.0/16' } }] }] }));
+    const np = await eventually('NetworkPolicyStatus beta/ambiguous', () => getJson(['get', 'networkpolicystatus', 'ambiguous', '-n', 'beta']), (o) => cond(o, 'Accepted')?.status === 'False');
+    assert.match(cond(np, 'Accepted').message, /spec\.ingress\[0\]\.from\[0\]\.ipBlock\.cidr/);
+    assert.match(cond(np, 'Accepted').reason, /^[A-Z][A-Za-z]+$/);
+    // a1 still allows only alpha's pods (the previous test's policy); b1 allows nothing.
+    const a1 = (c: Cell) => c.target !== A1 || c.source === A1 || c.source === A2;
+    await k.expect((c) => a1(c) && (c.target !== B1 || c.source === B1), 'b1 isolated by the rejected policy');
+    const events = await eventually('a PolicyRejected event', () => k.kubectl(['get', 'events', '-n', 'beta', '--field-selector', 'involvedObject.name=ambiguous']), (t) => /PolicyRejected/.test(t));
+    assert.match(events, /PolicyRejected/);
+  });
+});

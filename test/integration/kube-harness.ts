@@ -6,6 +6,7 @@
 
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { createCluster, type Cluster } from '../../src/sim/cluster.ts';
 import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix } from '../../src/sim/prober.ts';
 import { basePods, baseNamespaces, NODES, type PodDef } from '../conformance/harness.ts';
@@ -14,6 +15,7 @@ import { bridgeApiServer, type Bridge } from './bridge.ts';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
 
 export type { Cell };
+const CRDS = fileURLToPath(new URL('../../crds/', import.meta.url));
 
 export interface AgentOptions {
   /** Extra flags, e.g. a short --watch-idle-timeout for the stall test. */
@@ -103,6 +105,8 @@ export class KubeIntegration {
 
   /** Namespaces, Nodes and Pods of the conformance cast, created through the API. */
   async #createObjects(): Promise<void> {
+    await this.kubectl(['apply', '-f', CRDS]);
+    await this.kubectl(['wait', '--for=condition=Established', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', '--timeout=30s']);
     const nss = Object.entries(baseNamespaces()).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } }));
     const nodes = NODES.map((n) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: n.name }, spec: { podCIDRs: n.podCIDRs, podCIDR: n.podCIDRs[0] } }));
     await this.apply(...nss, ...nodes);
