@@ -69,3 +69,58 @@ describe('kube faults', () => {
     await relisted;
   });
 });
+
+describe('RBAC denies status writes', () => {
+  let k: KubeIntegration;
+  before(async () => {
+    k = await KubeIntegration.start();
+  });
+  after(async () => {
+    await k?.stop();
+  });
+
+  test('an agent that may read but not write status still enforces, and says what it lacks', async () => {
+    // A service account that can read what Weir watches, and nothing else.
+    await k.apply(
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'weir-readonly', namespace: 'kube-system' } },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRole',
+        metadata: { name: 'weir-readonly' },
+        rules: [
+          { apiGroups: [''], resources: ['pods', 'namespaces', 'nodes'], verbs: ['get', 'list', 'watch'] },
+          { apiGroups: ['networking.k8s.io'], resources: ['networkpolicies'], verbs: ['get', 'list', 'watch'] },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRoleBinding',
+        metadata: { name: 'weir-readonly' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'weir-readonly' },
+        subjects: [{ kind: 'ServiceAccount', name: 'weir-readonly', namespace: 'kube-system' }],
+      },
+    );
+    const token = (await k.kubectl(['create', 'token', 'weir-readonly', '-n', 'kube-system'])).trim();
+    const admin = JSON.parse(await k.kubectl(['config', 'view', '--raw', '-o', 'json'])) as { clusters: { name: string; cluster: Record<string, string> }[] };
+    const kubeconfig = await k.writeFile('readonly.kubeconfig', JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'c', cluster: admin.clusters[0].cluster }],
+      users: [{ name: 'u', user: { token } }],
+      contexts: [{ name: 'ctx', context: { cluster: 'c', user: 'u' } }],
+      'current-context': 'ctx',
+    }));
+    const old = k.agents.findIndex((a) => a.node === 'node-b');
+    await k.agents[old].stop();
+    k.agents.splice(old, 1);
+    const agent = k.startAgent('node-b', { kubeconfig });
+    const denied = agent.waitFor((r, line) => (r.level ?? 0) >= 40 && /forbidden|403/i.test(line) && /status/i.test(line), 30_000, 'a warning that status writes are forbidden');
+    await agent.waitFor((r) => r.msg === 'resynced dataplane', 30_000, 'first sync');
+    await k.apply(policyObject('alpha', 'db-deny', { podSelector: { matchLabels: { app: 'db' } } }));
+    await k.expect((c) => c.target !== A2 || c.source === A2, 'a2 (node-b) isolated by an agent without status rights');
+    const warning = await denied;
+    console.log(`warning: ${String(warning.msg).slice(0, 200)}`);
+    assert.ok(!agent.exited);
+    assert.equal(agent.errors.length, 0, agent.errors.join('\n'));
+  });
+});
