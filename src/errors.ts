@@ -10,7 +10,8 @@ export type ErrorCode =
   | 'WEIR_MANIFEST_PARSE'
   | 'WEIR_MANIFEST_OBJECT'
   | 'WEIR_POLICY_INVALID'
-  | 'WEIR_PRECONDITION';
+  | 'WEIR_PRECONDITION'
+  | 'WEIR_KUBE_API';
 
 export interface WeirErrorOptions {
   readonly cause?: unknown;
@@ -105,5 +106,22 @@ export class ManifestObjectError extends WeirError {
 export class PreconditionError extends WeirError {
   constructor(message: string, options?: WeirErrorOptions) {
     super('WEIR_PRECONDITION', message, options);
+  }
+}
+
+/** A request to the Kubernetes API failed: an HTTP status (with the metav1.Status reason)
+ *  or, with status 0, a failure below HTTP (connection, TLS, timeout). */
+export class KubeApiError extends WeirError {
+  readonly method: string;
+  readonly path: string;
+  readonly status: number;
+  /** metav1.Status reason (Forbidden, NotFound, Conflict, Expired, ...), '' when there is none. */
+  readonly reason: string;
+  constructor(method: string, path: string, status: number, reason: string, message: string, options?: WeirErrorOptions) {
+    super('WEIR_KUBE_API', `${method} ${path}: ${status === 0 ? '' : `${status}${reason ? ` ${reason}` : ''}: `}${message}`, options);
+    this.method = method;
+    this.path = path;
+    this.status = status;
+    this.reason = reason;
   }
 }

@@ -2,7 +2,7 @@
 // must get one clear warning, not one per retry. Enforcement never waits on any of this.
 
 import type { Logger } from '../log.ts';
-import { KubeRequestError } from './kube.ts';
+import { KubeApiError } from './kube.ts';
 
 export interface FailureLog {
   /** A pass failed: warns if this failure differs from the previous one, else logs at debug. */
@@ -16,14 +16,14 @@ export function createFailureLog(log: Logger, writer: string, grant: string): Fa
   let last: string | null = null;
   return {
     failed(err) {
-      const key = err instanceof KubeRequestError ? `${err.status} ${err.reason} ${err.method} ${err.path} ${err.message}` : String(err);
+      const key = err instanceof KubeApiError ? `${err.status} ${err.reason} ${err.method} ${err.path} ${err.message}` : String(err);
       const error = err instanceof Error ? err.message : String(err);
       if (key === last) {
         log.debug({ writer, error }, 'status write failed again');
         return;
       }
       last = key;
-      if (err instanceof KubeRequestError && err.status === 403) {
+      if (err instanceof KubeApiError && err.status === 403) {
         log.warn(
           { writer, error, grant },
           `${writer}: the API server forbids the status write (RBAC); enforcement continues, status is not reported until the service account is granted: ${grant}`,

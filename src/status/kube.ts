@@ -2,6 +2,7 @@
 // status writers send exact server-side-apply bodies, not client-node's typed objects (whose
 // serializer renames and drops fields); client-node still provides auth, TLS and proxies.
 
+import { KubeApiError } from '../errors.ts';
 import { IsomorphicFetchHttpLibrary, RequestContext } from '@kubernetes/client-node';
 import type { HttpMethod, KubeConfig } from '@kubernetes/client-node';
 
@@ -11,24 +12,10 @@ export const JSON_TYPE = 'application/json';
 
 /** A request the API server refused (`status` is the HTTP code), or one that got no HTTP
  *  answer at all (`status` 0: refused, reset, timed out, TLS failure). */
-export class KubeRequestError extends Error {
-  readonly method: string;
-  readonly path: string;
-  readonly status: number;
-  /** metav1.Status reason (Forbidden, NotFound, Conflict, ...), '' when there is none. */
-  readonly reason: string;
-  constructor(method: string, path: string, status: number, reason: string, message: string, options?: { cause?: unknown }) {
-    super(`${method} ${path}: ${status === 0 ? '' : `${status}${reason ? ` ${reason}` : ''}: `}${message}`, options);
-    this.name = 'KubeRequestError';
-    this.method = method;
-    this.path = path;
-    this.status = status;
-    this.reason = reason;
-  }
-}
+export { KubeApiError };
 
-export function isStatus(err: unknown, status: number): err is KubeRequestError {
-  return err instanceof KubeRequestError && err.status === status;
+export function isStatus(err: unknown, status: number): err is KubeApiError {
+  return err instanceof KubeApiError && err.status === status;
 }
 
 export interface KubeRequest {
@@ -43,7 +30,7 @@ export interface KubeRequest {
 
 export interface KubeClient {
   /** Sends the request; resolves to the parsed JSON answer (undefined for an empty body),
-   *  rejects with a KubeRequestError for any non-2xx answer or transport failure. */
+   *  rejects with a KubeApiError for any non-2xx answer or transport failure. */
   send(req: KubeRequest): Promise<unknown>;
   /** Releases the connection pool. */
   close(): Promise<void>;
@@ -71,7 +58,7 @@ export function createKubeClient(kc: KubeConfig, timeoutMs: number = DEFAULT_REQ
     async send(req) {
       const { method, path } = req;
       const cluster = kc.getCurrentCluster();
-      if (cluster === null) throw new KubeRequestError(method, path, 0, '', 'the kubeconfig has no current cluster');
+      if (cluster === null) throw new KubeApiError(method, path, 0, '', 'the kubeconfig has no current cluster');
       const url = new URL(cluster.server.replace(/\/+$/, '') + path);
       for (const [k, v] of Object.entries(req.query ?? {})) url.searchParams.set(k, v);
       const ctx = new RequestContext(url.toString(), method);
@@ -98,12 +85,12 @@ export function createKubeClient(kc: KubeConfig, timeoutMs: number = DEFAULT_REQ
         text = await resp.body.text();
       } catch (err) {
         if (!req.signal?.aborted) dropPool();
-        throw new KubeRequestError(method, path, 0, '', describe(err), { cause: err });
+        throw new KubeApiError(method, path, 0, '', describe(err), { cause: err });
       }
       const parsed = parseJson(text);
       if (status < 200 || status > 299) {
         const s = statusOf(parsed);
-        throw new KubeRequestError(method, path, status, s?.reason ?? '', s?.message || text.trim().slice(0, 300) || 'no message');
+        throw new KubeApiError(method, path, status, s?.reason ?? '', s?.message || text.trim().slice(0, 300) || 'no message');
       }
       return parsed;
     },

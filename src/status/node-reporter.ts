@@ -8,7 +8,7 @@ import { agentFieldManager, applyQuery, nodeObjectBody, nodePath, nodeStatusBody
 import { systemClock } from './clock.ts';
 import type { Clock } from './clock.ts';
 import { createFailureLog } from './failures.ts';
-import { APPLY_PATCH, createKubeClient, isStatus, KubeRequestError } from './kube.ts';
+import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from './kube.ts';
 import { buildNodeStatus, nodeStatusNeedsWrite, parseNodeStatus } from './node-status.ts';
 import type { NodeStatus, NodeStatusInput } from './node-status.ts';
 import { createPacer } from './pacer.ts';
@@ -65,7 +65,7 @@ export function createNodeStatusReporter(o: NodeStatusReporterOptions): NodeStat
     if (nodeUid === null) {
       const nodeObj = (await client.send({ method: 'GET', path: nodePath(node), signal })) as { metadata?: { uid?: unknown } };
       const uid = nodeObj?.metadata?.uid;
-      if (typeof uid !== 'string' || uid === '') throw new KubeRequestError('GET', nodePath(node), 200, '', 'the Node has no metadata.uid');
+      if (typeof uid !== 'string' || uid === '') throw new KubeApiError('GET', nodePath(node), 200, '', 'the Node has no metadata.uid');
       nodeUid = uid;
     }
     if (stored === undefined) {

@@ -30,6 +30,9 @@ export interface ControlPlane {
   kubectl(args: readonly string[], input?: string): Promise<string>;
   /** Stops kube-apiserver alone and starts it again on the same port and etcd. */
   restartApiServer(): Promise<void>;
+  /** Compacts etcd's history up to now (through its HTTP gateway): watches resuming from an
+   *  older resourceVersion then get 410 Gone. Returns the revision compacted to. */
+  compactEtcd(): Promise<number>;
   /** Kills etcd and kube-apiserver and removes the directory. */
   stop(): Promise<void>;
 }
@@ -158,6 +161,17 @@ export async function startControlPlane(): Promise<ControlPlane> {
       kubectl: (args, input) => run(kubectlBin, ['--kubeconfig', kubeconfig, ...args], input),
       restartApiServer: async () => {
         await script(['restart-apiserver', dir]);
+      },
+      compactEtcd: async () => {
+        const etcdPort = /^etcd_client_port=(\d+)$/m.exec(ports)?.[1];
+        const post = async (path: string, body: unknown) => {
+          const r = await fetch(`http://127.0.0.1:${etcdPort}${path}`, { method: 'POST', body: JSON.stringify(body) });
+          if (!r.ok) throw new Error(`etcd ${path}: ${r.status} ${await r.text()}`);
+          return (await r.json()) as { header: { revision: string } };
+        };
+        const revision = Number((await post('/v3/kv/range', { key: Buffer.from('/').toString('base64') })).header.revision);
+        await post('/v3/kv/compaction', { revision, physical: true });
+        return revision;
       },
       stop,
     };

@@ -9,23 +9,13 @@
 // bookmarks an idle watch only about once a minute; and it cannot be cancelled before the
 // response headers arrive. Silence is judged by the reflector's own watchdog instead.
 
+import { KubeApiError } from '../../errors.ts';
 import { HttpMethod, IsomorphicFetchHttpLibrary, RequestContext } from '@kubernetes/client-node';
 import type { KubeConfig } from '@kubernetes/client-node';
 
 /** A request the API server answered with an error status, or a watch ERROR event.
  *  `status` 0: no HTTP answer at all (connection refused, reset, TLS failure). */
-export class KubeApiError extends Error {
-  readonly status: number;
-  readonly reason: string;
-  readonly path: string;
-  constructor(path: string, status: number, reason: string, message: string, options?: { cause?: unknown }) {
-    super(`${path}: ${status === 0 ? '' : `${status} ${reason}: `}${message}`, options);
-    this.name = 'KubeApiError';
-    this.path = path;
-    this.status = status;
-    this.reason = reason;
-  }
-}
+export { KubeApiError };
 
 /** One line of a watch stream. */
 export interface RawWatchEvent {
@@ -63,7 +53,7 @@ export function createKubeApi(kc: KubeConfig): KubeApi {
 
   async function send(path: string, query: Readonly<Record<string, string>>, signal: AbortSignal) {
     const cluster = kc.getCurrentCluster();
-    if (cluster === null) throw new KubeApiError(path, 0, '', 'the kubeconfig has no current cluster');
+    if (cluster === null) throw new KubeApiError('GET', path, 0, '', 'the kubeconfig has no current cluster');
     const url = new URL(cluster.server.replace(/\/+$/, '') + path);
     for (const [k, v] of Object.entries(query)) url.searchParams.set(k, v);
     const ctx = new RequestContext(url.toString(), HttpMethod.GET);
@@ -83,13 +73,13 @@ export function createKubeApi(kc: KubeConfig): KubeApi {
       havePool = false;
       pool = undefined;
       void old?.close().catch(() => {});
-      throw new KubeApiError(path, 0, '', describe(err), { cause: err });
+      throw new KubeApiError('GET', path, 0, '', describe(err), { cause: err });
     }
   }
 
   function failure(path: string, status: number, text: string): KubeApiError {
     const s = statusOf(parseJson(text));
-    return new KubeApiError(path, status, s?.reason ?? '', s?.message ?? (text.trim().slice(0, 200) || 'no message'));
+    return new KubeApiError('GET', path, status, s?.reason ?? '', s?.message ?? (text.trim().slice(0, 200) || 'no message'));
   }
 
   return {
@@ -98,7 +88,7 @@ export function createKubeApi(kc: KubeConfig): KubeApi {
       const text = await resp.body.text();
       if (resp.httpStatusCode !== 200) throw failure(path, resp.httpStatusCode, text);
       const body = parseJson(text);
-      if (body === undefined) throw new KubeApiError(path, 200, '', 'the response is not JSON');
+      if (body === undefined) throw new KubeApiError('GET', path, 200, '', 'the response is not JSON');
       return body;
     },
 
@@ -106,7 +96,7 @@ export function createKubeApi(kc: KubeConfig): KubeApi {
       const resp = await send(path, query, signal);
       if (resp.httpStatusCode !== 200) throw failure(path, resp.httpStatusCode, await resp.body.text());
       const stream = resp.body.stream();
-      if (stream === null) throw new KubeApiError(path, 200, '', 'the watch response has no body');
+      if (stream === null) throw new KubeApiError('GET', path, 200, '', 'the watch response has no body');
       return lines(path, stream, onData);
     },
 
@@ -148,7 +138,7 @@ async function* lines(path: string, stream: ReadableStream<Uint8Array>, onData: 
 function event(path: string, line: string): RawWatchEvent {
   const parsed = parseJson(line);
   if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { type?: unknown }).type !== 'string') {
-    throw new KubeApiError(path, 200, '', `the watch sent a line that is not an event: ${line.slice(0, 200)}`);
+    throw new KubeApiError('GET', path, 200, '', `the watch sent a line that is not an event: ${line.slice(0, 200)}`);
   }
   const { type, object } = parsed as { type: string; object?: unknown };
   return { type, object };

@@ -138,7 +138,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
       const body = await api.get(res.path, query, AbortSignal.any([signal, AbortSignal.timeout(timings.listTimeoutMs)]));
       const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
       const items = isRecord(body) && Array.isArray(body.items) ? body.items : null;
-      if (items === null) throw new KubeApiError(res.path, 200, '', 'the list response has no items');
+      if (items === null) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');
       for (const item of items) {
         const c = convert(item, badNow);
         if (c !== null) fresh.push(c);
@@ -186,7 +186,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
         break;
       case 'ERROR': {
         const s = statusOf(ev.object);
-        throw new KubeApiError(res.path, s?.code ?? 0, s?.reason ?? '', s?.message || 'the watch sent an ERROR event');
+        throw new KubeApiError('GET', res.path, s?.code ?? 0, s?.reason ?? '', s?.message || 'the watch sent an ERROR event');
       }
       default:
         log.debug({ kind, type: ev.type }, `ignoring a watch event of type ${ev.type}`);
