@@ -19,7 +19,7 @@ import type { DesiredDataplane, DesiredSet, Dirty, Members, Rule, SetType } from
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
 import type { Direction, MarkBits, SetSpec } from './rules.ts';
-import { hostCidr, policyChainRules, topChainRules, workloadChainRules } from './rules.ts';
+import { hostCidr, policyChainRules, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
 
 export interface CalcConfig {
   readonly nodeName: string;
@@ -89,18 +89,19 @@ export class Calculator {
   #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
   #dirty: Dirty = emptyDirty();
   #touchedPolicies = new Set<string>();
-  #dispatchDirty = false;
-  #bucketChains: { 4: Set<string>; 6: Set<string> } = { 4: new Set(), 6: new Set() };
-  /** Local pod address -> its dispatch block, kept for the addresses of current pods. */
-  #blocks = new Map<string, string>();
+  /** Dispatch block -> local workloads (uid -> address) in it, and blocks changed this batch. */
+  readonly #blockPods = new Map<string, Map<string, string>>();
+  readonly #dirtyBlocks = new Set<string>();
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
     const n = cfg.names;
     for (const f of cfg.families) {
       this.#setChain(f, n.forward, topChainRules(n.fromWorkloadDispatch, n.toWorkloadDispatch, cfg.marks));
+      this.#setChain(f, n.workloadCommon, workloadCommonRules(f, cfg.marks));
+      this.#setChain(f, n.fromWorkloadDispatch, []);
+      this.#setChain(f, n.toWorkloadDispatch, []);
     }
-    this.#rebuildDispatch();
   }
 
   /** The whole desired dataplane (live view; read it between calls to applyEvents). */
@@ -257,7 +258,8 @@ export class Calculator {
       s.add(uid);
       this.#workloads.set(uid, next);
     } else this.#workloads.delete(uid);
-    if (!old || !next || !sameStrings(old.pod.ips, next.pod.ips)) this.#dispatchDirty = true;
+    // A pod's addresses are in its dispatch bucket even when pods briefly share one.
+    this.#indexDispatch(uid, old?.pod.ips ?? [], next?.pod.ips ?? []);
 
     for (const f of this.#cfg.families) {
       const ip = next?.pod.ips.find((a) => familyOf(a) === f);
@@ -272,7 +274,7 @@ export class Calculator {
       const chainsOf = (dir: Direction, list: readonly string[]) => {
         const isolated = list.length > 0;
         const chains = list.map((k) => (dir === 'ingress' ? names.policyIngress(k) : names.policyEgress(k)));
-        return workloadChainRules({ direction: dir, podRef, podIp: ip, policyChains: isolated ? chains : null, marks: this.#cfg.marks });
+        return workloadChainRules({ direction: dir, podRef, podIp: ip, policyChains: isolated ? chains : null, marks: this.#cfg.marks, commonChain: names.workloadCommon });
       };
       this.#setChain(f, tw, chainsOf('ingress', next.ingress));
       this.#setChain(f, fw, chainsOf('egress', next.egress));
@@ -404,39 +406,44 @@ export class Calculator {
   #finishBatch(): Dirty {
     for (const key of this.#touchedPolicies) this.#syncPolicy(key);
     this.#touchedPolicies.clear();
-    if (this.#dispatchDirty) {
-      this.#dispatchDirty = false;
-      this.#rebuildDispatch();
-    }
+    if (this.#dirtyBlocks.size > 0) this.#rebuildDispatch();
     return this.takeDirty();
   }
 
   /**
    * Dispatch is a two-level tree: the top chains jump on the /28 (IPv4) or /124 (IPv6) block
    * of the address to a bucket chain of at most 16 pods, which jumps to the pod's chain. A pod
-   * coming or going rewrites one small bucket, not a list of every local pod.
+   * coming or going rewrites its bucket only (and the top chains when a block appears or goes).
    */
   #rebuildDispatch(): void {
     const names = this.#cfg.names;
-    const ordered = [...this.#workloads.entries()].sort(([ua, a], [ub, b]) =>
-      compare(`${a.pod.namespace}/${a.pod.name}/${ua}`, `${b.pod.namespace}/${b.pod.name}/${ub}`),
-    );
-    const blocksNow = new Map<string, string>();
-    for (const f of this.#cfg.families) {
-      const buckets = new Map<string, { from: Rule[]; to: Rule[] }>();
-      for (const [uid, w] of ordered) {
-        for (const ip of w.pod.ips) {
-          if (familyOf(ip) !== f) continue;
-          const block = this.#blocks.get(ip) ?? dispatchBlock(ip);
-          blocksNow.set(ip, block);
-          let b = buckets.get(block);
-          if (!b) buckets.set(block, (b = { from: [], to: [] }));
-          const cidr = hostCidr(ip);
-          b.from.push({ matches: [{ kind: 'addr', dir: 'src', cidr }], action: { kind: 'goto', chain: names.fromWorkload(uid) } });
-          b.to.push({ matches: [{ kind: 'addr', dir: 'dst', cidr }], action: { kind: 'goto', chain: names.toWorkload(uid) } });
-        }
+    const topChanged = new Set<Family>();
+    for (const block of this.#dirtyBlocks) {
+      const f = familyOf(block);
+      if (!this.#cfg.families.includes(f)) continue;
+      const from = names.dispatchBucket('from', block);
+      const to = names.dispatchBucket('to', block);
+      const members = this.#blockPods.get(block);
+      if (!members) {
+        this.#deleteChain(f, from);
+        this.#deleteChain(f, to);
+        topChanged.add(f);
+        continue;
       }
-      const blocks = [...buckets.keys()].sort(compare);
+      if (!this.#chains[f].has(from)) topChanged.add(f);
+      const ordered = [...members].map(([uid, ip]) => ({ uid, ip, pod: this.#workloads.get(uid)!.pod }));
+      ordered.sort((a, b) => compare(`${a.pod.namespace}/${a.pod.name}/${a.uid}`, `${b.pod.namespace}/${b.pod.name}/${b.uid}`));
+      const rules = (dir: 'src' | 'dst') =>
+        ordered.map(({ uid, ip }): Rule => ({
+          matches: [{ kind: 'addr', dir, cidr: hostCidr(ip) }],
+          action: { kind: 'goto', chain: dir === 'src' ? names.fromWorkload(uid) : names.toWorkload(uid) },
+        }));
+      this.#setChain(f, from, rules('src'));
+      this.#setChain(f, to, rules('dst'));
+    }
+    this.#dirtyBlocks.clear();
+    for (const f of topChanged) {
+      const blocks = [...this.#blockPods.keys()].filter((b) => familyOf(b) === f).sort(compare);
       const top = (dir: 'from' | 'to') =>
         blocks.map((block): Rule => ({
           matches: [{ kind: 'addr', dir: dir === 'from' ? 'src' : 'dst', cidr: block }],
@@ -444,18 +451,29 @@ export class Calculator {
         }));
       this.#setChain(f, names.fromWorkloadDispatch, top('from'));
       this.#setChain(f, names.toWorkloadDispatch, top('to'));
-      const live = new Set<string>();
-      for (const [block, b] of buckets) {
-        for (const dir of ['from', 'to'] as const) {
-          const chain = names.dispatchBucket(dir, block);
-          live.add(chain);
-          this.#setChain(f, chain, dir === 'from' ? b.from : b.to);
-        }
-      }
-      for (const chain of this.#bucketChains[f]) if (!live.has(chain)) this.#deleteChain(f, chain);
-      this.#bucketChains[f] = live;
     }
-    this.#blocks = blocksNow;
+  }
+
+  /** Moves a local workload's addresses between dispatch blocks. */
+  #indexDispatch(uid: string, before: readonly string[], after: readonly string[]): void {
+    for (const ip of before) {
+      if (after.includes(ip)) continue;
+      const block = dispatchBlock(ip);
+      const m = this.#blockPods.get(block);
+      if (m?.get(uid) === ip) {
+        m.delete(uid);
+        if (m.size === 0) this.#blockPods.delete(block);
+      }
+      this.#dirtyBlocks.add(block);
+    }
+    for (const ip of after) {
+      if (before.includes(ip)) continue;
+      const block = dispatchBlock(ip);
+      let m = this.#blockPods.get(block);
+      if (!m) this.#blockPods.set(block, (m = new Map()));
+      m.set(uid, ip);
+      this.#dirtyBlocks.add(block);
+    }
   }
 }
 
@@ -484,10 +502,6 @@ function podMembers(pod: Pod, set: ActiveSet): string[] {
 
 function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-function sameStrings(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function sameRules(a: readonly Rule[], b: readonly Rule[]): boolean {

@@ -17,6 +17,8 @@ export interface Names {
   readonly forward: string;
   readonly fromWorkloadDispatch: string;
   readonly toWorkloadDispatch: string;
+  /** The shared first part of every workload chain. */
+  readonly workloadCommon: string;
   /** Every chain Weir owns starts with this. */
   readonly chainPrefix: string;
   /** Every set Weir owns starts with one of these (per family). */
@@ -62,6 +64,7 @@ export function makeNames(prefix: string = DEFAULT_PREFIX): Names {
     forward: `${prefix}-FORWARD`,
     fromWorkloadDispatch: `${prefix}-from-wl-dispatch`,
     toWorkloadDispatch: `${prefix}-to-wl-dispatch`,
+    workloadCommon: `${prefix}-wl-common`,
     chainPrefix: `${prefix}-`,
     setPrefixes: [setHead(4), setHead(6)],
     toWorkload: (podKey) => chainHash('tw', podKey),

@@ -136,6 +136,8 @@ export interface WorkloadChainInput {
   /** Policy chains in order, or null when no policy isolates the pod in this direction. */
   readonly policyChains: readonly string[] | null;
   readonly marks: MarkBits;
+  /** The shared first part of every workload chain (workloadCommonRules). */
+  readonly commonChain: string;
 }
 
 /** ICMPv6 router solicitation/advertisement, neighbour solicitation/advertisement. */
@@ -143,14 +145,8 @@ export const NEIGHBOUR_DISCOVERY: readonly number[] = [133, 134, 135, 136];
 
 /** cali-tw-* (ingress to the pod) or cali-fw-* (egress from it). */
 export function workloadChainRules(w: WorkloadChainInput): Rule[] {
-  const { accept, pass } = w.marks;
-  const rules: Rule[] = [{ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } }];
-  if (w.podIp.includes(':')) {
-    // Neighbour discovery is how IPv6 resolves addresses on the bridge; conntrack does not
-    // track it (so it would look INVALID), and blocking it would block allowed traffic too.
-    for (const type of NEIGHBOUR_DISCOVERY) rules.push({ matches: [{ kind: 'icmp6', type }], action: { kind: 'accept' } });
-  }
-  rules.push({ matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } });
+  const { accept } = w.marks;
+  const rules: Rule[] = [{ matches: [], action: { kind: 'jump', chain: w.commonChain } }];
   if (w.direction === 'egress') {
     // A pod can never block itself (hairpin through a service comes back over the bridge).
     rules.push({
@@ -159,7 +155,6 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
       comment: `${w.podRef} to itself`,
     });
   }
-  rules.push({ matches: [], action: { kind: 'setMark', value: 0, mask: accept | pass } });
   if (w.policyChains === null) {
     rules.push({
       matches: [],
@@ -173,6 +168,23 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
     rules.push({ matches: [{ kind: 'mark', value: accept, mask: accept }], action: { kind: 'return' } });
   }
   rules.push({ matches: [], action: { kind: 'drop' }, comment: `no policy allows ${w.direction} ${w.direction === 'ingress' ? 'to' : 'from'} ${w.podRef}` });
+  return rules;
+}
+
+/**
+ * What every workload chain does first, shared in one chain per family so that each pod's
+ * chains stay short (the kernel's table, and so every iptables-restore, grows with rules):
+ * replies pass, IPv6 neighbour discovery passes, INVALID drops, and our mark bits are cleared.
+ */
+export function workloadCommonRules(family: Family, marks: MarkBits): Rule[] {
+  const rules: Rule[] = [{ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } }];
+  if (family === 6) {
+    // Neighbour discovery is how IPv6 resolves addresses on the bridge; conntrack does not
+    // track it (so it would look INVALID), and blocking it would block allowed traffic too.
+    for (const type of NEIGHBOUR_DISCOVERY) rules.push({ matches: [{ kind: 'icmp6', type }], action: { kind: 'accept' } });
+  }
+  rules.push({ matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } });
+  rules.push({ matches: [], action: { kind: 'setMark', value: 0, mask: marks.accept | marks.pass } });
   return rules;
 }
 
