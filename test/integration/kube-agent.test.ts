@@ -99,6 +99,9 @@ describe('status written back to the cluster', () => {
     assert.match(table, /web-ingress\s+True\s+True\s+1\/1/);
     const nodes = await k.kubectl(['get', 'nodepolicystatuses']);
     assert.match(nodes, /node-a\s+True\s+True\s+False/);
+    // The agents run with deploy/rbac.yaml: nothing they do may be forbidden.
+    const forbidden = k.agents.flatMap((a) => a.log.filter((l) => /forbid|403/i.test(l)));
+    assert.deepEqual(forbidden, []);
   });
 
   test('a policy the API server admits but Weir cannot enforce as written is reported with a precise reason, and isolates', async () => {

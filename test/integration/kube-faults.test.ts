@@ -103,16 +103,7 @@ describe('RBAC denies status writes', () => {
         subjects: [{ kind: 'ServiceAccount', name: 'weir-readonly', namespace: 'kube-system' }],
       },
     );
-    const token = (await k.kubectl(['create', 'token', 'weir-readonly', '-n', 'kube-system'])).trim();
-    const admin = JSON.parse(await k.kubectl(['config', 'view', '--raw', '-o', 'json'])) as { clusters: { name: string; cluster: Record<string, string> }[] };
-    const kubeconfig = await k.writeFile('readonly.kubeconfig', JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'c', cluster: admin.clusters[0].cluster }],
-      users: [{ name: 'u', user: { token } }],
-      contexts: [{ name: 'ctx', context: { cluster: 'c', user: 'u' } }],
-      'current-context': 'ctx',
-    }));
+    const kubeconfig = await k.serviceAccountKubeconfig('weir-readonly', 'kube-system', 'readonly.kubeconfig');
     const old = k.agents.findIndex((a) => a.node === 'node-b');
     await k.agents[old].stop();
     k.agents.splice(old, 1);

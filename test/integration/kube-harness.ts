@@ -16,6 +16,7 @@ import { startControlPlane, type ControlPlane } from './controlplane.ts';
 
 export type { Cell };
 const CRDS = fileURLToPath(new URL('../../crds/', import.meta.url));
+const RBAC = fileURLToPath(new URL('../../deploy/rbac.yaml', import.meta.url));
 
 export interface AgentOptions {
   /** Extra flags, e.g. a short --watch-idle-timeout for the stall test. */
@@ -35,7 +36,8 @@ export class KubeIntegration {
     this.cluster = cluster;
   }
 
-  static async start(opts: AgentOptions = {}): Promise<KubeIntegration> {
+  static async start(options: AgentOptions = {}): Promise<KubeIntegration> {
+    let opts = options;
     const cp = await startControlPlane();
     let cluster: Cluster | undefined;
     let k: KubeIntegration | undefined;
@@ -47,6 +49,9 @@ export class KubeIntegration {
       });
       k = new KubeIntegration(cp, cluster);
       await k.#createObjects();
+      // Agents run as the service account of deploy/rbac.yaml, so the RBAC Weir ships is proven.
+      const agentKubeconfig = opts.kubeconfig ?? (await k.serviceAccountKubeconfig('weir', 'kube-system', 'agent.kubeconfig'));
+      opts = { ...opts, kubeconfig: agentKubeconfig };
       const port = Number(new URL(cp.server).port);
       for (const node of cluster.nodes) k.bridges.set(node.name, await bridgeApiServer(node.netns, port));
       for (const node of cluster.nodes) k.startAgent(node.name, opts);
@@ -104,8 +109,23 @@ export class KubeIntegration {
   }
 
   /** Namespaces, Nodes and Pods of the conformance cast, created through the API. */
+  /** A kubeconfig for a service account (token from the TokenRequest API), written to a file. */
+  async serviceAccountKubeconfig(name: string, namespace: string, file: string): Promise<string> {
+    const token = (await this.kubectl(['create', 'token', name, '-n', namespace, '--duration=2h'])).trim();
+    const admin = JSON.parse(await this.kubectl(['config', 'view', '--raw', '-o', 'json'])) as { clusters: { cluster: Record<string, string> }[] };
+    return this.writeFile(file, JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'c', cluster: admin.clusters[0].cluster }],
+      users: [{ name: 'u', user: { token } }],
+      contexts: [{ name: 'ctx', context: { cluster: 'c', user: 'u' } }],
+      'current-context': 'ctx',
+    }));
+  }
+
   async #createObjects(): Promise<void> {
     await this.kubectl(['apply', '-f', CRDS]);
+    await this.kubectl(['apply', '-f', RBAC]);
     await this.kubectl(['wait', '--for=condition=Established', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', '--timeout=30s']);
     const nss = Object.entries(baseNamespaces()).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } }));
     const nodes = NODES.map((n) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: n.name }, spec: { podCIDRs: n.podCIDRs, podCIDR: n.podCIDRs[0] } }));
