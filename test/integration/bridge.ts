@@ -12,6 +12,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export interface Bridge {
+  /** While blocked, every connection open now is frozen and new ones are refused: the agent
+   *  is cut off from the API server (and so misses whatever happens meanwhile). */
+  setBlocked(blocked: boolean): void;
   /** Freezes every connection open now (new ones still work): a silent, stalled watch. */
   stallOpenConnections(): number;
   /** Cuts every connection open now. */
@@ -24,7 +27,12 @@ export async function bridgeApiServer(netns: string, port: number): Promise<Brid
   rmSync(sock, { force: true });
   const open = new Set<{ a: Socket; b: Socket }>();
   const stalled = new Set<{ a: Socket; b: Socket }>();
+  let blocked = false;
   const server: Server = createServer((a) => {
+    if (blocked) {
+      a.destroy();
+      return;
+    }
     const b = connect(port, '127.0.0.1');
     const pair = { a, b };
     open.add(pair);
@@ -47,18 +55,25 @@ net.createServer((c) => { const u = net.connect(${JSON.stringify(sock)}); c.pipe
     child.stdout!.once('data', () => resolve());
     child.once('exit', (code) => reject(new Error(`bridge in ${netns} exited ${code}`)));
   });
+  const freeze = () => {
+    for (const { a, b } of open) {
+      a.unpipe(b);
+      b.unpipe(a);
+      a.pause();
+      b.pause();
+    }
+    const n = open.size;
+    for (const p of open) stalled.add(p); // frozen until the agent gives up on them
+    open.clear();
+    return n;
+  };
   return {
+    setBlocked(on) {
+      blocked = on;
+      if (on) freeze();
+    },
     stallOpenConnections() {
-      for (const { a, b } of open) {
-        a.unpipe(b);
-        b.unpipe(a);
-        a.pause();
-        b.pause();
-      }
-      const n = open.size;
-      for (const p of open) stalled.add(p); // frozen until the agent gives up on them
-      open.clear();
-      return n;
+      return freeze();
     },
     dropOpenConnections() {
       const n = open.size;

@@ -57,17 +57,18 @@ describe('kube faults', () => {
     await k.apply(allowFrom('web'), policyObject('beta', 'deny-b1', { podSelector: { matchLabels: { app: 'web' } } }));
     const both = (c: Cell) => onlyFrom([B1, G1])(c) && (c.target !== B1 || c.source === B1);
     await k.expect(both, 'two policies');
-    // Freeze the agents' connections, delete a policy, compact etcd's history past that
-    // deletion and restart the API server (its watch cache starts after it): resuming from
-    // the old resourceVersion can only get 410 Gone.
+    // Cut the agents off, delete a policy, compact etcd's history past that deletion and
+    // restart the API server (its watch cache starts after it): resuming from the old
+    // resourceVersion can only get 410 Gone.
     const relisted = Promise.all(
       k.agents.map((a) => a.waitFor((r) => typeof r.msg === 'string' && r.msg.startsWith('NetworkPolicy relist repaired') && String(r.why).includes('410'), 60_000, 'a relist after 410 Gone')),
     );
-    for (const b of k.bridges.values()) b.stallOpenConnections();
+    for (const b of k.bridges.values()) b.setBlocked(true);
     await k.kubectl(['delete', 'networkpolicy', 'deny-b1', '-n', 'beta']);
     await k.kubectl(['label', 'namespace', 'gamma', 'moved=on']); // history after the delete
     await k.cp.compactEtcd();
     await k.cp.restartApiServer();
+    for (const b of k.bridges.values()) b.setBlocked(false);
     await k.expect(onlyFrom([B1, G1]), 'deletion repaired by relist', 30_000);
     await relisted;
   });
