@@ -16,9 +16,10 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCluster, type Cluster } from '../../src/sim/cluster.ts';
-import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix } from '../../src/sim/prober.ts';
+import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix, type MatrixOptions } from '../../src/sim/prober.ts';
 import { manifestRevision } from '../../src/sources/index.ts';
 import { AgentProcess } from '../support/agent-process.ts';
+import { forgetProbeFlows } from '../support/conntrack.ts';
 
 export type { Cell };
 export const EXTERNAL = 'external';
@@ -178,13 +179,15 @@ export class Conformance {
   }
 
   /** Probes the full truth table and throws with every mismatching cell, plus both matrices. */
-  async expect(allowed: (c: Cell) => boolean, what = ''): Promise<Matrix> {
-    const expected = expectMatrix(this.cluster, {}, allowed);
-    let actual = await probeMatrix(this.cluster);
+  async expect(allowed: (c: Cell) => boolean, what = '', opts: MatrixOptions = {}): Promise<Matrix> {
+    const expected = expectMatrix(this.cluster, opts, allowed);
+    await forgetProbeFlows(this.cluster);
+    let actual = await probeMatrix(this.cluster, opts);
     let diff = diffMatrix(expected, actual);
     if (diff.length > 0) {
       // One more wave before failing: a probe can lose its first packet to neighbour resolution.
-      actual = await probeMatrix(this.cluster, { timeoutMs: 600 });
+      await forgetProbeFlows(this.cluster);
+      actual = await probeMatrix(this.cluster, { ...opts, timeoutMs: 600 });
       diff = diffMatrix(expected, actual);
     }
     if (diff.length > 0) {
@@ -193,6 +196,11 @@ export class Conformance {
       );
     }
     return actual;
+  }
+
+  /** Like expect, for the cells pod -> external host (expect probes pods as targets only). */
+  expectToExternal(allowed: (c: Cell) => boolean, what = ''): Promise<Matrix> {
+    return this.expect(allowed, `${what} (pod -> external)`, { sources: this.cluster.pods().map((p) => p.key), targets: [EXTERNAL] });
   }
 
   /** Waits until every agent has applied the current content of the manifests directory. */

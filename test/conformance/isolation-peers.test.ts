@@ -2,9 +2,7 @@
 // selectors and run-time changes, proved with real packets over the full truth table.
 // Every predicate is written by hand from design/semantics.md.
 
-import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { diffMatrix, expectMatrix, probeMatrix } from '../../src/sim/prober.ts';
 import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, nsOf, type Cell, type PodDef } from './harness.ts';
 
 type Verdict = (x: Cell) => boolean;
@@ -34,15 +32,6 @@ const DB = { matchLabels: { app: 'db' } };
 const TEAM_A = { matchLabels: { team: 'a' } };
 const TEAM_B = { matchLabels: { team: 'b' } };
 
-/** The harness probes pods only as targets; egress toward the external host is probed here. */
-async function expectToExternal(c: Conformance, allowed: Verdict, what: string): Promise<void> {
-  const opts = { sources: c.cluster.pods().map((p) => p.key), targets: [EXTERNAL] };
-  const expected = expectMatrix(c.cluster, opts, allowed);
-  let diff = diffMatrix(expected, await probeMatrix(c.cluster, opts));
-  if (diff.length > 0) diff = diffMatrix(expected, await probeMatrix(c.cluster, { ...opts, timeoutMs: 600 }));
-  assert.deepEqual(diff, [], `${what}: pod -> external cells differ`);
-}
-
 const podDef = (key: string, node: PodDef['node'], ips: string[], labels: Record<string, string>): PodDef => {
   const [namespace, name] = key.split('/');
   return { namespace, name, node, ips, labels, ports: [] };
@@ -63,7 +52,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
     test('a pod selected by no policy accepts everything and sends everywhere, the external host included', async () => {
       await c.reset();
       await c.expect(always, 'no policy');
-      await expectToExternal(c, always, 'no policy');
+      await c.expectToExternal(always, 'no policy');
     });
 
     test('ingress isolation comes only from a policy in the pod own namespace, not from a matching podSelector elsewhere', async () => {
@@ -149,7 +138,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
         ...['alpha', 'beta', 'gamma'].map((ns) => np(ns, 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })),
       );
       await c.expect((x) => x.source === x.target, 'only self cells pass');
-      await expectToExternal(c, nothing, 'deny-all egress');
+      await c.expectToExternal(nothing, 'deny-all egress');
     });
   });
 
@@ -166,7 +155,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       );
       await c.expect(always, 'ingress rules ignored; egress to every pod allowed');
       // namespaceSelector {} is every pod of every namespace, not the external host.
-      await expectToExternal(c, (x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
+      await c.expectToExternal((x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
 
       await c.setPolicies(
         np('alpha', 'ingress-only', {
@@ -177,21 +166,21 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
         }),
       );
       await c.expect(allow({ ingress: { [A1]: fromNs('beta'), [A2]: fromNs('beta') } }), 'egress rules ignored');
-      await expectToExternal(c, always, 'alpha not egress-isolated');
+      await c.expectToExternal(always, 'alpha not egress-isolated');
     });
 
     test('without policyTypes an egress rule isolates egress, and ingress [{}] allows every source', async () => {
       await c.reset();
       await c.setPolicies(np('alpha', 'inferred', { podSelector: {}, ingress: [{}], egress: [{ to: [{ podSelector: {} }] }] }));
       await c.expect(allow({ egress: { [A1]: toNs('alpha'), [A2]: toNs('alpha') } }), 'alpha sends to alpha only, accepts all');
-      await expectToExternal(c, (x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
+      await c.expectToExternal((x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
     });
 
     test('without policyTypes Ingress is always implied, and egress [] does not isolate egress', async () => {
       await c.reset();
       await c.setPolicies(np('beta', 'no-rules', { podSelector: {}, egress: [] }));
       await c.expect(allow({ ingress: { [B1]: nothing, [B2]: nothing } }), 'beta ingress denied, egress free');
-      await expectToExternal(c, always, 'egress [] isolates nothing');
+      await c.expectToExternal(always, 'egress [] isolates nothing');
 
       await c.setPolicies(np('beta', 'no-rules', { podSelector: {}, egress: [{ to: [{ namespaceSelector: TEAM_A }] }] }));
       await c.expect(
@@ -204,7 +193,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       await c.reset();
       await c.setPolicies(np('beta', 'web-no-egress', { podSelector: WEB, policyTypes: ['Egress'] }));
       await c.expect(allow({ egress: { [B1]: nothing } }), 'b1 sends nothing, still accepts everything');
-      await expectToExternal(c, (x) => x.source !== B1, 'b1 cannot reach the external host');
+      await c.expectToExternal((x) => x.source !== B1, 'b1 cannot reach the external host');
     });
 
     test('Ingress type with ingress missing or [] denies all ingress; ingress [{}] allows all', async () => {
@@ -252,7 +241,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
         }),
         'any source on the listed ports',
       );
-      await expectToExternal(c, (x) => x.source !== G1 || tcp80(x), 'g1 reaches the external host on tcp/80 only');
+      await c.expectToExternal((x) => x.source !== G1 || tcp80(x), 'g1 reaches the external host on tcp/80 only');
     });
 
     test('a rule with missing or empty ports matches every port of every protocol', async () => {

@@ -4,13 +4,10 @@
 // Every predicate is written by hand from docs/semantics (never derived from Weir's code).
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
-import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type MatrixOptions } from '../../src/sim/prober.ts';
 import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, type Cell } from './harness.ts';
 
 // The cast's named ports, copied from the harness header: http is TCP everywhere, dns is UDP.
@@ -37,21 +34,6 @@ function ingress(rules: Record<string, (x: Cell) => boolean>): (x: Cell) => bool
 /** One pod isolated for egress with what it may reach among the pods; others unaffected. */
 function egress(source: string, allow: (x: Cell) => boolean): (x: Cell) => boolean {
   return (x) => self(x) || x.source !== source || allow(x);
-}
-
-/** Like c.expect, for the cells pod -> external host (the harness probes pods as targets only). */
-async function expectToExternal(c: Conformance, allowed: (x: Cell) => boolean, what: string): Promise<void> {
-  const opts: MatrixOptions = { sources: c.cluster.pods().map((p) => p.key), targets: [EXTERNAL] };
-  const expected = expectMatrix(c.cluster, opts, allowed);
-  let actual = await probeMatrix(c.cluster, opts);
-  let diff = diffMatrix(expected, actual);
-  if (diff.length > 0) {
-    actual = await probeMatrix(c.cluster, { ...opts, timeoutMs: 600 });
-    diff = diffMatrix(expected, actual);
-  }
-  if (diff.length > 0) {
-    throw new Error(`${what}: ${diff.length} cells differ:\n  ${diff.join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}`);
-  }
 }
 
 /** Polls `check` until it returns true or the deadline passes; returns the last answer. */
@@ -330,9 +312,9 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
       np('alpha', 'to-ext', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr } }], ...(ports ? { ports } : {}) }] });
     await c.setPolicies(pol('172.31.0.200/32', [{ port: 80 }]));
     await c.expect(egress(A1, none), 'pods unreachable from a1');
-    await expectToExternal(c, (x) => x.source !== A1 || (x.family === 4 && tcp(80)(x)), 'v4 TCP 80 to external');
+    await c.expectToExternal((x) => x.source !== A1 || (x.family === 4 && tcp(80)(x)), 'v4 TCP 80 to external');
     await c.setPolicies(pol('fd00:172:31::/64'));
-    await expectToExternal(c, (x) => x.source !== A1 || x.family === 6, 'v6 to external');
+    await c.expectToExternal((x) => x.source !== A1 || x.family === 6, 'v6 to external');
   });
 
   // ---- invalid input ------------------------------------------------------------------------

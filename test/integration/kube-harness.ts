@@ -11,6 +11,7 @@ import { createCluster, type Cluster } from '../../src/sim/cluster.ts';
 import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix } from '../../src/sim/prober.ts';
 import { basePods, baseNamespaces, NODES, type PodDef } from '../conformance/harness.ts';
 import { AgentProcess } from '../support/agent-process.ts';
+import { forgetProbeFlows } from '../support/conntrack.ts';
 import { bridgeApiServer, type Bridge } from './bridge.ts';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
 
@@ -91,6 +92,7 @@ export class KubeIntegration {
     const expected = expectMatrix(this.cluster, {}, allowed);
     const deadline = Date.now() + timeoutMs;
     for (;;) {
+      await forgetProbeFlows(this.cluster);
       const actual = await probeMatrix(this.cluster);
       const diff = diffMatrix(expected, actual);
       if (diff.length === 0) return actual;

@@ -5,7 +5,6 @@ import { extractObjects, parseManifest } from '../../../src/sources/manifests/pa
 import { objectRef } from '../../../src/sources/manifests/view.ts';
 
 const load = (file: string, text: string) => extractObjects(file, parseManifest(file, text));
-const refs = (file: string, text: string) => load(file, text).upserts.map(objectRef);
 
 test('recognised objects are read from YAML, JSON and List kinds, in file order', async (t) => {
   const cases: { name: string; file: string; text: string; expected: string[] }[] = [
