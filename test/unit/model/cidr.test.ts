@@ -13,6 +13,7 @@ import {
   subtractCidrs,
 } from '../../../src/model/cidr.ts';
 import type { Cidr } from '../../../src/model/cidr.ts';
+import { rng } from '../../support/rng.ts';
 
 function cidr(text: string): Cidr {
   const c = parseCidr(text);
@@ -22,18 +23,6 @@ function cidr(text: string): Cidr {
 
 function subtract(block: string, excepts: string[]): string[] {
   return subtractCidrs(cidr(block), excepts.map(cidr)).map(formatCidr);
-}
-
-/** Deterministic PRNG so that a failure can be replayed from its seed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 describe('parseCidr accepts valid prefixes and clears host bits', () => {
@@ -136,7 +125,7 @@ describe('canonicalIp', () => {
   }
 
   it('canonical text parses back to the same address', () => {
-    const rnd = mulberry32(7);
+    const rnd = rng(7);
     for (let n = 0; n < 2000; n++) {
       // Mostly-zero groups exercise the compression rules.
       const groups = Array.from({ length: 8 }, () => (rnd() < 0.5 ? 0 : Math.floor(rnd() * 65536)));
@@ -285,7 +274,7 @@ describe('subtractCidrs', () => {
 
   it('matches a brute-force reference on random IPv4 blocks and excepts', () => {
     for (let seed = 1; seed <= 400; seed++) {
-      const rnd = mulberry32(seed);
+      const rnd = rng(seed);
       const blockPrefix = 24 + Math.floor(rnd() * 9); // /24../32 inside 10.0.0.0/24
       const block = `${v4(UNIVERSE_BASE + Math.floor(rnd() * 256))}/${blockPrefix}`;
       const excepts: string[] = [];
@@ -306,7 +295,7 @@ describe('subtractCidrs', () => {
   });
 
   it('handles tens of thousands of excepts without walking the address space', () => {
-    const rnd = mulberry32(42);
+    const rnd = rng(42);
     const hex = (): string => Math.floor(rnd() * 65536).toString(16);
     const excepts: Cidr[] = [];
     for (let k = 0; k < 20000; k++) excepts.push(cidr(`${hex()}:${hex()}:${hex()}::/${16 + Math.floor(rnd() * 33)}`));
