@@ -35,6 +35,12 @@ export interface AgentConfig {
   /** Retries of one iptables/ipset command when the xtables lock is held. */
   readonly lockRetries: number;
   readonly lockRetryDelayMs: number;
+  /** The bridge local pods hang off (Flannel's cni0): traffic entering or leaving through it
+   *  that belongs to no known local pod is dropped. */
+  readonly podBridge: string;
+  /** What the top chain does with a connection policy allows: ACCEPT ends FORWARD there;
+   *  RETURN lets the administrator's own FORWARD rules after Weir's hook still apply. */
+  readonly allowAction: 'ACCEPT' | 'RETURN';
 }
 
 /** kube-proxy's masquerade and drop bits. */
@@ -59,6 +65,8 @@ export function defaultConfig(): AgentConfig {
     relistIntervalMs: 300_000,
     lockRetries: 5,
     lockRetryDelayMs: 200,
+    podBridge: 'cni0',
+    allowAction: 'ACCEPT',
   };
 }
 
@@ -83,6 +91,8 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
     if (mask & KUBE_PROXY_MARKS) problems.push(`mark mask 0x${mask.toString(16)} overlaps kube-proxy's bits 0x4000/0x8000`);
     if (popcount(mask) < 2) problems.push(`mark mask 0x${mask.toString(16)} needs at least 2 bits (accept and pass)`);
   }
+  if (!/^[A-Za-z0-9_.:-]{1,15}$/.test(c.podBridge)) problems.push(`pod bridge "${c.podBridge}" must be an interface name (1 to 15 letters, digits, _ . : -)`);
+  if (c.allowAction !== 'ACCEPT' && c.allowAction !== 'RETURN') problems.push(`allow action "${c.allowAction}" must be ACCEPT or RETURN`);
   if (c.families.length === 0) problems.push('at least one IP family (4, 6) must be enabled');
   if (!['auto', 'nft', 'legacy'].includes(c.backend)) problems.push(`backend "${c.backend}" must be auto, nft or legacy`);
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(c.logLevel)) {
