@@ -11,6 +11,7 @@ import type { Logger } from '../log.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
 import { createKubeSource, createManifestSource } from '../sources/index.ts';
+import { createPodInterfaceScanner, withPodInterfaces } from '../sources/pod-interfaces.ts';
 import type { Source } from '../sources/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
@@ -40,13 +41,31 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const metrics = deps.metrics ?? createMetrics();
   // Construction does no I/O, so a wrong source configuration is reported before anything runs.
   const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg);
-  const source =
+  const clusterSource =
     deps.source ??
     (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
   const problems = await preflight(runner, cfg, log);
 
   const names = makeNames(cfg.chainPrefix);
-  const calc = new Calculator({ nodeName: cfg.nodeName, names, families: cfg.families, marks: markBits(cfg.markMask) });
+  // Each local pod's address is bound to its bridge port, learned from this node's kernel.
+  const source = cfg.sourceBinding
+    ? withPodInterfaces(clusterSource, {
+        nodeName: cfg.nodeName,
+        scanner: createPodInterfaceScanner(runner, cfg.podBridge, log),
+        log,
+        rescanMs: 2_000,
+        unboundRescanMs: 100,
+      })
+    : clusterSource;
+  const calc = new Calculator({
+    nodeName: cfg.nodeName,
+    names,
+    families: cfg.families,
+    marks: markBits(cfg.markMask),
+    podBridge: cfg.podBridge,
+    allowAction: cfg.allowAction,
+    sourceBinding: cfg.sourceBinding,
+  });
   const dataplane = createDataplane({
     runner,
     names,

@@ -41,6 +41,9 @@ export interface AgentConfig {
   /** What the top chain does with a connection policy allows: ACCEPT ends FORWARD there;
    *  RETURN lets the administrator's own FORWARD rules after Weir's hook still apply. */
   readonly allowAction: 'ACCEPT' | 'RETURN';
+  /** Bind each local pod's address to its bridge port, read from the pod's pinned network
+   *  namespace: a pod cannot send with another's address, nor before its port is known. */
+  readonly sourceBinding: boolean;
 }
 
 /** kube-proxy's masquerade and drop bits. */
@@ -67,6 +70,7 @@ export function defaultConfig(): AgentConfig {
     lockRetryDelayMs: 200,
     podBridge: 'cni0',
     allowAction: 'ACCEPT',
+    sourceBinding: true,
   };
 }
 

@@ -6,6 +6,7 @@ import type { Calculator, DesiredDataplane, Dirty } from '../calc/index.ts';
 import type { CompiledPolicy } from '../model/types.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
+import type { CalcEvent } from '../model/types.ts';
 import type { SourceBatch } from '../sources/types.ts';
 
 /** What the loop needs from the dataplane (dataplane/ provides it). */
@@ -54,7 +55,7 @@ export interface PassOutcome {
 export class Reconciler {
   readonly #o: ReconcilerOptions;
   readonly #clock: Clock;
-  #queue: SourceBatch[] = [];
+  #queue: SourceBatch<CalcEvent>[] = [];
   /** Arrival times of batches taken into calc but not yet in the kernel. */
   #unapplied: number[] = [];
   #arrivals: number[] = [];
@@ -89,7 +90,7 @@ export class Reconciler {
     await this.#running;
   }
 
-  onBatch(batch: SourceBatch): void {
+  onBatch(batch: SourceBatch<CalcEvent>): void {
     this.#queue.push(batch);
     this.#arrivals.push(this.#clock.now());
     this.#latestRevision = batch.revision;

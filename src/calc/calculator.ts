@@ -13,19 +13,28 @@ import { narrowing, SelectorIndex } from '../model/label-index.ts';
 import { formatCidr, parseIp, splitForIpset } from '../model/cidr.ts';
 import { compilePolicy } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
-import type { CompiledPolicy, Family, Labels, ModelEvent, Pod, PodsPeer } from '../model/types.ts';
+import type { CalcEvent, CompiledPolicy, Family, Labels, Pod, PodsPeer } from '../model/types.ts';
 import { familyOf } from '../model/types.ts';
-import type { DesiredDataplane, DesiredSet, Dirty, Members, Rule, SetType } from './desired.ts';
+import type { DesiredDataplane, DesiredSet, Dirty, Match, Members, Rule, SetType } from './desired.ts';
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
 import type { Direction, MarkBits, SetSpec } from './rules.ts';
-import { hostCidr, policyChainRules, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
+import type { AllowAction } from './rules.ts';
+import { bucketTailRule, dispatchTailRules, hostCidr, policyChainRules, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
 
 export interface CalcConfig {
   readonly nodeName: string;
   readonly names: Names;
   readonly families: readonly Family[];
   readonly marks: MarkBits;
+  /** The bridge local pods hang off; traffic through it of no known pod is dropped. Default
+   *  '' (none): then only this node's pod CIDRs fail closed. */
+  readonly podBridge?: string;
+  /** Default ACCEPT. */
+  readonly allowAction?: AllowAction;
+  /** Bind each local pod's address to its bridge port (PodInterface events): a pod may send
+   *  only from its own address through its own port, and not before its port is known. */
+  readonly sourceBinding?: boolean;
 }
 
 /** What the status reporter and logs want to know about a policy on this node. */
@@ -92,16 +101,23 @@ export class Calculator {
   /** Dispatch block -> local workloads (uid -> address) in it, and blocks changed this batch. */
   readonly #blockPods = new Map<string, Map<string, string>>();
   readonly #dirtyBlocks = new Set<string>();
+  /** Local pod address -> the bridge port it lives behind (learned from the kernel). */
+  readonly #ports = new Map<string, string>();
+  readonly #allow: AllowAction;
+  /** This node's pod CIDRs, from its Node object. */
+  #podCIDRs: readonly string[] = [];
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
+    this.#allow = cfg.allowAction ?? 'ACCEPT';
     const n = cfg.names;
     for (const f of cfg.families) {
-      this.#setChain(f, n.forward, topChainRules(n.fromWorkloadDispatch, n.toWorkloadDispatch, cfg.marks));
-      this.#setChain(f, n.workloadCommon, workloadCommonRules(f, cfg.marks));
-      this.#setChain(f, n.fromWorkloadDispatch, []);
-      this.#setChain(f, n.toWorkloadDispatch, []);
+      this.#setChain(f, n.forward, topChainRules({ family: f, fromDispatch: n.fromWorkloadDispatch, toDispatch: n.toWorkloadDispatch, marks: cfg.marks, allowAction: this.#allow }));
+      this.#setChain(f, n.workloadCommon, workloadCommonRules(cfg.marks, this.#allow));
     }
+    // Before anything is known every pod of the bridge is unknown: the very first desired
+    // state already fails closed (agent/ may write it before the source has synced).
+    this.#rebuildTopDispatch(new Set(cfg.families));
   }
 
   /** The whole desired dataplane (live view; read it between calls to applyEvents). */
@@ -114,7 +130,7 @@ export class Calculator {
   }
 
   /** Applies a batch of events; returns exactly the sets, members and chains they changed. */
-  applyEvents(events: Iterable<ModelEvent>): Dirty {
+  applyEvents(events: Iterable<CalcEvent>): Dirty {
     for (const e of events) this.#apply(e);
     return this.#finishBatch();
   }
@@ -146,7 +162,7 @@ export class Calculator {
 
   // ---- events -------------------------------------------------------------------------
 
-  #apply(e: ModelEvent): void {
+  #apply(e: CalcEvent): void {
     switch (e.kind) {
       case 'Pod': {
         const old = e.op === 'upsert' ? this.#cluster.upsertPod(e.object) : this.#cluster.deletePod(e.uid);
@@ -159,10 +175,26 @@ export class Calculator {
         this.#onNamespaceLabels(name, old, this.#cluster.namespaceLabels(name));
         return;
       }
-      case 'Node':
+      case 'Node': {
         if (e.op === 'upsert') this.#cluster.nodes.set(e.object.name, e.object);
         else this.#cluster.nodes.delete(e.name);
+        const name = e.op === 'upsert' ? e.object.name : e.name;
+        if (name !== this.#cfg.nodeName) return;
+        // A deleted Node keeps its last CIDRs: forgetting them would open its addresses.
+        const cidrs = e.op === 'upsert' ? [...e.object.podCIDRs].sort() : this.#podCIDRs;
+        if (cidrs.join() === this.#podCIDRs.join()) return;
+        this.#podCIDRs = cidrs;
+        this.#rebuildTopDispatch(new Set(this.#cfg.families));
         return;
+      }
+      case 'PodInterface': {
+        const ip = e.op === 'upsert' ? e.object.ip : e.ip;
+        const before = this.#ports.get(ip);
+        if (e.op === 'upsert') this.#ports.set(ip, e.object.port);
+        else this.#ports.delete(ip);
+        if (before !== this.#ports.get(ip) && this.#cfg.sourceBinding) this.#dirtyBlocks.add(dispatchBlock(ip));
+        return;
+      }
       case 'NetworkPolicy': {
         const ns = e.op === 'upsert' ? e.object.namespace : e.namespace;
         const key = e.op === 'upsert' ? `${ns}/${e.object.name}` : `${ns}/${e.name}`;
@@ -274,7 +306,7 @@ export class Calculator {
       const chainsOf = (dir: Direction, list: readonly string[]) => {
         const isolated = list.length > 0;
         const chains = list.map((k) => (dir === 'ingress' ? names.policyIngress(k) : names.policyEgress(k)));
-        return workloadChainRules({ direction: dir, podRef, podIp: ip, policyChains: isolated ? chains : null, marks: this.#cfg.marks, commonChain: names.workloadCommon });
+        return workloadChainRules({ direction: dir, podRef, podIp: ip, policyChains: isolated ? chains : null, marks: this.#cfg.marks, commonChain: names.workloadCommon, allowAction: this.#allow });
       };
       this.#setChain(f, tw, chainsOf('ingress', next.ingress));
       this.#setChain(f, fw, chainsOf('egress', next.egress));
@@ -425,30 +457,47 @@ export class Calculator {
       const to = names.dispatchBucket('to', block);
       const members = this.#blockPods.get(block);
       if (!members) {
+        if (this.#chains[f].has(from)) topChanged.add(f);
         this.#deleteChain(f, from);
         this.#deleteChain(f, to);
-        topChanged.add(f);
         continue;
       }
       if (!this.#chains[f].has(from)) topChanged.add(f);
       const ordered = [...members].map(([uid, ip]) => ({ uid, ip, pod: this.#workloads.get(uid)!.pod }));
       ordered.sort((a, b) => compare(`${a.pod.namespace}/${a.pod.name}/${a.uid}`, `${b.pod.namespace}/${b.pod.name}/${b.uid}`));
-      const rules = (dir: 'src' | 'dst') =>
-        ordered.map(({ uid, ip }): Rule => ({
-          matches: [{ kind: 'addr', dir, cidr: hostCidr(ip) }],
-          action: { kind: 'goto', chain: dir === 'src' ? names.fromWorkload(uid) : names.toWorkload(uid) },
-        }));
-      this.#setChain(f, from, rules('src'));
-      this.#setChain(f, to, rules('dst'));
+      const fromRules: Rule[] = [];
+      for (const { uid, ip } of ordered) {
+        const port = this.#ports.get(ip);
+        // Bound: only from its own port. Not bound yet: it may not send at all (tail drop).
+        if (this.#cfg.sourceBinding && port === undefined) continue;
+        const matches: Match[] = [{ kind: 'addr', dir: 'src', cidr: hostCidr(ip) }];
+        if (this.#cfg.sourceBinding) matches.push({ kind: 'bridgePortIn', port: port! });
+        fromRules.push({ matches, action: { kind: 'goto', chain: names.fromWorkload(uid) } });
+      }
+      const toRules = ordered.map(({ uid, ip }): Rule => ({
+        matches: [{ kind: 'addr', dir: 'dst', cidr: hostCidr(ip) }],
+        action: { kind: 'goto', chain: names.toWorkload(uid) },
+      }));
+      this.#setChain(f, from, [...fromRules, bucketTailRule('from')]);
+      this.#setChain(f, to, [...toRules, bucketTailRule('to')]);
     }
     this.#dirtyBlocks.clear();
-    for (const f of topChanged) {
+    this.#rebuildTopDispatch(topChanged);
+  }
+
+  /** The top dispatch chains of the families given: one rule per block, then the tails. */
+  #rebuildTopDispatch(families: ReadonlySet<Family>): void {
+    const names = this.#cfg.names;
+    for (const f of families) {
       const blocks = [...this.#blockPods.keys()].filter((b) => familyOf(b) === f).sort(compare);
-      const top = (dir: 'from' | 'to') =>
-        blocks.map((block): Rule => ({
+      const failClosed = { podBridge: this.#cfg.podBridge ?? '', podCIDRs: this.#podCIDRs.filter((c) => familyOf(c) === f) };
+      const top = (dir: 'from' | 'to'): Rule[] => [
+        ...blocks.map((block): Rule => ({
           matches: [{ kind: 'addr', dir: dir === 'from' ? 'src' : 'dst', cidr: block }],
           action: { kind: 'goto', chain: names.dispatchBucket(dir, block) },
-        }));
+        })),
+        ...dispatchTailRules(dir, failClosed),
+      ];
       this.#setChain(f, names.fromWorkloadDispatch, top('from'));
       this.#setChain(f, names.toWorkloadDispatch, top('to'));
     }

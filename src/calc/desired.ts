@@ -37,7 +37,11 @@ export type Match =
   /** Packet mark bits under mask equal value. */
   | { readonly kind: 'mark'; readonly value: number; readonly mask: number }
   /** An ICMPv6 message type (IPv6 tables only). */
-  | { readonly kind: 'icmp6'; readonly type: number };
+  | { readonly kind: 'icmp6'; readonly type: number }
+  /** The interface a packet came in on or goes out through (for bridged pods: the bridge). */
+  | { readonly kind: 'iface'; readonly dir: 'in' | 'out'; readonly name: string }
+  /** The bridge port a packet entered through (br_netfilter): binds a pod's address to its veth. */
+  | { readonly kind: 'bridgePortIn'; readonly port: string };
 
 export type Action =
   | { readonly kind: 'accept' }

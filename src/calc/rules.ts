@@ -127,6 +127,12 @@ export function policyChainRules(
   return out;
 }
 
+/** What the top chain does with a packet policy allows. ACCEPT ends FORWARD there; RETURN
+ *  hands it back to FORWARD, so that the administrator's own later rules still apply. */
+export type AllowAction = 'ACCEPT' | 'RETURN';
+
+const allowActionOf = (a: AllowAction): Rule['action'] => (a === 'ACCEPT' ? { kind: 'accept' } : { kind: 'return' });
+
 export interface WorkloadChainInput {
   readonly direction: Direction;
   /** Human reference for comments: namespace/name. */
@@ -138,6 +144,7 @@ export interface WorkloadChainInput {
   readonly marks: MarkBits;
   /** The shared first part of every workload chain (workloadCommonRules). */
   readonly commonChain: string;
+  readonly allowAction: AllowAction;
 }
 
 /** ICMPv6 router solicitation/advertisement, neighbour solicitation/advertisement. */
@@ -147,11 +154,12 @@ export const NEIGHBOUR_DISCOVERY: readonly number[] = [133, 134, 135, 136];
 export function workloadChainRules(w: WorkloadChainInput): Rule[] {
   const { accept } = w.marks;
   const rules: Rule[] = [{ matches: [], action: { kind: 'jump', chain: w.commonChain } }];
-  if (w.direction === 'egress') {
-    // A pod can never block itself (hairpin through a service comes back over the bridge).
+  // A pod can never block itself (a hairpin through a Service comes back over the bridge).
+  // With ACCEPT the egress side ends it; with RETURN both sides must let it pass.
+  if (w.direction === 'egress' || w.allowAction === 'RETURN') {
     rules.push({
-      matches: [{ kind: 'addr', dir: 'dst', cidr: hostCidr(w.podIp) }],
-      action: { kind: 'accept' },
+      matches: [{ kind: 'addr', dir: w.direction === 'egress' ? 'dst' : 'src', cidr: hostCidr(w.podIp) }],
+      action: allowActionOf(w.allowAction),
       comment: `${w.podRef} to itself`,
     });
   }
@@ -174,15 +182,12 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
 /**
  * What every workload chain does first, shared in one chain per family so that each pod's
  * chains stay short (the kernel's table, and so every iptables-restore, grows with rules):
- * replies pass, IPv6 neighbour discovery passes, INVALID drops, and our mark bits are cleared.
+ * replies pass (with RETURN the top chain already let them go), INVALID drops, and our mark
+ * bits are cleared.
  */
-export function workloadCommonRules(family: Family, marks: MarkBits): Rule[] {
-  const rules: Rule[] = [{ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } }];
-  if (family === 6) {
-    // Neighbour discovery is how IPv6 resolves addresses on the bridge; conntrack does not
-    // track it (so it would look INVALID), and blocking it would block allowed traffic too.
-    for (const type of NEIGHBOUR_DISCOVERY) rules.push({ matches: [{ kind: 'icmp6', type }], action: { kind: 'accept' } });
-  }
+export function workloadCommonRules(marks: MarkBits, allowAction: AllowAction): Rule[] {
+  const rules: Rule[] = [];
+  if (allowAction === 'ACCEPT') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } });
   rules.push({ matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } });
   rules.push({ matches: [], action: { kind: 'setMark', value: 0, mask: marks.accept | marks.pass } });
   return rules;
@@ -192,17 +197,75 @@ export function hostCidr(ip: string): string {
   return ip.includes(':') ? `${ip}/128` : `${ip}/32`;
 }
 
-/** The chain FORWARD jumps to: clear our bits, police both ends, accept what both allowed. */
-export function topChainRules(fromDispatch: string, toDispatch: string, marks: MarkBits): Rule[] {
-  return [
-    { matches: [], action: { kind: 'setMark', value: 0, mask: marks.accept | marks.pass } },
-    { matches: [], action: { kind: 'jump', chain: fromDispatch } },
-    { matches: [], action: { kind: 'jump', chain: toDispatch } },
-    {
-      matches: [{ kind: 'mark', value: marks.accept, mask: marks.accept }],
-      action: { kind: 'accept' },
-      comment: 'allowed by policy',
-    },
-  ];
+export interface TopChainInput {
+  readonly family: Family;
+  readonly fromDispatch: string;
+  readonly toDispatch: string;
+  readonly marks: MarkBits;
+  readonly allowAction: AllowAction;
 }
 
+/** The chain FORWARD jumps to: clear our bits, police both ends, let through what both allowed. */
+export function topChainRules(t: TopChainInput): Rule[] {
+  const allow = allowActionOf(t.allowAction);
+  const rules: Rule[] = [];
+  // With RETURN, replies leave at once: no later chain may ACCEPT on Weir's behalf.
+  if (t.allowAction === 'RETURN') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: allow });
+  if (t.family === 6) {
+    // Neighbour discovery is how IPv6 resolves addresses on the bridge. Its sources are
+    // link-local (or ::), never a pod address, and conntrack does not track it: it passes
+    // before dispatch, or the unknown-address drops would cut allowed traffic too.
+    for (const type of NEIGHBOUR_DISCOVERY) rules.push({ matches: [{ kind: 'icmp6', type }], action: allow });
+  }
+  rules.push(
+    { matches: [], action: { kind: 'setMark', value: 0, mask: t.marks.accept | t.marks.pass } },
+    { matches: [], action: { kind: 'jump', chain: t.fromDispatch } },
+    { matches: [], action: { kind: 'jump', chain: t.toDispatch } },
+  );
+  if (t.allowAction === 'ACCEPT') {
+    rules.push({ matches: [{ kind: 'mark', value: t.marks.accept, mask: t.marks.accept }], action: { kind: 'accept' }, comment: 'allowed by policy' });
+  }
+  return rules;
+}
+
+/** Where traffic of pods this node does not know (yet) stops: see dispatchTailRules. */
+export interface FailClosedInput {
+  /** The bridge local pods hang off ('' when there is none to police). */
+  readonly podBridge: string;
+  /** This node's pod CIDRs of the family (from its Node object; none before it is known). */
+  readonly podCIDRs: readonly string[];
+}
+
+/**
+ * The last rules of a top dispatch chain. A packet reaching them matched no known local pod:
+ * if it comes from (goes to) this node's pod CIDRs or the pod bridge, it belongs to a pod Weir
+ * does not know (a new pod, a spoofed address, a node before its first sync) and is dropped.
+ * Anything else (traffic of other nodes' pods passing through, the other end of a connection)
+ * falls through to the other dispatch chain.
+ */
+export function dispatchTailRules(dir: 'from' | 'to', t: FailClosedInput): Rule[] {
+  const addrDir = dir === 'from' ? 'src' : 'dst';
+  const what = dir === 'from' ? 'from' : 'to';
+  const rules: Rule[] = t.podCIDRs.map((cidr) => ({
+    matches: [{ kind: 'addr', dir: addrDir, cidr }],
+    action: { kind: 'drop' },
+    comment: `${what} an address of this node's pod CIDR that is no known pod`,
+  }));
+  if (t.podBridge !== '') {
+    rules.push({
+      matches: [{ kind: 'iface', dir: dir === 'from' ? 'in' : 'out', name: t.podBridge }],
+      action: { kind: 'drop' },
+      comment: `${what} the pod bridge with an address that is no known pod`,
+    });
+  }
+  return rules;
+}
+
+/** The last rule of a dispatch bucket: an address of the block that is no known (bound) pod. */
+export function bucketTailRule(dir: 'from' | 'to'): Rule {
+  return {
+    matches: [],
+    action: { kind: 'drop' },
+    comment: dir === 'from' ? 'from an address that is no known pod, or not from its own bridge port' : 'to an address that is no known pod',
+  };
+}

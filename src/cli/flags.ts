@@ -17,6 +17,7 @@ export const FLAGS = {
   backend: { type: 'string', help: 'iptables backend: auto, nft or legacy (default auto: follow kube-proxy hint chains)' },
   'pod-bridge': { type: 'string', help: 'bridge the local pods hang off (default cni0): traffic through it that belongs to no known local pod is dropped' },
   'allow-action': { type: 'string', help: 'ACCEPT (default) or RETURN: what happens to a connection policy allows; RETURN lets later FORWARD rules still apply' },
+  'source-binding': { type: 'string', help: 'on (default) or off: bind each local pod\'s address to its bridge port (needs CAP_SYS_ADMIN and /var/run/netns)' },
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
   'debounce-ms': { type: 'string', help: 'quiet time before a write, so bursts coalesce (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
@@ -75,6 +76,12 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     }
     return n * scale;
   };
+  const onOff = (k: FlagName, fallback: boolean) => {
+    const s = str(k)?.toLowerCase();
+    if (s === undefined) return fallback;
+    if (s !== 'on' && s !== 'off') problems.push(`--${k} (${envName(k)}) must be on or off, got "${s}"`);
+    return s === 'on' || (s !== 'off' && fallback);
+  };
   let families: Family[] = [...d.families];
   const fam = str('families');
   if (fam !== undefined) {
@@ -101,6 +108,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     logLevel: str('log-level') ?? d.logLevel,
     podBridge: str('pod-bridge') ?? d.podBridge,
     allowAction: (str('allow-action')?.toUpperCase() ?? d.allowAction) as AgentConfig['allowAction'],
+    sourceBinding: onOff('source-binding', d.sourceBinding),
     debounceMs: num('debounce-ms', d.debounceMs),
     resyncIntervalMs: num('resync-interval', d.resyncIntervalMs, 1000),
     watchIdleTimeoutMs: num('watch-idle-timeout', d.watchIdleTimeoutMs, 1000),

@@ -28,7 +28,8 @@ export async function loadOnce(dir: string, log: Logger): Promise<SourceBatch> {
 export async function render(cfg: AgentConfig, log: Logger): Promise<Rendered> {
   const batch = await loadOnce(cfg.manifestsDir, log);
   const names = makeNames(cfg.chainPrefix);
-  const calc = new Calculator({ nodeName: cfg.nodeName, names, families: cfg.families, marks: markBits(cfg.markMask) });
+  // Offline there is no kernel to learn bridge ports from: render shows unbound dispatch.
+  const calc = new Calculator({ nodeName: cfg.nodeName, names, families: cfg.families, marks: markBits(cfg.markMask), podBridge: cfg.podBridge, allowAction: cfg.allowAction });
   const recorder = recordingRunner();
   const dataplane = createDataplane({ runner: recorder, names, families: cfg.families, backend: 'nft', log });
   dataplane.markDirty(calc.applyEvents(batch.events));

@@ -59,6 +59,10 @@ export function renderMatch(m: Match): string[] {
       return [`-m mark --mark ${hex(m.value)}/${hex(m.mask)}`];
     case 'icmp6':
       return [`-p ipv6-icmp -m icmp6 --icmpv6-type ${m.type}`];
+    case 'iface':
+      return [`${m.dir === 'in' ? '-i' : '-o'} ${m.name}`];
+    case 'bridgePortIn':
+      return [`-m physdev --physdev-in ${m.port}`];
   }
 }
 

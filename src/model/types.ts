@@ -39,6 +39,12 @@ export interface Namespace {
   readonly labels: Labels;
 }
 
+/** Where a local pod's address really lives: the node-side bridge port of its interface. */
+export interface PodInterface {
+  readonly ip: string;
+  readonly port: string;
+}
+
 export interface Node {
   readonly name: string;
   readonly podCIDRs: readonly string[];
@@ -78,6 +84,15 @@ export type ModelEvent =
   | { readonly kind: 'Node'; readonly op: 'delete'; readonly name: string }
   | { readonly kind: 'NetworkPolicy'; readonly op: 'upsert'; readonly object: RawNetworkPolicy }
   | { readonly kind: 'NetworkPolicy'; readonly op: 'delete'; readonly namespace: string; readonly name: string };
+
+/** A local pod address and the bridge port it lives behind: learned from the node's kernel,
+ *  not from the cluster, so it is not a ModelEvent of the sources' object stream. */
+export type PodInterfaceEvent =
+  | { readonly kind: 'PodInterface'; readonly op: 'upsert'; readonly object: PodInterface }
+  | { readonly kind: 'PodInterface'; readonly op: 'delete'; readonly ip: string };
+
+/** Everything calc consumes. */
+export type CalcEvent = ModelEvent | PodInterfaceEvent;
 
 export function policyKey(namespace: string, name: string): string {
   return `${namespace}/${name}`;

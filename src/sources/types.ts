@@ -1,10 +1,12 @@
 // The contract every source fulfils. The manifest source and the kube source emit the same
 // events, so nothing downstream can tell them apart.
 
-import type { ModelEvent } from '../model/types.ts';
+import type { CalcEvent, ModelEvent } from '../model/types.ts';
 
-export interface SourceBatch {
-  readonly events: readonly ModelEvent[];
+/** A source of the cluster delivers ModelEvents; one wrapped with the node's pod interfaces
+ *  (sources/pod-interfaces.ts) also delivers PodInterface events. */
+export interface SourceBatch<E extends CalcEvent = ModelEvent> {
+  readonly events: readonly E[];
   /** True from the batch that completes the source's first full view of the world on.
    *  The agent writes nothing to the kernel before it has seen a synced batch. */
   readonly synced: boolean;
@@ -12,8 +14,8 @@ export interface SourceBatch {
   readonly revision: string;
 }
 
-export interface Source {
+export interface Source<E extends CalcEvent = ModelEvent> {
   /** Starts delivering batches; resolves once watching has begun (after the first batch). */
-  start(onBatch: (batch: SourceBatch) => void): Promise<void>;
+  start(onBatch: (batch: SourceBatch<E>) => void): Promise<void>;
   stop(): Promise<void>;
 }
