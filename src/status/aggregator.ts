@@ -20,7 +20,8 @@ import { systemClock } from './clock.ts';
 import type { Clock } from './clock.ts';
 import { createLeaseElector } from './elector.ts';
 import { createFailureLog } from './failures.ts';
-import { APPLY_PATCH, createKubeClient, isStatus } from './kube.ts';
+import { APPLY_PATCH, createKubeClient, isStatus } from '../kube/client.ts';
+import type { RequestRecord } from '../kube/client.ts';
 import { createPacer } from './pacer.ts';
 import type { PassResult } from './pacer.ts';
 import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
@@ -41,6 +42,8 @@ export interface PolicyStatusAggregatorOptions {
   readonly retryMinMs?: number;
   readonly retryMaxMs?: number;
   readonly onWrite?: (result: PassResult) => void;
+  /** Sees every request the writer sends (e.g. to count them). */
+  readonly onRequest?: (r: RequestRecord) => void;
 }
 
 export interface PolicyStatusAggregatorInput {
@@ -77,7 +80,7 @@ interface Stored {
 export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): PolicyStatusAggregator {
   const clock = o.clock ?? systemClock;
   const log = o.log.child({ component: 'status', aggregator: o.identity });
-  const client = createKubeClient(o.kubeConfig);
+  const client = createKubeClient(o.kubeConfig, o.onRequest ? { onRequest: o.onRequest } : {});
   const failures = createFailureLog(log, 'policy status', GRANT);
   const abort = new AbortController();
   const signal = abort.signal;

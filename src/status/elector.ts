@@ -6,8 +6,8 @@
 import type { Logger } from '../log.ts';
 import type { Clock } from './clock.ts';
 import type { FailureLog } from './failures.ts';
-import { isStatus } from './kube.ts';
-import type { KubeClient } from './kube.ts';
+import { isStatus } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import { decideLease, leaseBody, nextLeaseSpec, observe, parseLease } from './lease.ts';
 import type { LeaseObservation, LeaseRecord } from './lease.ts';
 

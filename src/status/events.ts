@@ -12,7 +12,8 @@ import { systemClock } from './clock.ts';
 import type { Clock } from './clock.ts';
 import { truncate } from './conditions.ts';
 import { createFailureLog } from './failures.ts';
-import { createKubeClient, isStatus, MERGE_PATCH } from './kube.ts';
+import { createKubeClient, isStatus, MERGE_PATCH } from '../kube/client.ts';
+import type { RequestRecord } from '../kube/client.ts';
 import type { PolicyRef } from './node-status.ts';
 import { delayUntilNext } from './pacing.ts';
 
@@ -30,6 +31,8 @@ export interface EventRecorderOptions {
   readonly maxQueued?: number;
   /** Called after every attempted write. */
   readonly onWrite?: (result: 'ok' | 'error') => void;
+  /** Sees every request the writer sends (e.g. to count them). */
+  readonly onRequest?: (r: RequestRecord) => void;
 }
 
 export interface EventRecorder {
@@ -67,7 +70,7 @@ interface Series {
 export function createEventRecorder(o: EventRecorderOptions): EventRecorder {
   const clock = o.clock ?? systemClock;
   const log = o.log.child({ component: 'status', events: o.component });
-  const client = createKubeClient(o.kubeConfig);
+  const client = createKubeClient(o.kubeConfig, o.onRequest ? { onRequest: o.onRequest } : {});
   const failures = createFailureLog(log, 'events', GRANT);
   const windowMs = o.windowMs ?? DEFAULT_EVENT_WINDOW_MS;
   const maxQueued = o.maxQueued ?? DEFAULT_MAX_QUEUED_EVENTS;

@@ -2,7 +2,7 @@
 // must get one clear warning, not one per retry. Enforcement never waits on any of this.
 
 import type { Logger } from '../log.ts';
-import { KubeApiError } from './kube.ts';
+import { KubeApiError } from '../kube/client.ts';
 
 export interface FailureLog {
   /** A pass failed: warns if this failure differs from the previous one, else logs at debug. */

@@ -8,7 +8,8 @@ import { agentFieldManager, applyQuery, nodeObjectBody, nodePath, nodeStatusBody
 import { systemClock } from './clock.ts';
 import type { Clock } from './clock.ts';
 import { createFailureLog } from './failures.ts';
-import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from './kube.ts';
+import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from '../kube/client.ts';
+import type { RequestRecord } from '../kube/client.ts';
 import { buildNodeStatus, nodeStatusNeedsWrite, parseNodeStatus } from './node-status.ts';
 import type { NodeStatus, NodeStatusInput } from './node-status.ts';
 import { createPacer } from './pacer.ts';
@@ -28,6 +29,8 @@ export interface NodeStatusReporterOptions {
   readonly heartbeatMs?: number;
   /** Called after every pass: 'skipped' when there was nothing new to write. */
   readonly onWrite?: (result: PassResult) => void;
+  /** Sees every request the writer sends (e.g. to count them). */
+  readonly onRequest?: (r: RequestRecord) => void;
 }
 
 export interface NodeStatusReporter {
@@ -45,7 +48,7 @@ export function createNodeStatusReporter(o: NodeStatusReporterOptions): NodeStat
   const clock = o.clock ?? systemClock;
   const node = o.nodeName;
   const log = o.log.child({ component: 'status', node });
-  const client = createKubeClient(o.kubeConfig);
+  const client = createKubeClient(o.kubeConfig, o.onRequest ? { onRequest: o.onRequest } : {});
   const manager = agentFieldManager(node);
   const heartbeatMs = o.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
   const failures = createFailureLog(log, 'node status', GRANT);

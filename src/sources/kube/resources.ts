@@ -1,17 +1,15 @@
 // The four kinds Weir watches: where they live in the API and how one raw object becomes a
 // view entry (the shared conversion of ../convert.ts, canonical JSON for exact diffs).
 
+import { rawRefOf } from '../../kube/reflector.ts';
+import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
 import { canonicalJson, objectKey } from '../manifests/view.ts';
 import type { ModelUpsert, ViewEntry } from '../manifests/view.ts';
 
-export interface Resource {
-  readonly kind: ObjectKind;
-  /** Collection path across all namespaces. */
-  readonly path: string;
+export interface Resource extends Collection<ObjectKind> {
   readonly namespaced: boolean;
-  readonly fieldSelector?: string;
 }
 
 /** Namespaces and nodes before pods and policies, the order of the first batch's events. */
@@ -61,30 +59,21 @@ function nameOfUpsert(u: ModelUpsert): string {
   return u.kind === 'Pod' || u.kind === 'NetworkPolicy' ? `${u.object.namespace}/${u.object.name}` : u.object.name;
 }
 
-export interface RawRef {
-  readonly namespace: string;
-  readonly name: string;
-  readonly uid: string;
-  /** Same form as Converted.name ("default" namespace when missing, as ../convert.ts does). */
-  readonly key: string;
-}
-
-/** Identity read leniently from a raw object, for deletes and for messages about objects that
- *  do not convert. */
+/** Identity read leniently from a raw object ("default" namespace when missing, as
+ *  ../convert.ts does). */
 export function rawRef(res: Resource, raw: unknown): RawRef {
-  const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
-  const text = (v: unknown) => (typeof v === 'string' ? v : '');
-  const name = text(md.name);
-  const namespace = res.namespaced ? text(md.namespace) || 'default' : '';
-  return { namespace, name, uid: text(md.uid), key: res.namespaced ? `${namespace}/${name}` : name };
+  return rawRefOf(raw, res.namespaced);
 }
 
-/** metadata.resourceVersion of a raw object, '' if absent. */
-export function resourceVersionOf(raw: unknown): string {
-  const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
-  return typeof md.resourceVersion === 'string' ? md.resourceVersion : '';
-}
-
-export function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+/** How the reflector of `res` decodes: view entries keyed by model key (a pod by uid). */
+export function resourceCodec(res: Resource): Codec<ViewEntry> {
+  return {
+    decode(raw): Decoded<ViewEntry> {
+      const c = convertObject(res, raw);
+      return { key: c.entry.key, name: c.name, canonical: c.entry.canonical, value: c.entry, warnings: c.warnings };
+    },
+    ref: (raw) => rawRef(res, raw),
+    // A late delete of an older pod of the same name must not remove the new one.
+    deletes: (held, ref) => held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid,
+  };
 }

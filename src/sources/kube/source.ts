@@ -10,13 +10,17 @@ import type { Logger } from '../../log.ts';
 import { diffViews } from '../manifests/view.ts';
 import type { ViewEntry } from '../manifests/view.ts';
 import type { Source, SourceBatch } from '../types.ts';
-import { createKubeApi } from './api.ts';
-import type { KubeApi } from './api.ts';
-import { createReflector } from './reflector.ts';
-import type { Reflector, WatchEvent } from './reflector.ts';
-import { resourcesFor } from './resources.ts';
-import { DEFAULT_KUBE_TIMINGS } from './timings.ts';
+import { createKubeClient } from '../../kube/client.ts';
+import type { KubeClient } from '../../kube/client.ts';
+import { createReflector } from '../../kube/reflector.ts';
+import type { Reflector, WatchEvent } from '../../kube/reflector.ts';
+import type { ObjectKind } from '../../model/types.ts';
+import { resourceCodec, resourcesFor } from './resources.ts';
+import { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
 import type { KubeTimings } from './timings.ts';
+
+/** A watch transition of one of the source's four kinds. */
+export type SourceWatchEvent = WatchEvent<ObjectKind>;
 
 export interface KubeSourceOptions {
   readonly kubeConfig: KubeConfig;
@@ -26,7 +30,7 @@ export interface KubeSourceOptions {
   readonly timings?: Partial<KubeTimings>;
   /** Every watch transition, e.g. to count weir_watch_events_total{kind} ('event') and
    *  weir_watch_restarts_total{kind} ('restart'). Must not throw (it is caught and logged). */
-  readonly onWatchEvent?: (e: WatchEvent) => void;
+  readonly onWatchEvent?: (e: SourceWatchEvent) => void;
   /** Waits between retries; resolves early when the signal aborts. Tests record the backoff. */
   readonly delay?: (ms: number, signal: AbortSignal) => Promise<void>;
   /** [0, 1), for jitter and the randomised watch timeouts and relist intervals. */
@@ -57,7 +61,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
   const listed = new Set<string>();
   const reflectors: Reflector[] = [];
   let loops: Promise<void>[] = [];
-  let api: KubeApi | null = null;
+  let client: KubeClient | null = null;
   let abort: AbortController | null = null;
   let onBatch: ((batch: SourceBatch) => void) | null = null;
   let synced = false;
@@ -114,20 +118,22 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
       onBatch = cb;
       const ctl = new AbortController();
       abort = ctl;
-      const kubeApi = createKubeApi(opts.kubeConfig);
-      api = kubeApi;
+      const kubeClient = createKubeClient(opts.kubeConfig);
+      client = kubeClient;
+      const random = opts.random ?? Math.random;
       const deps = {
-        api: kubeApi,
+        client: kubeClient,
         log,
         timings,
+        backoff: (attempt: number) => backoffDelay(attempt, timings, random),
         delay: opts.delay ?? abortableDelay,
-        random: opts.random ?? Math.random,
+        random,
         now: opts.now ?? (() => performance.now()),
         onWatchEvent: opts.onWatchEvent ?? (() => {}),
       };
       const ready = new Promise<void>((resolve) => (started = resolve));
       for (const res of resources) {
-        const reflector = createReflector(res, deps, {
+        const reflector = createReflector(res, resourceCodec(res), deps, {
           change(key, entry) {
             pending.set(key, entry);
             if (synced) schedule();
@@ -153,7 +159,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
       flushTimer = null;
       abort?.abort();
       await Promise.allSettled(loops);
-      await api?.close();
+      await client?.close();
       started?.();
     },
   };

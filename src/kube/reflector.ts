@@ -1,19 +1,15 @@
-// List+watch of one kind, kept alive whatever happens: every failure (HTTP error, network
+// List+watch of one collection, kept alive whatever happens: every failure (HTTP error, network
 // error, 410 Gone, a watch that ends or goes silent) restarts it after a jittered exponential
 // backoff; 410 and a periodic timer relist and diff against the cache, which repairs any event
-// the watch missed. The cache holds converted model objects only, and a change is reported only
-// when an object's model form changes, so every report is an exact diff.
+// the watch missed. The cache holds decoded values only (a codec turns raw JSON into them), and
+// a change is reported only when a value's canonical form changes, so every report is an exact
+// diff. Used by the kube source (Pods, Namespaces, Nodes, NetworkPolicies) and by the policy
+// status aggregator (NodePolicyStatus, NetworkPolicyStatus).
 
-import { WeirError } from '../../errors.ts';
-import type { Logger } from '../../log.ts';
-import type { ObjectKind } from '../../model/types.ts';
-import type { ViewEntry } from '../manifests/view.ts';
-import { describe, KubeApiError, statusOf } from './api.ts';
-import type { KubeApi, RawWatchEvent } from './api.ts';
-import { convertObject, isRecord, rawRef, resourceVersionOf } from './resources.ts';
-import type { Converted, Resource } from './resources.ts';
-import { backoffDelay, pickBetween } from './timings.ts';
-import type { KubeTimings } from './timings.ts';
+import { WeirError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import { describe, KubeApiError, statusOf } from './client.ts';
+import type { KubeClient, RawWatchEvent } from './client.ts';
 
 /** The vocabulary of a watch loop, for logs and metrics:
  *  - listed: a full list completed (the first one, or a relist);
@@ -26,25 +22,83 @@ import type { KubeTimings } from './timings.ts';
  *  - relist: a relist begins after the first list (detail: periodic or 410). */
 export type WatchTransition = 'listed' | 'watch-started' | 'event' | 'bookmark' | 'error' | 'restart' | 'watchdog' | 'relist';
 
-export interface WatchEvent {
-  readonly kind: ObjectKind;
+export interface WatchEvent<K extends string = string> {
+  readonly kind: K;
   readonly type: WatchTransition;
   readonly detail?: string;
 }
 
-export interface ReflectorDeps {
-  readonly api: KubeApi;
-  readonly log: Logger;
-  readonly timings: KubeTimings;
-  readonly delay: (ms: number, signal: AbortSignal) => Promise<void>;
-  readonly random: () => number;
-  readonly now: () => number;
-  readonly onWatchEvent: (e: WatchEvent) => void;
+/** Where a collection lives; `kind` names it in logs and watch events. */
+export interface Collection<K extends string = string> {
+  readonly kind: K;
+  /** Collection path (across all namespaces for a namespaced kind). */
+  readonly path: string;
+  readonly fieldSelector?: string;
 }
 
-export interface ReflectorSink {
-  /** An object changed (entry) or disappeared (undefined); key is the model key. */
-  change(key: string, entry: ViewEntry | undefined): void;
+/** Identity read leniently from a raw object, for deletes and for messages about objects that
+ *  do not decode. */
+export interface RawRef {
+  readonly namespace: string;
+  readonly name: string;
+  readonly uid: string;
+  /** namespace/name (or name): at most one object holds a name at a time, whatever its uid. */
+  readonly key: string;
+}
+
+export interface Decoded<T> {
+  /** The cache key (may differ from the name, e.g. a pod's uid). */
+  readonly key: string;
+  /** Same form as RawRef.key. */
+  readonly name: string;
+  /** Equal canonical text means no change worth reporting. */
+  readonly canonical: string;
+  readonly value: T;
+  /** Problems the conversion survived, logged when the value is stored. */
+  readonly warnings: readonly string[];
+}
+
+export interface Codec<T> {
+  /** Throws a WeirError when the object cannot be used: it is logged once and treated as absent. */
+  decode(raw: unknown): Decoded<T>;
+  ref(raw: unknown): RawRef;
+  /** Whether a DELETED event for `ref` removes `held`, stored under the same name. Default: yes.
+   *  (A late delete of an older pod must not remove the new pod of the same name.) */
+  deletes?(held: T, ref: RawRef): boolean;
+}
+
+export interface ListWatchTimings {
+  /** timeoutSeconds asked of the server per watch, picked from [min, max]. */
+  readonly watchTimeoutSeconds: readonly [number, number];
+  /** A watch that receives nothing, not even a bookmark, for this long is restarted. */
+  readonly watchdogMs: number;
+  /** Interval of the full relist that repairs missed events, picked from [min, max]. */
+  readonly relistMs: readonly [number, number];
+  /** A watch that ran this long counts as healthy: the next failure starts the backoff afresh. */
+  readonly healthyWatchMs: number;
+  /** Limit on one list page request. */
+  readonly listTimeoutMs: number;
+  /** Objects per list page (limit/continue). */
+  readonly pageSize: number;
+}
+
+export interface ReflectorDeps<K extends string = string> {
+  readonly client: KubeClient;
+  readonly log: Logger;
+  readonly timings: ListWatchTimings;
+  /** The delay before retry number `attempt` (1 = the first retry). */
+  readonly backoff: (attempt: number) => number;
+  readonly delay: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** [0, 1), for the randomised watch timeouts and relist intervals. */
+  readonly random: () => number;
+  /** Monotonic milliseconds, for the watchdog. */
+  readonly now: () => number;
+  readonly onWatchEvent: (e: WatchEvent<K>) => void;
+}
+
+export interface ReflectorSink<T> {
+  /** A value changed, or disappeared (undefined). */
+  change(key: string, value: T | undefined): void;
   /** A full list was applied to the cache. */
   listed(): void;
 }
@@ -60,10 +114,11 @@ export interface Reflector {
 const WATCHDOG = 'watchdog';
 const RELIST = 'relist';
 
-export function createReflector(res: Resource, deps: ReflectorDeps, sink: ReflectorSink): Reflector {
-  const { api, log, timings, random, now } = deps;
+export function createReflector<K extends string, T>(res: Collection<K>, codec: Codec<T>, deps: ReflectorDeps<K>, sink: ReflectorSink<T>): Reflector {
+  const { client, log, timings, random, now } = deps;
   const kind = res.kind;
-  const entries = new Map<string, ViewEntry>();
+  const pick = ([min, max]: readonly [number, number]): number => min + (max - min) * random();
+  const entries = new Map<string, Decoded<T>>();
   /** name -> key: a pod name reused by a new uid replaces the old pod. */
   const byName = new Map<string, string>();
   const nameOfKey = new Map<string, string>();
@@ -86,17 +141,17 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
     }
   }
 
-  /** Stores a converted object; returns whether its model form changed. */
-  function put(c: Converted): boolean {
-    const { entry, name } = c;
+  /** Stores a decoded object; returns whether its canonical form changed. */
+  function put(c: Decoded<T>): boolean {
+    const { key, name } = c;
     const holder = byName.get(name);
-    if (holder !== undefined && holder !== entry.key) remove(holder);
-    byName.set(name, entry.key);
-    nameOfKey.set(entry.key, name);
-    if (entries.get(entry.key)?.canonical === entry.canonical) return false;
-    entries.set(entry.key, entry);
+    if (holder !== undefined && holder !== key) remove(holder);
+    byName.set(name, key);
+    nameOfKey.set(key, name);
+    if (entries.get(key)?.canonical === c.canonical) return false;
+    entries.set(key, c);
     for (const w of c.warnings) log.warn({ kind, object: name }, w);
-    sink.change(entry.key, entry);
+    sink.change(key, c.value);
     return true;
   }
 
@@ -109,11 +164,11 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
     return true;
   }
 
-  /** Converts, or logs why not (once per object and message) and returns null. */
-  function convert(raw: unknown, badNow: Map<string, string>): Converted | null {
-    const ref = rawRef(res, raw);
+  /** Decodes, or logs why not (once per object and message) and returns null. */
+  function convert(raw: unknown, badNow: Map<string, string>): Decoded<T> | null {
+    const ref = codec.ref(raw);
     try {
-      const c = convertObject(res, raw);
+      const c = codec.decode(raw);
       badNow.delete(ref.key);
       return c;
     } catch (err) {
@@ -127,7 +182,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
   }
 
   async function list(signal: AbortSignal): Promise<number> {
-    const fresh: Converted[] = [];
+    const fresh: Decoded<T>[] = [];
     const badNow = new Map<string, string>();
     let cont = '';
     let listRv = '';
@@ -135,7 +190,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
       const query: Record<string, string> = { limit: String(timings.pageSize) };
       if (cont !== '') query.continue = cont;
       if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
-      const body = await api.get(res.path, query, AbortSignal.any([signal, AbortSignal.timeout(timings.listTimeoutMs)]));
+      const body = await client.send({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs });
       const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
       const items = isRecord(body) && Array.isArray(body.items) ? body.items : null;
       if (items === null) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');
@@ -149,7 +204,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
     bad = badNow;
 
     let changes = 0;
-    const keep = new Set(fresh.map((c) => c.entry.key));
+    const keep = new Set(fresh.map((c) => c.key));
     for (const key of [...entries.keys()]) if (!keep.has(key) && remove(key)) changes++;
     for (const c of fresh) if (put(c)) changes++;
     rv = listRv;
@@ -164,20 +219,18 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
         if (c !== null) put(c);
         else {
           // An object we cannot read is treated as absent, as a relist would.
-          const key = byName.get(rawRef(res, ev.object).key);
+          const key = byName.get(codec.ref(ev.object).key);
           if (key !== undefined) remove(key);
         }
         hook('event', ev.type);
         break;
       }
       case 'DELETED': {
-        const ref = rawRef(res, ev.object);
+        const ref = codec.ref(ev.object);
         bad.delete(ref.key);
         const key = byName.get(ref.key);
         const held = key === undefined ? undefined : entries.get(key);
-        // A late delete of an older pod of the same name must not remove the new one.
-        const sameUid = held === undefined || held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid;
-        if (key !== undefined && sameUid) remove(key);
+        if (key !== undefined && (held === undefined || codec.deletes === undefined || codec.deletes(held.value, ref))) remove(key);
         hook('event', ev.type);
         break;
       }
@@ -215,12 +268,12 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
     const query: Record<string, string> = {
       watch: 'true',
       allowWatchBookmarks: 'true',
-      timeoutSeconds: String(Math.round(pickBetween(timings.watchTimeoutSeconds, random))),
+      timeoutSeconds: String(Math.round(pick(timings.watchTimeoutSeconds))),
     };
     if (rv !== '') query.resourceVersion = rv;
     if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
     try {
-      const stream = await api.watch(res.path, query, cut, () => {
+      const stream = await client.watch(res.path, query, cut, () => {
         last = now();
       });
       hook('watch-started', `from resourceVersion ${rv || '(latest)'}`);
@@ -242,7 +295,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
       needList = true;
       relistWhy = 'periodic';
       current?.abort(RELIST);
-    }, pickBetween(timings.relistMs, random));
+    }, pick(timings.relistMs));
   }
 
   async function run(signal: AbortSignal): Promise<void> {
@@ -270,7 +323,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
         if (ended === RELIST) continue; // planned: relist at once
         if (ended === WATCHDOG) {
           why = `the watch was silent for ${timings.watchdogMs} ms`;
-          api.reset();
+          client.reset();
           hook('watchdog', why);
           log.warn({ kind, resourceVersion: rv }, `${kind} ${why}; restarting it`);
         } else {
@@ -290,7 +343,7 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
       }
       if (healthy) failures = 0;
       failures++;
-      const ms = backoffDelay(failures, timings, random);
+      const ms = deps.backoff(failures);
       hook('restart', `${why}; retrying in ${ms} ms`);
       log.debug({ kind, failures, delayMs: ms }, `${kind}: ${why}; retrying in ${ms} ms`);
       await deps.delay(ms, signal);
@@ -299,4 +352,24 @@ export function createReflector(res: Resource, deps: ReflectorDeps, sink: Reflec
   }
 
   return { run, resourceVersion: () => rv };
+}
+
+/** metadata.resourceVersion of a raw object, '' if absent. */
+export function resourceVersionOf(raw: unknown): string {
+  const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
+  return typeof md.resourceVersion === 'string' ? md.resourceVersion : '';
+}
+
+export function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Identity of a raw object; a namespaced object without a namespace is in "default", as the
+ *  API server would put it. */
+export function rawRefOf(raw: unknown, namespaced: boolean): RawRef {
+  const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
+  const text = (v: unknown) => (typeof v === 'string' ? v : '');
+  const name = text(md.name);
+  const namespace = namespaced ? text(md.namespace) || 'default' : '';
+  return { namespace, name, uid: text(md.uid), key: namespaced ? `${namespace}/${name}` : name };
 }

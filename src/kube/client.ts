@@ -1,0 +1,235 @@
+// The one HTTP client to the Kubernetes API server, used by the kube source (lists and watches)
+// and the status writers (applies, Lease, Events). Raw JSON: client-node's typed objects rename
+// fields (`from` becomes `_from`) and drop unknown ones, while the source validates NetworkPolicy
+// specs as the API server sends them and the status writers send exact server-side-apply bodies.
+//
+// Requests go through client-node's own HTTP stack (RequestContext, applySecurityAuthentication,
+// IsomorphicFetchHttpLibrary), so tokens, exec plugins, client certificates and proxies work as
+// for any client-node call. Watches are read here rather than with client-node's Watch: Watch
+// aborts any watch that is silent for 30 s (a private, fixed timer), while the API server
+// bookmarks an idle watch only about once a minute; and it cannot be cancelled before the
+// response headers arrive. Silence is judged by the reflector's watchdog instead.
+
+import { KubeApiError } from '../errors.ts';
+import { HttpMethod, IsomorphicFetchHttpLibrary, RequestContext } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
+
+/** A request the API server answered with an error status, or a watch ERROR event.
+ *  `status` 0: no HTTP answer at all (connection refused, reset, timed out, TLS failure). */
+export { KubeApiError };
+
+export const APPLY_PATCH = 'application/apply-patch+yaml';
+export const MERGE_PATCH = 'application/merge-patch+json';
+export const JSON_TYPE = 'application/json';
+
+/** The default limit on one request (a hung API server must not hold a writer, or stop(),
+ *  forever). Watches have none: the reflector's watchdog judges them. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+export interface KubeRequest {
+  readonly method: Method;
+  readonly path: string;
+  readonly query?: Readonly<Record<string, string>>;
+  /** Serialized as JSON (valid YAML too, so apply-patch+yaml accepts it). */
+  readonly body?: unknown;
+  readonly contentType?: string;
+  readonly signal?: AbortSignal;
+  /** Overrides the client's timeout for this request (a list page of a large cluster). */
+  readonly timeoutMs?: number;
+}
+
+/** One line of a watch stream. */
+export interface RawWatchEvent {
+  readonly type: string;
+  readonly object: unknown;
+}
+
+/** What the client reports of every request it sends, e.g. to count them. */
+export interface RequestRecord {
+  readonly method: Method;
+  readonly path: string;
+  readonly watch: boolean;
+}
+
+export interface KubeClientOptions {
+  readonly timeoutMs?: number;
+  /** Called as each request is sent; must not throw. */
+  readonly onRequest?: (r: RequestRecord) => void;
+}
+
+export interface KubeClient {
+  /** Sends the request; resolves to the parsed JSON answer (undefined for an empty body),
+   *  rejects with a KubeApiError for any non-2xx answer or transport failure. */
+  send(req: KubeRequest): Promise<unknown>;
+  /** Opens a watch (GET with the query as given, which should hold watch=true); resolves once
+   *  the server answered 200, with the stream of its events. `onData` is called for every chunk
+   *  received, so a caller can measure silence. */
+  watch(path: string, query: Readonly<Record<string, string>>, signal: AbortSignal, onData: () => void): Promise<AsyncIterable<RawWatchEvent>>;
+  /** Destroys every pooled connection, idle ones too: after a stalled watch the path to the
+   *  server is suspect, and reusing a half-dead keep-alive connection would stall again. */
+  reset(): void;
+  /** Releases the connection pool. */
+  close(): Promise<void>;
+}
+
+type Dispatcher = NonNullable<ReturnType<RequestContext['getDispatcher']>>;
+
+const METHODS: Record<Method, HttpMethod> = {
+  GET: HttpMethod.GET,
+  POST: HttpMethod.POST,
+  PUT: HttpMethod.PUT,
+  PATCH: HttpMethod.PATCH,
+  DELETE: HttpMethod.DELETE,
+};
+
+export function createKubeClient(kc: KubeConfig, opts: KubeClientOptions = {}): KubeClient {
+  const http = new IsomorphicFetchHttpLibrary();
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  // client-node builds a new connection pool on every applySecurityAuthentication call (so every
+  // request would open a new TLS connection). Headers are refreshed on every request (tokens
+  // rotate); the pool is kept until a request fails below HTTP, e.g. after a certificate rotation.
+  let pool: Dispatcher | undefined;
+  let havePool = false;
+
+  const takePool = (): Dispatcher | undefined => {
+    const old = pool;
+    pool = undefined;
+    havePool = false;
+    return old;
+  };
+
+  /** Sends; resolves to the status and the response (body unread). */
+  async function open(req: KubeRequest, watch: boolean) {
+    const { method, path } = req;
+    const cluster = kc.getCurrentCluster();
+    if (cluster === null) throw new KubeApiError(method, path, 0, '', 'the kubeconfig has no current cluster');
+    const url = new URL(cluster.server.replace(/\/+$/, '') + path);
+    for (const [k, v] of Object.entries(req.query ?? {})) url.searchParams.set(k, v);
+    const ctx = new RequestContext(url.toString(), METHODS[method]);
+    ctx.setHeaderParam('Accept', JSON_TYPE);
+    if (req.body !== undefined) {
+      ctx.setHeaderParam('Content-Type', req.contentType ?? JSON_TYPE);
+      ctx.setBody(JSON.stringify(req.body));
+    }
+    await kc.applySecurityAuthentication(ctx);
+    if (!havePool) {
+      pool = ctx.getDispatcher();
+      havePool = true;
+    }
+    if (pool !== undefined) ctx.setDispatcher(pool);
+    const limit = watch ? undefined : AbortSignal.timeout(req.timeoutMs ?? timeoutMs);
+    const signal = limit === undefined ? req.signal : req.signal === undefined ? limit : AbortSignal.any([req.signal, limit]);
+    if (signal !== undefined) ctx.setSignal(signal);
+    opts.onRequest?.({ method, path, watch });
+    try {
+      return await http.send(ctx).toPromise();
+    } catch (err) {
+      if (req.signal?.aborted) throw err;
+      void takePool()?.close().catch(() => {});
+      throw new KubeApiError(method, path, 0, '', describe(err), { cause: err });
+    }
+  }
+
+  function failure(req: KubeRequest, status: number, parsed: unknown, text: string): KubeApiError {
+    const s = statusOf(parsed);
+    return new KubeApiError(req.method, req.path, status, s?.reason ?? '', s?.message || text.trim().slice(0, 300) || 'no message');
+  }
+
+  return {
+    async send(req) {
+      const resp = await open(req, false);
+      let text: string;
+      try {
+        text = await resp.body.text();
+      } catch (err) {
+        if (req.signal?.aborted) throw err;
+        throw new KubeApiError(req.method, req.path, 0, '', describe(err), { cause: err });
+      }
+      const parsed = parseJson(text);
+      if (resp.httpStatusCode < 200 || resp.httpStatusCode > 299) throw failure(req, resp.httpStatusCode, parsed, text);
+      if (parsed === undefined && text.trim() !== '') throw new KubeApiError(req.method, req.path, resp.httpStatusCode, '', 'the response is not JSON');
+      return parsed;
+    },
+
+    async watch(path, query, signal, onData) {
+      const req: KubeRequest = { method: 'GET', path, query, signal };
+      const resp = await open(req, true);
+      if (resp.httpStatusCode !== 200) {
+        const text = await resp.body.text();
+        throw failure(req, resp.httpStatusCode, parseJson(text), text);
+      }
+      const stream = resp.body.stream();
+      if (stream === null) throw new KubeApiError('GET', path, 200, '', 'the watch response has no body');
+      return lines(path, stream, onData);
+    },
+
+    reset() {
+      void takePool()?.destroy().catch(() => {});
+    },
+
+    async close() {
+      await takePool()?.close().catch(() => {});
+    },
+  };
+}
+
+export function isStatus(err: unknown, status: number): err is KubeApiError {
+  return err instanceof KubeApiError && err.status === status;
+}
+
+/** Newline-delimited JSON events; a line that is not a watch event ends the stream with an error
+ *  (the next watch resumes from the last good resourceVersion). */
+async function* lines(path: string, stream: ReadableStream<Uint8Array>, onData: () => void): AsyncGenerator<RawWatchEvent> {
+  const decoder = new TextDecoder();
+  let buffered = '';
+  for await (const chunk of stream) {
+    onData();
+    buffered += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, nl).trim();
+      buffered = buffered.slice(nl + 1);
+      if (line !== '') yield event(path, line);
+    }
+  }
+  const rest = (buffered + decoder.decode()).trim();
+  if (rest !== '') yield event(path, rest);
+}
+
+function event(path: string, line: string): RawWatchEvent {
+  const parsed = parseJson(line);
+  if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { type?: unknown }).type !== 'string') {
+    throw new KubeApiError('GET', path, 200, '', `the watch sent a line that is not an event: ${line.slice(0, 200)}`);
+  }
+  const { type, object } = parsed as { type: string; object?: unknown };
+  return { type, object };
+}
+
+function parseJson(text: string): unknown {
+  if (text.trim() === '') return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The reason/message/code of a metav1.Status, if `v` is one. */
+export function statusOf(v: unknown): { code: number; reason: string; message: string } | undefined {
+  if (typeof v !== 'object' || v === null || (v as { kind?: unknown }).kind !== 'Status') return undefined;
+  const s = v as { code?: unknown; reason?: unknown; message?: unknown };
+  return {
+    code: typeof s.code === 'number' ? s.code : 0,
+    reason: typeof s.reason === 'string' ? s.reason : '',
+    message: typeof s.message === 'string' ? s.message : '',
+  };
+}
+
+/** fetch failures wrap the useful part ("ECONNREFUSED 127.0.0.1:1") in `cause`. */
+export function describe(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
+  return `${err.message}${cause}`;
+}
