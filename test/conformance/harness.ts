@@ -223,6 +223,12 @@ export class Conformance {
     return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await content(name) }))));
   }
 
+  /** Writes the manifests of the current cast and policies, then waits until applied. */
+  async writeManifests(): Promise<void> {
+    await this.#writeAll();
+    await this.settle();
+  }
+
   agentErrors(): string[] {
     return this.#agents.flatMap((a) => a.errors.map((e) => `${a.node}: ${e}`));
   }
