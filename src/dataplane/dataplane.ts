@@ -2,7 +2,8 @@
 // keep every reference valid: sets first, then one iptables-restore per family, then set
 // destroys. The record of what was applied changes only after a step succeeds.
 
-import { emptyDirty, mergeDirty, type DesiredDataplane, type Dirty } from '../calc/desired.ts';
+import { emptyDirty, mergeDirty, type DesiredDataplane, type DesiredSet, type Dirty, type Members, type Rule } from '../calc/desired.ts';
+import { PreconditionError } from '../errors.ts';
 import type { Names } from '../calc/names.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
@@ -10,8 +11,6 @@ import { createIpset, type Ipset } from './ipset.ts';
 import {
   createIptables,
   detectBackend,
-  parseSave,
-  commentOf,
   type Backend,
   type BackendChoice,
   type Iptables,
@@ -19,12 +18,13 @@ import {
   type RetryPolicy,
 } from './iptables.ts';
 import { commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
-import { declareChain, deleteChain, deleteRule, filterPayload, hookComment, setDestroy } from './render.ts';
+import { declareChain, deleteChain, deleteRule, filterPayload, insertHook, renderChain, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
 import {
   emptyFamilyState,
   emptyState,
   familyStateFromSave,
+  hookIsRight,
   setsStateFromSave,
   type AppliedState,
   type FamilyState,
@@ -97,6 +97,18 @@ export interface Dataplane {
   resync(desired: DesiredDataplane): Promise<ApplyStats>;
   /** Removes every chain, hook rule and set Weir owns, and nothing else. */
   cleanup(): Promise<CleanupStats>;
+  /** Throws a PreconditionError when chains or sets with Weir's prefix exist that Weir did not
+   *  write (Calico's Felix uses the same names): Weir must not run beside them. */
+  checkOwnership(): Promise<void>;
+  /**
+   * Before the first sync: in each family whose FORWARD holds no Weir hook (a fresh boot), writes
+   * the hook and the chains of `desired` that name no set (the top and dispatch chains, which
+   * then drop all traffic of the pod bridge). A node that already holds Weir's rules keeps them
+   * until the real state replaces them. Returns the families written.
+   */
+  guard(desired: DesiredDataplane): Promise<Family[]>;
+  /** Cheap drift check: false when a family's hook or any own chain differs from the record. */
+  hookIntact(): Promise<boolean>;
   status(): DataplaneStatus;
 }
 
@@ -157,26 +169,42 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     }
   }
 
-  /** Rebuilds the record from the kernel and marks everything, desired or found, dirty. */
-  async function readKernel(t: Tools, desired: DesiredDataplane): Promise<void> {
+  /** Reads Weir's own objects back; refuses when objects with its names are not its own. */
+  async function readOwn(t: Tools): Promise<AppliedState> {
     const read: { [F in Family]?: FamilyState } = {};
+    const foreign: string[] = [];
     const saved = await Promise.all(families.map((f) => t.iptables.save(f)));
-    families.forEach((f, i) => (read[f] = familyStateFromSave(saved[i], names)));
-    const fresh: AppliedState = {
-      sets: setsStateFromSave(await t.ipset.save(), names),
-      families: { 4: read[4] ?? emptyFamilyState(), 6: read[6] ?? emptyFamilyState() },
-    };
+    families.forEach((f, i) => (read[f] = familyStateFromSave(saved[i], names, foreign)));
+    const sets = setsStateFromSave(await t.ipset.save(), names, foreign);
+    if (foreign.length > 0) {
+      throw new PreconditionError(
+        `found ${foreign.length} chains or sets named like Weir's (prefix "${names.prefix}") that Weir did not write, such as ${foreign.slice(0, 5).join(', ')}: ` +
+          `another program (Calico's Felix?) owns them. Weir never touches them; run it with another --chain-prefix, or remove that program.`,
+      );
+    }
+    return { sets, families: { 4: read[4] ?? emptyFamilyState(), 6: read[6] ?? emptyFamilyState() } };
+  }
+
+  /** Rebuilds the record from the kernel and marks everything, desired or found, dirty. */
+  async function readKernel(t: Tools, desired: DesiredDataplane, into: Dirty): Promise<void> {
+    const fresh = await readOwn(t);
     state = fresh;
     const all = emptyDirty();
     for (const name of [...desired.sets.keys(), ...fresh.sets.keys()]) all.sets.set(name, 'all');
     for (const f of families) {
       for (const c of [...desired.chains[f].keys(), ...fresh.families[f].chains.keys()]) all.chains[f].add(c);
     }
-    mergeDirty(dirty, all);
+    mergeDirty(into, all);
     log.debug({ sets: fresh.sets.size, chains: families.map((f) => fresh.families[f].chains.size) }, 'read kernel state');
   }
 
   async function applyNow(desired: DesiredDataplane): Promise<ApplyStats> {
+    // Everything below plans from this snapshot and this dirty record, taken before the first
+    // await: calc's live maps may not change under a write. Later marks wait for the next one.
+    const readFirst = needRead;
+    desired = snapshot(desired, readFirst ? 'all' : dirty);
+    const work = dirty;
+    dirty = emptyDirty();
     const t0 = now();
     const stats: ApplyStats = {
       resynced: false,
@@ -190,15 +218,13 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       hooksWritten: 0,
       durations: { read: 0, sets: 0, chains: 0, destroy: 0, total: 0 },
     };
-    const t = await getTools();
-    if (needRead) {
-      await timed(stats, 'read', () => readKernel(t, desired));
-      needRead = false;
-      stats.resynced = true;
-    }
-    const work = dirty;
-    dirty = emptyDirty();
     try {
+      const t = await getTools();
+      if (readFirst) {
+        await timed(stats, 'read', () => readKernel(t, desired, work));
+        needRead = false;
+        stats.resynced = true;
+      }
       // (1) Sets first, so every set a new rule names exists.
       const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
       if (sets.lines.length > 0) {
@@ -211,7 +237,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
 
       // (2) One atomic payload per family.
       const plans = families
-        .map((f) => ({ f, plan: planChains(desired.chains[f], desired.topChain, work.chains[f], state.families[f], names.prefix) }))
+        .map((f) => ({ f, plan: planChains(desired.chains[f], desired.topChain, work.chains[f], state.families[f]) }))
         .filter(({ plan }) => plan.payload !== undefined);
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
@@ -251,11 +277,12 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   async function cleanupNow(): Promise<CleanupStats> {
     const t = await getTools();
     const stats: CleanupStats = { chainsDeleted: 0, hooksDeleted: 0, setsDeleted: 0 };
-    const ours = hookComment(names.prefix);
     for (const f of families) {
-      const saved = parseSave(await t.iptables.save(f));
-      const own = [...saved.keys()].filter((c) => names.isOwnChain(c));
-      const hooks = (saved.get('FORWARD') ?? []).filter((s) => commentOf(s) === ours);
+      const text = await t.iptables.save(f);
+      // Only what carries Weir's mark: a chain or set merely named like Weir's is not Weir's.
+      const mine = familyStateFromSave(text, names);
+      const own = [...mine.chains.keys()];
+      const hooks = mine.hook.specs;
       if (own.length === 0 && hooks.length === 0) continue;
       const lines = [...own.map(declareChain), ...hooks.map((s) => deleteRule('FORWARD', s)), ...own.map(deleteChain)];
       await t.iptables.restore(f, filterPayload(lines));
@@ -290,6 +317,50 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         return cleanupNow();
       });
     },
+    checkOwnership() {
+      return serial(async () => {
+        await readOwn(await getTools());
+      });
+    },
+    guard(desired) {
+      // The skeleton references no set, so it is complete without any ipset write.
+      const chainsOf = (f: Family) => [...desired.chains[f]].filter(([, rules]) => !rules.some(namesASet));
+      const chains = { 4: chainsOf(4), 6: chainsOf(6) };
+      return serial(async () => {
+        const t = await getTools();
+        const written: Family[] = [];
+        for (const f of families) {
+          const found = familyStateFromSave(await t.iptables.save(f), names);
+          if (found.hook.specs.length > 0) continue;
+          const lines: string[] = [];
+          for (const [name] of chains[f]) lines.push(declareChain(name));
+          for (const [name, rules] of chains[f]) lines.push(...renderChain(name, rules).lines);
+          lines.push(insertHook(desired.topChain));
+          await t.iptables.restore(f, filterPayload(lines));
+          written.push(f);
+        }
+        needRead = true;
+        if (written.length > 0) log.warn({ families: written }, 'no Weir rules on this node yet: pod traffic is dropped until the first full state is enforced');
+        return written;
+      });
+    },
+    hookIntact() {
+      return serial(async () => {
+        if (needRead) return true; // the next write reads the kernel back anyway
+        const t = await getTools();
+        for (const f of families) {
+          const found = familyStateFromSave(await t.iptables.save(f), names);
+          const want = state.families[f];
+          if (want.hook.specs.length > 0 && !hookIsRight(found.hook, names.forward)) return false;
+          if (found.chains.size !== want.chains.size) return false;
+          for (const [name, hashes] of want.chains) {
+            const have = found.chains.get(name);
+            if (!have || have.length !== hashes.length || have.some((h, i) => h !== hashes[i])) return false;
+          }
+        }
+        return true;
+      });
+    },
     status() {
       let members = 0;
       for (const s of state.sets.values()) members += s.members.size;
@@ -302,4 +373,30 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       return { backend: tools?.iptables.backend, inSync: !needRead, sets: state.sets.size, members, chains, rules };
     },
   };
+}
+
+const namesASet = (r: Rule) => r.matches.some((m) => m.kind === 'set');
+
+/**
+ * A copy of what an apply will read: the chain maps (their rule arrays are never mutated by
+ * calc, only replaced), and the members of the sets it will plan ('all': every set).
+ */
+function snapshot(desired: DesiredDataplane, dirty: Dirty | 'all'): DesiredDataplane {
+  const sets = new Map<string, DesiredSet>();
+  for (const [name, set] of desired.sets) {
+    const which = dirty === 'all' ? 'all' : dirty.sets.get(name);
+    if (which === undefined) {
+      sets.set(name, set); // not planned: only its presence is read
+      continue;
+    }
+    let members: Members;
+    if (which === 'all') members = new Set(set.members);
+    else {
+      const present = new Set<string>();
+      for (const m of which) if (set.members.has(m)) present.add(m);
+      members = present;
+    }
+    sets.set(name, { name: set.name, family: set.family, type: set.type, members });
+  }
+  return { sets, chains: { 4: new Map(desired.chains[4]), 6: new Map(desired.chains[6]) }, topChain: desired.topChain };
 }

@@ -44,6 +44,8 @@ export interface SavedSet {
   readonly type: string;
   readonly family: Family | undefined;
   readonly maxElem: number | undefined;
+  /** Created with the comment extension: the mark of a set Weir wrote. */
+  readonly commented: boolean;
   readonly members: string[];
 }
 
@@ -64,6 +66,7 @@ export function parseIpsetSave(text: string): Map<string, SavedSet> {
         type: w[2],
         family: fam === 'inet' ? 4 : fam === 'inet6' ? 6 : undefined,
         maxElem: max === undefined ? undefined : Number(max),
+        commented: w.indexOf('comment', 3) > 0,
         members: [],
       });
     } else if (w[0] === 'add' && w.length >= 3) {

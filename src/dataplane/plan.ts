@@ -189,7 +189,6 @@ export function planChains(
   topChain: string,
   dirty: ReadonlySet<string>,
   state: FamilyState,
-  prefix: string,
 ): ChainsPlan {
   const declares: string[] = [];
   const rules: string[] = [];
@@ -207,7 +206,7 @@ export function planChains(
       }
       continue;
     }
-    const r = renderChain(name, want, prefix);
+    const r = renderChain(name, want);
     if (have !== undefined && sameList(have, r.hashes)) continue;
     declares.push(declareChain(name));
     rules.push(...r.lines);
@@ -219,10 +218,10 @@ export function planChains(
   const wantHook = chains.has(topChain);
   if (wantHook ? !hookIsRight(state.hook, topChain) : state.hook.specs.length > 0) {
     for (const spec of state.hook.specs) hookLines.push(deleteRule('FORWARD', spec));
-    hook = wantHook ? { specs: [hookSpec(prefix, topChain)], atTop: true } : { specs: [], atTop: false };
+    hook = wantHook ? { specs: [hookSpec(topChain)], atTop: true } : { specs: [], atTop: false };
   }
 
-  const insert = wantHook && hook !== undefined ? [insertHook(prefix, topChain)] : [];
+  const insert = wantHook && hook !== undefined ? [insertHook(topChain)] : [];
   const body = [...declares, ...hookLines, ...rules, ...insert, ...deletes];
   return {
     payload: body.length > 0 ? filterPayload(body) : undefined,

@@ -39,7 +39,7 @@ const hex = (n: number) => `0x${(n >>> 0).toString(16)}`;
 export function renderMatch(m: Match): string[] {
   switch (m.kind) {
     case 'set':
-      return [`-m set --match-set ${m.set} ${m.dir}`];
+      return [`-m set ${m.negate === true ? '! ' : ''}--match-set ${m.set} ${m.dir}`];
     case 'addr':
       return [`${m.dir === 'src' ? '-s' : '-d'} ${m.cidr}`];
     case 'proto': {
@@ -130,15 +130,25 @@ export interface RenderedChain {
   readonly hashes: string[];
 }
 
-export function renderChain(chain: string, rules: readonly Rule[], prefix: string): RenderedChain {
+/**
+ * Every rule Weir writes carries this mark in its comment (`weir:<hash> text`), and so does
+ * every chain (an empty one gets a marked RETURN): with the default prefix `cali` the names
+ * are Calico's, and only the mark tells Weir's chains from Felix's.
+ */
+export const OWNER_MARK = 'weir';
+
+/** What an empty chain is written as, so that it too carries the mark. */
+const EMPTY_CHAIN: readonly Rule[] = [{ matches: [], action: { kind: 'return' }, comment: 'empty chain' }];
+
+export function renderChain(chain: string, rules: readonly Rule[]): RenderedChain {
   const lines: string[] = [];
   const hashes: string[] = [];
   let prev = '';
-  for (const rule of rules) {
-    const human = sanitizeComment(rule.comment ?? '', MAX_COMMENT - prefix.length - RULE_HASH_LENGTH - 2);
+  for (const rule of rules.length > 0 ? rules : EMPTY_CHAIN) {
+    const human = sanitizeComment(rule.comment ?? '', MAX_COMMENT - OWNER_MARK.length - RULE_HASH_LENGTH - 2);
     for (const body of renderRuleBodies(rule)) {
       const hash = ruleHash(chain, prev, body, human);
-      const comment = human ? `${prefix}:${hash} ${human}` : `${prefix}:${hash}`;
+      const comment = human ? `${OWNER_MARK}:${hash} ${human}` : `${OWNER_MARK}:${hash}`;
       lines.push(`-A ${chain} -m comment --comment "${comment}" ${body}`);
       hashes.push(hash);
       prev = hash;
@@ -147,12 +157,17 @@ export function renderChain(chain: string, rules: readonly Rule[], prefix: strin
   return { lines, hashes };
 }
 
-/** The comment that marks Weir's FORWARD hook rule. */
-export const hookComment = (prefix: string) => `${prefix}:hook`;
+/** The comment that marks Weir's FORWARD hook rule (its target tells which instance). */
+export const HOOK_COMMENT = `${OWNER_MARK}:hook`;
+
+/** The hash in a rule comment `weir:<hash> ...`, or undefined if Weir did not write the rule. */
+export function ownRuleHash(comment: string | undefined): string | undefined {
+  if (comment === undefined || !comment.startsWith(`${OWNER_MARK}:`)) return undefined;
+  return comment.slice(OWNER_MARK.length + 1).split(' ')[0];
+}
 
 /** The hook rule spec (without `-A FORWARD`), as iptables-save prints it back. */
-export const hookSpec = (prefix: string, topChain: string) =>
-  `-m comment --comment "${hookComment(prefix)}" -j ${topChain}`;
+export const hookSpec = (topChain: string) => `-m comment --comment "${HOOK_COMMENT}" -j ${topChain}`;
 
 // ---- iptables-restore payload lines -------------------------------------------------------
 
@@ -161,7 +176,7 @@ export const declareChain = (chain: string) => `:${chain} - [0:0]`;
 export const deleteChain = (chain: string) => `-X ${chain}`;
 /** Deletes the first rule in `chain` that matches `spec` exactly. */
 export const deleteRule = (chain: string, spec: string) => `-D ${chain} ${spec}`;
-export const insertHook = (prefix: string, topChain: string) => `-I FORWARD 1 ${hookSpec(prefix, topChain)}`;
+export const insertHook = (topChain: string) => `-I FORWARD 1 ${hookSpec(topChain)}`;
 
 /** Wraps lines in one filter-table transaction for iptables-restore --noflush. */
 export const filterPayload = (lines: readonly string[]) => ['*filter', ...lines, 'COMMIT', ''].join('\n');
@@ -170,8 +185,10 @@ export const filterPayload = (lines: readonly string[]) => ['*filter', ...lines,
 
 export const ipsetFamily = (family: Family) => (family === 4 ? 'inet' : 'inet6');
 
+/** Sets are created with the comment extension: it is how Weir tells its sets from Felix's,
+ *  whose names have the same shape (ipset has no per-set label). */
 export const setCreate = (name: string, type: SetType, family: Family, maxElem: number) =>
-  `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} -exist`;
+  `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} comment -exist`;
 export const setAdd = (name: string, member: string) => `add ${name} ${member} -exist`;
 export const setDel = (name: string, member: string) => `del ${name} ${member} -exist`;
 export const setDestroy = (name: string) => `destroy ${name}`;

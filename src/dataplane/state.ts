@@ -5,9 +5,9 @@
 import type { SetType } from '../calc/desired.ts';
 import type { Names } from '../calc/names.ts';
 import type { Family } from '../model/types.ts';
-import { commentOf, ownHash, parseSave, targetOf } from './iptables.ts';
+import { commentOf, parseSave, targetOf } from './iptables.ts';
 import { memberKey, parseIpsetSave } from './ipset.ts';
-import { hookComment } from './render.ts';
+import { HOOK_COMMENT, ownRuleHash } from './render.ts';
 
 /** Stands for a rule in an own chain that carries no Weir hash: never equal to a real hash. */
 export const UNKNOWN_HASH = '?';
@@ -52,25 +52,47 @@ export function hookIsRight(hook: HookState, topChain: string): boolean {
   return hook.specs.length === 1 && hook.atTop && targetOf(hook.specs[0]) === topChain;
 }
 
-/** Rebuilds one family's record from `iptables-save -t filter` output. */
-export function familyStateFromSave(saveText: string, names: Names): FamilyState {
+/**
+ * Rebuilds one family's record from `iptables-save -t filter` output. A chain with Weir's
+ * prefix is Weir's only if some rule in it carries the owner mark (Weir never leaves a chain
+ * empty) or a marked rule jumps to it; any other is named in `foreign` and left out, so it is
+ * never written or deleted.
+ */
+export function familyStateFromSave(saveText: string, names: Names, foreign: string[] = []): FamilyState {
   const saved = parseSave(saveText);
   const chains = new Map<string, readonly string[]>();
+  const unmarked: string[] = [];
   for (const [name, specs] of saved) {
     if (!names.isOwnChain(name)) continue;
-    chains.set(name, specs.map((s) => ownHash(s, names.prefix) ?? UNKNOWN_HASH));
+    const hashes = specs.map((s) => ownRuleHash(commentOf(s)) ?? UNKNOWN_HASH);
+    if (hashes.every((h) => h === UNKNOWN_HASH)) unmarked.push(name);
+    else chains.set(name, hashes);
+  }
+  // An unmarked chain that a marked rule jumps to is Weir's, flushed or edited by someone else.
+  const targets = new Set<string>();
+  for (const name of [...chains.keys(), 'FORWARD']) {
+    for (const spec of saved.get(name) ?? []) if (ownRuleHash(commentOf(spec))) targets.add(targetOf(spec) ?? '');
+  }
+  for (const name of unmarked) {
+    if (targets.has(name)) chains.set(name, saved.get(name)!.map(() => UNKNOWN_HASH));
+    else foreign.push(name);
   }
   const forward = saved.get('FORWARD') ?? [];
-  const ours = hookComment(names.prefix);
-  const specs = forward.filter((s) => commentOf(s) === ours);
-  return { chains, hook: { specs, atTop: forward.length > 0 && commentOf(forward[0]) === ours } };
+  const isOurHook = (s: string) => commentOf(s) === HOOK_COMMENT && targetOf(s) === names.forward;
+  const specs = forward.filter(isOurHook);
+  return { chains, hook: { specs, atTop: forward.length > 0 && isOurHook(forward[0]) } };
 }
 
-/** Rebuilds the set record from `ipset save` output (own sets only). */
-export function setsStateFromSave(saveText: string, names: Names): Map<string, AppliedSet> {
+/** Rebuilds the set record from `ipset save` output: sets with Weir's prefix and its mark;
+ *  prefixed sets without the mark are named in `foreign`. */
+export function setsStateFromSave(saveText: string, names: Names, foreign: string[] = []): Map<string, AppliedSet> {
   const sets = new Map<string, AppliedSet>();
   for (const s of parseIpsetSave(saveText).values()) {
     if (!names.isOwnSet(s.name)) continue;
+    if (!s.commented) {
+      foreign.push(s.name);
+      continue;
+    }
     sets.set(s.name, {
       type: s.type,
       family: s.family,

@@ -105,7 +105,7 @@ async function filterLines(runner: CommandRunner, b: Backend, family: 4 | 6): Pr
 }
 
 /** Own lines only, with rule hashes replaced, so expected text can be written by hand. */
-const own = (lines: string[]) => lines.filter((l) => l.includes('cali')).map((l) => l.replace(/cali:[A-Za-z0-9_-]{16}/g, 'cali:HASH'));
+const own = (lines: string[]) => lines.filter((l) => l.includes('cali')).map((l) => l.replace(/weir:[A-Za-z0-9_-]{16}/g, 'weir:HASH'));
 
 /** `ipset save` without the per-boot header fields; members sorted within each set. */
 async function ipsetLines(runner: CommandRunner): Promise<string[]> {
@@ -134,17 +134,17 @@ const EXPECTED_V4 = [
   `:${pol} - [0:0]`,
   `:${names.toWorkloadDispatch} - [0:0]`,
   `:${tw} - [0:0]`,
-  `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
-  `-A ${names.forward} -m comment --comment "cali:HASH" -j ${names.toWorkloadDispatch}`,
-  `-A ${pol} -p tcp -m comment --comment "cali:HASH policy default/allow-web ingress rule 0" -m set --match-set ${web4} src -m multiport --dports 80,8000:8100 -j MARK --set-xmark 0x10000/0x10000`,
-  `-A ${pol} -m comment --comment "cali:HASH" -m set --match-set ${http4} dst,dst -j MARK --set-xmark 0x10000/0x10000`,
-  `-A ${names.toWorkloadDispatch} -d 10.244.1.5/32 -m comment --comment "cali:HASH" -g ${tw}`,
-  `-A ${tw} -m comment --comment "cali:HASH" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
-  `-A ${tw} -m comment --comment "cali:HASH" -m conntrack --ctstate INVALID -j DROP`,
-  `-A ${tw} -m comment --comment "cali:HASH" -j MARK --set-xmark 0x0/0x30000`,
-  `-A ${tw} -m comment --comment "cali:HASH" -j ${pol}`,
-  `-A ${tw} -m comment --comment "cali:HASH" -m mark --mark 0x10000/0x10000 -j RETURN`,
-  `-A ${tw} -m comment --comment "cali:HASH no policy allowed it" -j DROP`,
+  `-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`,
+  `-A ${names.forward} -m comment --comment "weir:HASH" -j ${names.toWorkloadDispatch}`,
+  `-A ${pol} -p tcp -m comment --comment "weir:HASH policy default/allow-web ingress rule 0" -m set --match-set ${web4} src -m multiport --dports 80,8000:8100 -j MARK --set-xmark 0x10000/0x10000`,
+  `-A ${pol} -m comment --comment "weir:HASH" -m set --match-set ${http4} dst,dst -j MARK --set-xmark 0x10000/0x10000`,
+  `-A ${names.toWorkloadDispatch} -d 10.244.1.5/32 -m comment --comment "weir:HASH" -g ${tw}`,
+  `-A ${tw} -m comment --comment "weir:HASH" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
+  `-A ${tw} -m comment --comment "weir:HASH" -m conntrack --ctstate INVALID -j DROP`,
+  `-A ${tw} -m comment --comment "weir:HASH" -j MARK --set-xmark 0x0/0x30000`,
+  `-A ${tw} -m comment --comment "weir:HASH" -j ${pol}`,
+  `-A ${tw} -m comment --comment "weir:HASH" -m mark --mark 0x10000/0x10000 -j RETURN`,
+  `-A ${tw} -m comment --comment "weir:HASH no policy allowed it" -j DROP`,
 ];
 /** The same layout for IPv6: its own peer set and address, and no named-port rule. */
 const EXPECTED_V6 = EXPECTED_V4.filter((l) => !l.includes(http4)).map((l) => l.replace(web4, web6).replace('10.244.1.5/32', 'fd00:244::5/128'));
@@ -153,9 +153,9 @@ const EXPECTED_SETS = [
   `add ${web4} 10.244.1.0/24`,
   `add ${web4} 10.244.2.7`,
   `add ${web6} fd00:244::/64`,
-  `create ${http4} hash:ip,port family inet maxelem 1048576`,
-  `create ${web4} hash:net family inet maxelem 1048576`,
-  `create ${web6} hash:net family inet6 maxelem 1048576`,
+  `create ${http4} hash:ip,port family inet maxelem 1048576 comment`,
+  `create ${web4} hash:net family inet maxelem 1048576 comment`,
+  `create ${web6} hash:net family inet6 maxelem 1048576 comment`,
 ].sort();
 
 const newDataplane = (runner: CommandRunner, backend: Backend): Dataplane =>
@@ -230,7 +230,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         assert.equal(stats.hooksWritten, 1, 'only the v4 hook was out of place');
         const fwd = (await filterLines(runner, backend, 4)).filter((l) => l.startsWith('-A FORWARD '));
         assert.deepEqual(fwd, [
-          `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
+          `-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`,
           '-A FORWARD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT',
           '-A FORWARD -j KUBE-FORWARD',
         ]);
@@ -245,7 +245,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         const dp = newDataplane(runner, backend);
         await dp.apply(base());
         const good = await snapshot(runner, backend);
-        const hook = ['-m', 'comment', '--comment', 'cali:hook', '-j', names.forward];
+        const hook = ['-m', 'comment', '--comment', 'weir:hook', '-j', names.forward];
         await run(runner, 4, ['-D', 'FORWARD', ...hook]);
         await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
         await run(runner, 4, ['-A', 'FORWARD', ...hook]);
@@ -262,7 +262,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         assert.deepEqual(withoutForeignAccept, good.v4);
         assert.deepEqual(fixed.v6, good.v6);
         assert.deepEqual(fixed.sets, good.sets);
-        assert.equal(fixed.v4.filter((l) => l.startsWith('-A FORWARD'))[0], `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`);
+        assert.equal(fixed.v4.filter((l) => l.startsWith('-A FORWARD'))[0], `-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`);
         assert.deepEqual([stats.chainsWritten, stats.hooksWritten, stats.setsCreated, stats.membersRemoved], [2, 2, 1, 1]);
       });
     });
@@ -271,17 +271,17 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
       await inFreshNs(async (runner) => {
         const staleSet = names.peerSet(4, 'ns:gone');
         const staleChain = names.policyIngress('default/gone');
-        await runOk(runner, 'ipset', ['create', staleSet, 'hash:net']);
-        await runOk(runner, 'ipset', ['create', web4, 'hash:net', 'maxelem', '1048576']);
+        await runOk(runner, 'ipset', ['create', staleSet, 'hash:net', 'comment']);
+        await runOk(runner, 'ipset', ['create', web4, 'hash:net', 'maxelem', '1048576', 'comment']);
         await runOk(runner, 'ipset', ['add', web4, '10.1.1.1']);
         const old = [
           '*filter',
           `:${staleChain} - [0:0]`,
           `:${names.forward} - [0:0]`,
           `-A ${staleChain} -m set --match-set ${staleSet} src -j ACCEPT`,
-          `-A ${names.forward} -m comment --comment "cali:oldoldoldoldoldo" -j ${staleChain}`,
-          `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
-          `-A FORWARD -m comment --comment "cali:hook" -j ${names.forward}`,
+          `-A ${names.forward} -m comment --comment "weir:oldoldoldoldoldo" -j ${staleChain}`,
+          `-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`,
+          `-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`,
           'COMMIT',
           '',
         ].join('\n');
@@ -299,7 +299,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         const small = createDataplane({ runner, names, families: [4, 6], backend, log: silentLogger(), maxSetSize: 4096 });
         await small.apply(base());
         const before = await snapshot(runner, backend);
-        assert.ok(before.sets.includes(`create ${web4} hash:net family inet maxelem 4096`));
+        assert.ok(before.sets.includes(`create ${web4} hash:net family inet maxelem 4096 comment`));
         const stats = await newDataplane(runner, backend).apply(base());
         const after = await snapshot(runner, backend);
         assert.deepEqual(after.sets, EXPECTED_SETS);
@@ -318,6 +318,65 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         const all = [...snap.v4, ...snap.v6, ...snap.sets];
         assert.deepEqual(all.filter((l) => l.includes('cali')), []);
         assert.ok(snap.v4.includes(':FORWARD ACCEPT [0:0]'));
+      });
+    });
+
+    test('guard writes the fail-closed skeleton on a bare node, and leaves a node holding Weir\'s rules alone', async () => {
+      await inFreshNs(async (runner) => {
+        const skeleton = desired({
+          chains4: { [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }], [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }] },
+          chains6: { [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }], [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }] },
+          top: names.forward,
+        });
+        assert.deepEqual(await newDataplane(runner, backend).guard(skeleton), [4, 6]);
+        const v4 = own(await filterLines(runner, backend, 4));
+        assert.ok(v4.includes(`-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`), v4.join('\n'));
+        assert.ok(v4.includes(`-A ${names.fromWorkloadDispatch} -i cni0 -m comment --comment "weir:HASH" -j DROP`), v4.join('\n'));
+        // A restarted agent finds the previous one's rules: they keep holding until the sync.
+        const dp = newDataplane(runner, backend);
+        await dp.apply(base());
+        const before = await snapshot(runner, backend);
+        assert.deepEqual(await newDataplane(runner, backend).guard(skeleton), []);
+        assert.deepEqual(await snapshot(runner, backend), before);
+      });
+    });
+
+    test('hookIntact sees a deleted hook and a flushed own chain, and nothing else', async () => {
+      await inFreshNs(async (runner) => {
+        const dp = newDataplane(runner, backend);
+        await dp.apply(base());
+        assert.equal(await dp.hookIntact(), true);
+        await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']); // someone else's rule: not drift
+        assert.equal(await dp.hookIntact(), true);
+        await run(runner, 6, ['-D', 'FORWARD', '-m', 'comment', '--comment', 'weir:hook', '-j', names.forward]);
+        assert.equal(await dp.hookIntact(), false);
+        await dp.resync(base());
+        assert.equal(await dp.hookIntact(), true);
+        await run(runner, 4, ['-F', tw]);
+        assert.equal(await dp.hookIntact(), false);
+      });
+    });
+
+    test('Felix\'s chains and sets (same names, no Weir mark) make Weir refuse and are never touched', async () => {
+      await inFreshNs(async (runner) => {
+        const felix = [
+          '*filter',
+          ':cali-FORWARD - [0:0]',
+          ':cali-tw-cali12345 - [0:0]',
+          '-A FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD',
+          '-A cali-FORWARD -m comment --comment "cali:vjrMJCRpqwy5oRoX" -j cali-tw-cali12345',
+          '-A cali-tw-cali12345 -m comment --comment "cali:abcdabcdabcdabcd" -j ACCEPT',
+          'COMMIT',
+          '',
+        ].join('\n');
+        await runOk(runner, `${ipt(backend, 4)}-restore`, ['--noflush'], { input: felix });
+        await runOk(runner, 'ipset', ['create', 'cali40s:felixfelixfelixfelix', 'hash:net']);
+        const before = await snapshot(runner, backend);
+        const dp = newDataplane(runner, backend);
+        await assert.rejects(dp.checkOwnership(), /cali-FORWARD.*cali-tw-cali12345|Calico/);
+        await assert.rejects(dp.apply(base()), /did not write/);
+        assert.deepEqual(await dp.cleanup(), { chainsDeleted: 0, hooksDeleted: 0, setsDeleted: 0 });
+        assert.deepEqual(await snapshot(runner, backend), before);
       });
     });
 

@@ -41,7 +41,7 @@ function compile(): DesiredDataplane {
 /** Renders a chain and checks every line is `-A chain`, our hashed comment, then the body;
  *  returns the bodies so the tests can compare them exactly. */
 function bodies(chain: string, rules: readonly Rule[], comments: readonly string[]): string[] {
-  const { lines, hashes } = renderChain(chain, rules, 'cali');
+  const { lines, hashes } = renderChain(chain, rules);
   assert.equal(hashes.length, lines.length);
   return lines.map((line, i) => {
     const head = `-A ${chain} -m comment --comment "cali:${hashes[i]} ${comments[i]}" `;
@@ -103,7 +103,7 @@ describe('SCTP rules render to -p sctp with sctp: named-port members', () => {
   test('the named SCTP port set is created as hash:ip,port with sctp: members in ipset restore text', () => {
     for (const [family, inet] of [[4, 'inet'], [6, 'inet6']] as const) {
       const named = usedSet(d, chainRules(d, family, names.policyIngress('shop/sctp')), 'dst,dst');
-      assert.equal(setCreate(named.name, named.type, named.family, 1024), `create ${named.name} hash:ip,port family ${inet} maxelem 1024 -exist`);
+      assert.equal(setCreate(named.name, named.type, named.family, 1024), `create ${named.name} hash:ip,port family ${inet} maxelem 1024 comment -exist`);
       assert.deepEqual(
         [...named.members].map((m) => setAdd(named.name, m)).sort(),
         [`add ${named.name} ${ip(family, 1)},sctp:3868 -exist`, `add ${named.name} ${ip(family, 2, 2)},sctp:3869 -exist`].sort(),

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { emptyDirty, type Dirty } from '../../../src/calc/desired.ts';
 import { makeNames } from '../../../src/calc/names.ts';
-import { RestoreError } from '../../../src/errors.ts';
+import { PreconditionError, RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createDataplane, type ApplyStep } from '../../../src/dataplane/dataplane.ts';
 import { recordingRunner, type RecordedCall, type RunResult } from '../../../src/dataplane/runner.ts';
@@ -49,7 +49,7 @@ test('first apply reads the kernel, creates sets, then writes one payload per fa
   assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
   assert.match(runner.calls[3].input!, /^create cali40s:a .*\nadd cali40s:a 10\.0\.0\.1 -exist\ncreate cali60s:a /);
   assert.match(runner.calls[4].input!, /--match-set cali40s:a src/);
-  assert.match(runner.calls[4].input!, /-I FORWARD 1 -m comment --comment "cali:hook" -j cali-FORWARD/);
+  assert.match(runner.calls[4].input!, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD/);
   assert.deepEqual(
     [stats.resynced, stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.rulesWritten, stats.hooksWritten],
     [true, 2, 2, 4, 4, 2],
@@ -138,17 +138,17 @@ const KERNEL4 = `*filter
 :cali-FORWARD - [0:0]
 :cali-stale - [0:0]
 -A FORWARD -m comment --comment "flannel" -s 10.244.0.0/16 -j ACCEPT
--A FORWARD -m comment --comment "cali:hook" -j cali-FORWARD
+-A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD
 -A FORWARD -j KUBE-FORWARD
 -A KUBE-FORWARD -j ACCEPT
--A cali-FORWARD -m comment --comment "cali:0123456789abcdef" -j cali-stale
--A cali-stale -j ACCEPT
+-A cali-FORWARD -m comment --comment "weir:0123456789abcdef" -j cali-stale
+-A cali-stale -m comment --comment "weir:fedcba9876543210" -j ACCEPT
 COMMIT
 `;
-const IPSET = `create cali40s:stale hash:net family inet hashsize 1024 maxelem 1048576
+const IPSET = `create cali40s:stale hash:net family inet hashsize 1024 maxelem 1048576 comment
 add cali40s:stale 10.9.9.9
 create KUBE-LOOP hash:ip family inet hashsize 1024 maxelem 65536
-create cali40s:a hash:net family inet hashsize 1024 maxelem 1048576
+create cali40s:a hash:net family inet hashsize 1024 maxelem 1048576 comment
 add cali40s:a 10.0.0.1
 add cali40s:a 10.6.6.6
 `;
@@ -163,7 +163,7 @@ test('the first apply removes stale own chains and sets, repairs the hook and to
   assert.equal(members, 'del cali40s:a 10.6.6.6 -exist\n');
   assert.equal(destroys, 'destroy cali40s:stale\n');
   const payload = byTool('iptables-nft-restore')[0];
-  assert.match(payload, /-D FORWARD -m comment --comment "cali:hook" -j cali-FORWARD\n/);
+  assert.match(payload, /-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n/);
   assert.match(payload, /-I FORWARD 1 /);
   assert.match(payload, /:cali-stale - \[0:0\][\s\S]*-X cali-stale\nCOMMIT/);
   for (const foreign of ['KUBE', 'flannel', '10.244']) assert.ok(!payload.includes(foreign), `payload mentions ${foreign}`);
@@ -189,7 +189,7 @@ test('cleanup removes only own chains, the hook and own sets, reading the kernel
   const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
   assert.equal(
     payload,
-    '*filter\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "cali:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n',
+    '*filter\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n',
   );
   assert.equal(runner.calls.find((c) => what(c) === 'ipset restore')!.input, 'destroy cali40s:stale\ndestroy cali40s:a\n');
   assert.deepEqual(stats, { chainsDeleted: 2, hooksDeleted: 1, setsDeleted: 2 });
@@ -210,4 +210,30 @@ test('concurrent applies run one after the other; only the two families\' restor
   await Promise.all([dp.apply(base), dp.resync(base), dp.apply(base)]);
   assert.ok(overlaps.length > 0, 'the v4 and v6 payloads are written side by side');
   for (const o of overlaps) assert.ok(['ip6tables-nft-restore+iptables-nft-restore', 'ip6tables-nft-save+iptables-nft-save'].includes(o), o);
+});
+
+// Felix names its chains and sets exactly like Weir's default prefix does: only the mark (rule
+// comments "weir:", sets created with the comment extension) tells them apart.
+const FELIX4 = `*filter
+:FORWARD ACCEPT [0:0]
+:cali-FORWARD - [0:0]
+:cali-tw-cali12345 - [0:0]
+:cali-empty - [0:0]
+-A FORWARD -m comment --comment "cali:wUHhoiAYhphO9Mso" -j cali-FORWARD
+-A cali-FORWARD -m comment --comment "cali:vjrMJCRpqwy5oRoX" -j cali-tw-cali12345
+-A cali-tw-cali12345 -m comment --comment "cali:abcdabcdabcdabcd" -j ACCEPT
+COMMIT
+`;
+const FELIX_SETS = `create cali40s:felix hash:net family inet hashsize 1024 maxelem 1048576 bucketsize 12 initval 0x1
+add cali40s:felix 10.1.1.1
+`;
+
+test('chains and sets named like Weir\'s that Weir did not write make it refuse, and are never deleted', async () => {
+  const runner = fakeKernel({ save4: FELIX4, ipset: FELIX_SETS });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  await assert.rejects(dp.checkOwnership(), (e: Error) => e instanceof PreconditionError && /cali-FORWARD/.test(e.message) && /cali40s:felix/.test(e.message) && /cali-empty/.test(e.message));
+  await assert.rejects(dp.apply(base), PreconditionError);
+  const stats = await dp.cleanup();
+  assert.deepEqual(stats, { chainsDeleted: 0, hooksDeleted: 0, setsDeleted: 0 });
+  assert.ok(!runner.calls.some((c) => c.cmd.endsWith('-restore') && c.input !== undefined && c.input.trim() !== ''), 'nothing written');
 });

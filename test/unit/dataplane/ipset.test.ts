@@ -4,7 +4,7 @@ import { CommandError, RestoreError } from '../../../src/errors.ts';
 import { createIpset, memberKey, parseIpsetSave } from '../../../src/dataplane/ipset.ts';
 import { recordingRunner } from '../../../src/dataplane/runner.ts';
 
-const SAVE = `create cali40s:a hash:net family inet hashsize 1024 maxelem 1000 bucketsize 12 initval 0x66fe157b
+const SAVE = `create cali40s:a hash:net family inet hashsize 1024 maxelem 1000 comment bucketsize 12 initval 0x66fe157b
 add cali40s:a 10.0.0.0/8
 add cali40s:a 10.1.2.3
 create cali60s:b hash:ip,port family inet6 hashsize 1024 maxelem 65536 bucketsize 12 initval 0xa2c395bd
@@ -16,8 +16,8 @@ add KUBE-X 80
 test('parseIpsetSave reads headers and members of every set', () => {
   const sets = parseIpsetSave(SAVE);
   assert.deepEqual([...sets.keys()], ['cali40s:a', 'cali60s:b', 'KUBE-X']);
-  assert.deepEqual(sets.get('cali40s:a'), { name: 'cali40s:a', type: 'hash:net', family: 4, maxElem: 1000, members: ['10.0.0.0/8', '10.1.2.3'] });
-  assert.deepEqual(sets.get('cali60s:b'), { name: 'cali60s:b', type: 'hash:ip,port', family: 6, maxElem: 65536, members: ['fd00::2,udp:53'] });
+  assert.deepEqual(sets.get('cali40s:a'), { name: 'cali40s:a', type: 'hash:net', family: 4, maxElem: 1000, commented: true, members: ['10.0.0.0/8', '10.1.2.3'] });
+  assert.deepEqual(sets.get('cali60s:b'), { name: 'cali60s:b', type: 'hash:ip,port', family: 6, maxElem: 65536, commented: false, members: ['fd00::2,udp:53'] });
   assert.equal(sets.get('KUBE-X')?.family, undefined);
 });
 

@@ -15,7 +15,7 @@ test('planSets: a new set is created, then filled', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.0/24'])] });
   const p = planSets(d, new Map([['cali40s:a', 'all']]), new Map(), opts);
   assert.deepEqual(p.lines, [
-    'create cali40s:a hash:net family inet maxelem 1000 -exist',
+    'create cali40s:a hash:net family inet maxelem 1000 comment -exist',
     'add cali40s:a 10.0.0.1 -exist',
     'add cali40s:a 10.0.0.0/24 -exist',
   ]);
@@ -58,7 +58,7 @@ test('planSets: a set with another maxelem is rebuilt by swap, keeping its name 
   const have = applied([['cali40s:a', { ...v4net, maxElem: 65536, members: ['10.0.0.7'] }]]);
   const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1'])]]), have, opts);
   assert.deepEqual(p.lines, [
-    'create cali40s:tmp hash:net family inet maxelem 1000 -exist',
+    'create cali40s:tmp hash:net family inet maxelem 1000 comment -exist',
     'add cali40s:tmp 10.0.0.1 -exist',
     'swap cali40s:tmp cali40s:a',
     'destroy cali40s:tmp',
@@ -73,7 +73,7 @@ test('planSets: a set of another type is destroyed and recreated', () => {
   const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
   assert.deepEqual(p.lines, [
     'destroy cali40s:a',
-    'create cali40s:a hash:ip,port family inet maxelem 1000 -exist',
+    'create cali40s:a hash:ip,port family inet maxelem 1000 comment -exist',
     'add cali40s:a 10.0.0.1,tcp:80 -exist',
   ]);
 });
@@ -89,20 +89,20 @@ test('planSets: a scratch set left by a crash is destroyed first and never in st
 
 const chains = (o: Record<string, Rule[]>) => new Map(Object.entries(o));
 const stateWith = (o: Record<string, Rule[]>, hook: FamilyState['hook'] = { specs: [], atTop: false }): FamilyState => ({
-  chains: new Map(Object.entries(o).map(([n, r]) => [n, renderChain(n, r, 'cali').hashes])),
+  chains: new Map(Object.entries(o).map(([n, r]) => [n, renderChain(n, r).hashes])),
   hook,
 });
-const goodHook = { specs: [hookSpec('cali', 'cali-FORWARD')], atTop: true };
+const goodHook = { specs: [hookSpec('cali-FORWARD')], atTop: true };
 const body = (payload: string | undefined) => payload?.split('\n').filter((l) => l !== '*filter' && l !== 'COMMIT' && l !== '');
 
 test('planChains: first write declares every chain before any rule, then inserts the hook', () => {
   const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] });
-  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), emptyFamilyState(), 'cali');
+  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), emptyFamilyState());
   const lines = body(p.payload)!;
   assert.deepEqual(lines.slice(0, 2), [':cali-FORWARD - [0:0]', ':cali-a - [0:0]']);
   assert.match(lines[2], /^-A cali-FORWARD .*-j cali-a$/);
   assert.match(lines[3], /^-A cali-a .*-j ACCEPT$/);
-  assert.equal(lines[4], '-I FORWARD 1 -m comment --comment "cali:hook" -j cali-FORWARD');
+  assert.equal(lines[4], '-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD');
   assert.equal(lines.length, 5);
   assert.deepEqual([p.written.size, p.rules, p.deleted.length], [2, 2, 0]);
 });
@@ -110,17 +110,17 @@ test('planChains: first write declares every chain before any rule, then inserts
 test('planChains: an unchanged dirty chain is not written; a changed one is', () => {
   const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept, accept] });
   const state = stateWith({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] }, goodHook);
-  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), state, 'cali');
+  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), state);
   assert.deepEqual([...p.written.keys()], ['cali-a']);
   assert.equal(body(p.payload)!.filter((l) => l.includes('cali-FORWARD')).length, 0);
   commitChains(state, p);
-  assert.equal(planChains(want, 'cali-FORWARD', new Set(want.keys()), state, 'cali').payload, undefined);
+  assert.equal(planChains(want, 'cali-FORWARD', new Set(want.keys()), state).payload, undefined);
 });
 
 test('planChains: a chain no longer desired is flushed first and deleted last, after the rewrite of its user', () => {
   const want = chains({ 'cali-FORWARD': [accept] });
   const state = stateWith({ 'cali-FORWARD': [jump('cali-old')], 'cali-old': [accept] }, goodHook);
-  const lines = body(planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD', 'cali-old']), state, 'cali').payload)!;
+  const lines = body(planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD', 'cali-old']), state).payload)!;
   assert.deepEqual(lines.slice(0, 2), [':cali-FORWARD - [0:0]', ':cali-old - [0:0]']);
   assert.equal(lines.at(-1), '-X cali-old');
   assert.ok(lines.indexOf('-X cali-old') > lines.findIndex((l) => l.startsWith('-A cali-FORWARD')));
@@ -128,9 +128,9 @@ test('planChains: a chain no longer desired is flushed first and deleted last, a
 
 test('planChains: a misplaced or duplicated hook is deleted by spec and inserted at 1', () => {
   const want = chains({ 'cali-FORWARD': [accept] });
-  const spec = hookSpec('cali', 'cali-FORWARD');
+  const spec = hookSpec('cali-FORWARD');
   const state = stateWith({ 'cali-FORWARD': [accept] }, { specs: [spec, spec], atTop: false });
-  const p = planChains(want, 'cali-FORWARD', new Set(), state, 'cali');
+  const p = planChains(want, 'cali-FORWARD', new Set(), state);
   assert.deepEqual(body(p.payload), [`-D FORWARD ${spec}`, `-D FORWARD ${spec}`, `-I FORWARD 1 ${spec}`]);
   assert.deepEqual(p.hook, goodHook);
 });
@@ -138,22 +138,22 @@ test('planChains: a misplaced or duplicated hook is deleted by spec and inserted
 test('planChains: a hook pointing at an old top chain is replaced before that chain is deleted', () => {
   const want = chains({ 'cali-NEW': [accept] });
   const state = stateWith({ 'cali-FORWARD': [accept] }, goodHook);
-  const lines = body(planChains(want, 'cali-NEW', new Set(['cali-NEW', 'cali-FORWARD']), state, 'cali').payload)!;
-  const del = lines.indexOf(`-D FORWARD ${hookSpec('cali', 'cali-FORWARD')}`);
+  const lines = body(planChains(want, 'cali-NEW', new Set(['cali-NEW', 'cali-FORWARD']), state).payload)!;
+  const del = lines.indexOf(`-D FORWARD ${hookSpec('cali-FORWARD')}`);
   assert.ok(del >= 0 && del < lines.indexOf('-X cali-FORWARD'));
-  assert.ok(lines.includes(`-I FORWARD 1 ${hookSpec('cali', 'cali-NEW')}`));
+  assert.ok(lines.includes(`-I FORWARD 1 ${hookSpec('cali-NEW')}`));
 });
 
 test('planChains: with no top chain desired the hook is removed and none inserted', () => {
   const state = stateWith({}, goodHook);
-  const p = planChains(chains({}), 'cali-FORWARD', new Set(), state, 'cali');
-  assert.deepEqual(body(p.payload), [`-D FORWARD ${hookSpec('cali', 'cali-FORWARD')}`]);
+  const p = planChains(chains({}), 'cali-FORWARD', new Set(), state);
+  assert.deepEqual(body(p.payload), [`-D FORWARD ${hookSpec('cali-FORWARD')}`]);
   assert.deepEqual(p.hook, { specs: [], atTop: false });
 });
 
 test('planChains: an own chain edited by someone else (unknown hashes) is rewritten', () => {
   const want = chains({ 'cali-FORWARD': [fromSet('cali40s:a')] });
   const state: FamilyState = { chains: new Map([['cali-FORWARD', ['?']]]), hook: goodHook };
-  const p = planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD']), state, 'cali');
+  const p = planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD']), state);
   assert.deepEqual([...p.written.keys()], ['cali-FORWARD']);
 });

@@ -156,7 +156,7 @@ test('splitPorts keeps order and never exceeds 15 slots per group', () => {
 });
 
 test('renderChain: golden line with hash comment and human text', () => {
-  const r = renderChain('cali-pi-abc', [{ matches: [{ kind: 'set', set: 'cali40s:x', dir: 'src' }], action: { kind: 'accept' }, comment: 'policy ns/p ingress rule 0' }], 'cali');
+  const r = renderChain('cali-pi-abc', [{ matches: [{ kind: 'set', set: 'cali40s:x', dir: 'src' }], action: { kind: 'accept' }, comment: 'policy ns/p ingress rule 0' }]);
   // The hash formula is pinned: changing it rewrites every chain on upgrade.
   const expectedHash = createHash('sha256')
     .update('cali-pi-abc\n\n-m set --match-set cali40s:x src -j ACCEPT\npolicy ns/p ingress rule 0')
@@ -164,14 +164,14 @@ test('renderChain: golden line with hash comment and human text', () => {
     .slice(0, 16);
   assert.deepEqual(r.hashes, [expectedHash]);
   assert.deepEqual(r.lines, [
-    `-A cali-pi-abc -m comment --comment "cali:${expectedHash} policy ns/p ingress rule 0" -m set --match-set cali40s:x src -j ACCEPT`,
+    `-A cali-pi-abc -m comment --comment "weir:${expectedHash} policy ns/p ingress rule 0" -m set --match-set cali40s:x src -j ACCEPT`,
   ]);
 });
 
 test('rule hashes are 16 base64url characters and stable across calls', () => {
   const rules: Rule[] = [{ matches: [], action: { kind: 'drop' } }, { matches: [], action: { kind: 'accept' } }];
-  const a = renderChain('cali-x', rules, 'cali');
-  const b = renderChain('cali-x', rules, 'cali');
+  const a = renderChain('cali-x', rules);
+  const b = renderChain('cali-x', rules);
   assert.deepEqual(a, b);
   for (const h of a.hashes) assert.match(h, /^[A-Za-z0-9_-]{16}$/);
   assert.notEqual(a.hashes[0], a.hashes[1]);
@@ -179,8 +179,8 @@ test('rule hashes are 16 base64url characters and stable across calls', () => {
 
 test('inserting a rule changes its hash and every following hash, not the earlier ones', () => {
   const r = (n: number): Rule => ({ matches: [{ kind: 'proto', protocol: 'TCP', dports: ports(n) }], action: { kind: 'accept' } });
-  const before = renderChain('cali-x', [r(1), r(2), r(3)], 'cali').hashes;
-  const after = renderChain('cali-x', [r(1), r(9), r(2), r(3)], 'cali').hashes;
+  const before = renderChain('cali-x', [r(1), r(2), r(3)]).hashes;
+  const after = renderChain('cali-x', [r(1), r(9), r(2), r(3)]).hashes;
   assert.equal(after[0], before[0]);
   assert.ok(!before.includes(after[1]));
   // Rules 2 and 3 are unchanged but follow the insertion, so their hashes move.
@@ -194,7 +194,7 @@ test('the same rule in two chains gets two different hashes', () => {
 
 test('split rules each get their own hash and line', () => {
   const many = ports(...Array.from({ length: 20 }, (_, i) => 100 + i));
-  const r = renderChain('cali-x', [{ matches: [{ kind: 'proto', protocol: 'TCP', dports: many }], action: { kind: 'accept' } }], 'cali');
+  const r = renderChain('cali-x', [{ matches: [{ kind: 'proto', protocol: 'TCP', dports: many }], action: { kind: 'accept' } }]);
   assert.equal(r.lines.length, 2);
   assert.equal(new Set(r.hashes).size, 2);
 });
@@ -214,21 +214,21 @@ for (const c of commentCases) {
 }
 
 test('a long human comment keeps the whole rule comment within 255 characters', () => {
-  const r = renderChain('cali-x', [{ matches: [], action: { kind: 'accept' }, comment: 'y'.repeat(500) }], 'cali');
+  const r = renderChain('cali-x', [{ matches: [], action: { kind: 'accept' }, comment: 'y'.repeat(500) }]);
   const comment = /--comment "([^"]*)"/.exec(r.lines[0])![1];
   assert.ok(comment.length <= 255, `comment is ${comment.length} characters`);
-  assert.ok(comment.startsWith(`cali:${r.hashes[0]} yyy`));
+  assert.ok(comment.startsWith(`weir:${r.hashes[0]} yyy`));
 });
 
 test('hook rule and payload framing', () => {
-  assert.equal(hookSpec('cali', 'cali-FORWARD'), '-m comment --comment "cali:hook" -j cali-FORWARD');
-  assert.equal(insertHook('wx', 'wx-FORWARD'), '-I FORWARD 1 -m comment --comment "wx:hook" -j wx-FORWARD');
+  assert.equal(hookSpec('cali-FORWARD'), '-m comment --comment "weir:hook" -j cali-FORWARD');
+  assert.equal(insertHook('wx-FORWARD'), '-I FORWARD 1 -m comment --comment "weir:hook" -j wx-FORWARD');
   assert.equal(filterPayload([':a - [0:0]', '-A a -j ACCEPT']), '*filter\n:a - [0:0]\n-A a -j ACCEPT\nCOMMIT\n');
 });
 
 const setLineCases: { name: string; actual: string; expected: string }[] = [
-  { name: 'create v4 hash:net', actual: setCreate('cali40s:a', 'hash:net', 4, 1000), expected: 'create cali40s:a hash:net family inet maxelem 1000 -exist' },
-  { name: 'create v6 hash:ip,port', actual: setCreate('cali60s:b', 'hash:ip,port', 6, 65536), expected: 'create cali60s:b hash:ip,port family inet6 maxelem 65536 -exist' },
+  { name: 'create v4 hash:net', actual: setCreate('cali40s:a', 'hash:net', 4, 1000), expected: 'create cali40s:a hash:net family inet maxelem 1000 comment -exist' },
+  { name: 'create v6 hash:ip,port', actual: setCreate('cali60s:b', 'hash:ip,port', 6, 65536), expected: 'create cali60s:b hash:ip,port family inet6 maxelem 65536 comment -exist' },
   { name: 'add ip,port member', actual: setAdd('cali40s:b', '10.0.0.1,tcp:8080'), expected: 'add cali40s:b 10.0.0.1,tcp:8080 -exist' },
   { name: 'del member', actual: setDel('cali40s:a', '10.0.0.0/8'), expected: 'del cali40s:a 10.0.0.0/8 -exist' },
   { name: 'destroy', actual: setDestroy('cali40s:a'), expected: 'destroy cali40s:a' },
