@@ -84,6 +84,8 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
       },
     },
   });
+  // Chains or sets named like Weir's that Weir did not write (Felix's): refuse to run at all.
+  await dataplane.checkOwnership();
   // Status goes back to the cluster only when the cluster is the source.
   let reporting: Reporting | undefined;
   const reconciler = new Reconciler({
