@@ -59,6 +59,7 @@ export class Conformance {
   readonly cluster: Cluster;
   readonly dir: string;
   readonly #agents: AgentProcess[] = [];
+  #agentArgs: readonly string[] = [];
   /** Raw files: their last content that parses, and the ones now broken on disk. */
   readonly #goodRaw = new Map<string, string>();
   readonly #brokenRaw = new Set<string>();
@@ -71,8 +72,9 @@ export class Conformance {
     this.dir = dir;
   }
 
-  /** Builds the cluster, writes the base manifests and starts one agent per node. */
-  static async start(tag = 'wconf'): Promise<Conformance> {
+  /** Builds the cluster, writes the base manifests and starts one agent per node, each with
+   *  `agentArgs` added to its flags. */
+  static async start(tag = 'wconf', agentArgs: readonly string[] = []): Promise<Conformance> {
     const pods = basePods();
     const cluster = await createCluster({
       tag,
@@ -83,6 +85,7 @@ export class Conformance {
     try {
       const dir = await mkdtemp(join(tmpdir(), 'weir-conf-'));
       c = new Conformance(cluster, dir);
+      c.#agentArgs = agentArgs;
       c.pods = new Map(pods.map((p) => [`${p.namespace}/${p.name}`, p]));
       c.namespaces = baseNamespaces();
       await c.#writeAll();
@@ -251,7 +254,7 @@ export class Conformance {
   }
 
   #spawnAgent(node: string, netns: string): AgentProcess {
-    return new AgentProcess(node, netns, ['--manifests', this.dir, '--log-level', 'info', '--resync-interval', '5']);
+    return new AgentProcess(node, netns, ['--manifests', this.dir, '--log-level', 'info', '--resync-interval', '5', ...this.#agentArgs]);
   }
 
   async #writeAll(): Promise<void> {

@@ -1,0 +1,34 @@
+// Conformance with real packets for --allow-action RETURN: what policy allows goes back to
+// FORWARD, so an administrator's own rules after Weir's hook still apply; what policy denies
+// is still dropped, and replies still pass.
+
+import { after, before, describe, test } from 'node:test';
+import { inNs } from '../../src/sim/netns.ts';
+import { A1, B1, Conformance, np, type Cell } from './harness.ts';
+
+describe('--allow-action RETURN', () => {
+  let c: Conformance;
+  before(async () => {
+    c = await Conformance.start('wret', ['--allow-action', 'RETURN']);
+  });
+  after(async () => {
+    await c?.stop();
+  });
+
+  test("an administrator's FORWARD rule after Weir's still applies to traffic policy allows", async () => {
+    await c.reset();
+    const b1 = c.cluster.endpoint(B1)!;
+    const rules = b1.ips.map((ip) => ({ tool: ip.includes(':') ? 'ip6tables' : 'iptables', args: ['-d', ip, '-p', 'tcp', '--dport', '81', '-j', 'DROP'] }));
+    const nodeA = c.nodeNetns('node-a');
+    for (const r of rules) await inNs(nodeA, r.tool, ['-w', '-A', 'FORWARD', ...r.args]);
+    try {
+      const adminDrops = (x: Cell) => x.target === B1 && x.proto === 'tcp' && x.port === 81 && x.source !== B1;
+      await c.expect((x: Cell) => !adminDrops(x), 'no policy: only the administrator\'s rule drops');
+      // Policy still decides first: a1 isolated for ingress with nothing allowed.
+      await c.setPolicies(np('alpha', 'deny-a1', { podSelector: { matchLabels: { app: 'web' } } }));
+      await c.expect((x: Cell) => !adminDrops(x) && (x.target !== A1 || x.source === A1), 'policy denies, administrator drops');
+    } finally {
+      for (const r of rules) await inNs(nodeA, r.tool, ['-w', '-D', 'FORWARD', ...r.args]).catch(() => undefined);
+    }
+  });
+});
