@@ -6,6 +6,7 @@
 #                                             (cached); prints the directory holding them
 #   control-plane.sh start DIR                start etcd and kube-apiserver with state in DIR;
 #                                             writes DIR/kubeconfig, DIR/token, DIR/pids
+#                                             ("name pid starttime" lines), DIR/ports.env
 #   control-plane.sh restart-apiserver DIR    stop and start kube-apiserver alone (same port)
 #   control-plane.sh stop DIR                 kill exactly the processes listed in DIR/pids
 #
@@ -114,35 +115,70 @@ port_in_use() {
     END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
+# Ports are drawn below the kernel's ephemeral range, so that no outgoing connection can take
+# one between this check and the daemon's bind; another start may still take it (that start's
+# daemon then fails to bind, and the start tries fresh ports).
+port_range() {
+  local low _
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=0
+  if [ "$low" -gt 21000 ]; then echo "20000 $((low - 20000))"; else echo "20000 30000"; fi
+}
+
 free_port() {
-  local port tries=0
+  local port tries=0 base span
+  read -r base span < <(port_range)
   while :; do
-    port=$((20000 + RANDOM % 30000))
+    port=$((base + (RANDOM * 32768 + RANDOM) % span))
     port_in_use "$port" || { echo "$port"; return; }
     tries=$((tries + 1))
     [ "$tries" -lt 100 ] || die "no free TCP port found"
   done
 }
 
-# Processes of this control plane are told apart from a reused PID by their command line,
-# which always names DIR.
-owned_pid() {
-  local pid=$1 dir=$2
-  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir/"
+# A process of this control plane is its PID and its start time (field 22 of /proc/PID/stat,
+# clock ticks since boot): a reused PID has another start time. Not the command line: that is
+# this script's own until the forked child execs, and reads empty for milliseconds while a
+# binary that is not in the page cache is being exec'd (a fresh machine's first start took
+# that for etcd's exit). Prints the start time of a live PID; fails for a zombie or no process.
+proc_start() {
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  rest=${stat##*) }
+  # shellcheck disable=SC2086
+  set -- $rest
+  case $1 in Z | X | x) return 1 ;; esac
+  echo "${20}"
+}
+
+# True while the process recorded as PID with start time START still runs.
+alive() {
+  local now
+  now=$(proc_start "$1") && [ "$now" = "$2" ]
 }
 
 pid_of() { awk -v n="$1" '$1 == n { print $2 }' "$2/pids" 2>/dev/null || true; }
+start_of() { awk -v n="$1" '$1 == n { print $3 }' "$2/pids" 2>/dev/null || true; }
 
-kill_owned() {
-  local pid=$1 dir=$2 i
-  owned_pid "$pid" "$dir" || return 0
+# True while the daemon NAME recorded in DIR/pids runs.
+running() {
+  local pid start
+  pid=$(pid_of "$1" "$2")
+  start=$(start_of "$1" "$2")
+  [ -n "$pid" ] && [ -n "$start" ] && alive "$pid" "$start"
+}
+
+kill_daemon() {
+  local name=$1 dir=$2 pid start i
+  pid=$(pid_of "$name" "$dir")
+  start=$(start_of "$name" "$dir")
+  [ -n "$pid" ] && [ -n "$start" ] && alive "$pid" "$start" || return 0
   kill -TERM "$pid" 2>/dev/null || return 0
   for i in $(seq 1 100); do
-    owned_pid "$pid" "$dir" || return 0
-    # A zombie has an empty cmdline and so no longer counts as owned; 10 s is plenty for both.
+    # A zombie no longer counts as alive; 10 s is plenty for both daemons.
+    alive "$pid" "$start" || return 0
     sleep 0.1
   done
-  log "pid $pid did not exit on TERM; killing"
+  log "$name (pid $pid) did not exit on TERM; killing"
   kill -KILL "$pid" 2>/dev/null || true
 }
 
@@ -174,24 +210,41 @@ make_token() {
   printf '%s,weir-admin,weir-admin,"system:masters"\n' "$(cat "$dir/token")" >"$dir/tokens.csv"
 }
 
-# Ports are kept across restarts: etcd remembers its peer URL in its data directory.
+# Ports are kept across restarts: etcd remembers its peer URL in its data directory. Before
+# etcd has data, DIR/ports.env is only a first choice: a port that turns out taken is replaced.
 load_ports() {
   local dir=$1
   if [ -f "$dir/ports.env" ]; then
     # shellcheck disable=SC1091
     . "$dir/ports.env"
+    fresh_etcd "$dir" && return 0
     for p in "$etcd_client_port" "$etcd_peer_port" "$apiserver_port"; do
       port_in_use "$p" listen && die "port $p saved in $dir/ports.env is taken; use a fresh DIR"
     done
     return 0
   fi
+  new_ports "$dir"
+}
+
+fresh_etcd() { [ ! -d "$1/etcd/member" ]; }
+
+new_ports() {
   etcd_client_port=$(free_port)
   etcd_peer_port=$(free_port)
-  apiserver_port=$(free_port)
   while [ "$etcd_peer_port" = "$etcd_client_port" ]; do etcd_peer_port=$(free_port); done
+  new_apiserver_port "$1"
+}
+
+new_apiserver_port() {
+  apiserver_port=$(free_port)
   while [ "$apiserver_port" = "$etcd_client_port" ] || [ "$apiserver_port" = "$etcd_peer_port" ]; do apiserver_port=$(free_port); done
+  save_ports "$1"
+}
+
+save_ports() {
   printf 'etcd_client_port=%s\netcd_peer_port=%s\napiserver_port=%s\n' \
-    "$etcd_client_port" "$etcd_peer_port" "$apiserver_port" >"$dir/ports.env"
+    "$etcd_client_port" "$etcd_peer_port" "$apiserver_port" >"$1/ports.env"
+  write_kubeconfig "$1" "https://127.0.0.1:$apiserver_port"
 }
 
 write_kubeconfig() {
@@ -219,14 +272,42 @@ EOF
   mv "$dir/kubeconfig.tmp" "$dir/kubeconfig"
 }
 
-# Starts a daemon in its own session, so it outlives this script and a test runner's Ctrl-C
-# reaches it only through stop.
+# Starts daemon NAME in its own session, so it outlives this script and a test runner's Ctrl-C
+# reaches it only through stop, and records it in DIR/pids. The daemon is this script's child,
+# so `wait` tells how it exited. Sets spawned_pid, spawned_start, and log_offset (the size of
+# its log before this start: what it writes now comes after).
 spawn() {
-  local logfile=$1
-  shift
-  setsid "$@" </dev/null >>"$logfile" 2>&1 &
-  echo $!
+  local name=$1 dir=$2
+  shift 2
+  log_offset=$(stat -c %s "$dir/$name.log" 2>/dev/null || echo 0)
+  setsid "$@" </dev/null >>"$dir/$name.log" 2>&1 &
+  spawned_pid=$!
+  # The fork is the daemon-to-be: same PID, same start time across its execs. If it has
+  # already exited, no start time matches and alive says so.
+  spawned_start=$(proc_start "$spawned_pid") || spawned_start=exited
+  sed -i "/^$name /d" "$dir/pids"
+  echo "$name $spawned_pid $spawned_start" >>"$dir/pids"
 }
+
+# What daemon NAME wrote to its log since it was spawned.
+new_log() { tail -c "+$((log_offset + 1))" "$2/$1.log" 2>/dev/null || true; }
+
+# The daemon exited before it was ready: says how, with the last lines it logged.
+report_exit() {
+  local name=$1 dir=$2 pid=$3 lines=$4 status=0 text
+  wait "$pid" 2>/dev/null || status=$?
+  text=$(new_log "$name" "$dir" | tail -n "$lines")
+  if [ -n "$text" ]; then
+    log "$name's last log lines ($dir/$name.log):"
+    printf '%s\n' "$text" | sed 's/^/  | /' >&2
+  else
+    log "$name logged nothing ($dir/$name.log is empty)"
+  fi
+  exit_status=$status
+}
+
+# The line where daemon NAME says it could not bind one of its ports, if that is why it exited.
+bind_failure() { new_log "$1" "$2" | grep -m1 'bind: address already in use' || true; }
 
 # etcd's /health over bash's /dev/tcp: no curl needed.
 etcd_healthy() {
@@ -235,31 +316,48 @@ etcd_healthy() {
   [[ $reply == *'"health":"true"'* ]]
 }
 
+# Returns 0 once etcd is healthy, 1 if it exited (see report_exit); dies on the timeout.
 wait_etcd() {
-  local dir=$1 pid=$2 deadline=$((SECONDS + ready_timeout_s))
+  local dir=$1 deadline=$((SECONDS + ready_timeout_s))
   until etcd_healthy "$etcd_client_port"; do
-    owned_pid "$pid" "$dir" || { tail -n 20 "$dir/etcd.log" >&2; die "etcd exited before it was healthy"; }
-    [ "$SECONDS" -lt "$deadline" ] || die "etcd not healthy after ${ready_timeout_s}s"
+    running etcd "$dir" || return 1
+    [ "$SECONDS" -lt "$deadline" ] || { new_log etcd "$dir" | tail -n 20 >&2; die "etcd not healthy after ${ready_timeout_s}s"; }
     sleep 0.1
   done
 }
 
+# Returns 0 once /readyz is ok, 1 if kube-apiserver exited; dies on the timeout.
 wait_ready() {
-  local dir=$1 pid=$2 bin out deadline=$((SECONDS + ready_timeout_s))
+  local dir=$1 bin out deadline=$((SECONDS + ready_timeout_s))
   bin=$(bin_dir)
   until out=$("$bin/kubectl" --kubeconfig "$dir/kubeconfig" --request-timeout=5s get --raw /readyz 2>/dev/null) && [ "$out" = ok ]; do
-    owned_pid "$pid" "$dir" || { tail -n 30 "$dir/kube-apiserver.log" >&2; die "kube-apiserver exited before /readyz was ok"; }
+    running kube-apiserver "$dir" || return 1
     [ "$SECONDS" -lt "$deadline" ] || { tail -n 30 "$dir/kube-apiserver.log" >&2; die "/readyz not ok after ${ready_timeout_s}s"; }
     sleep 0.2
   done
 }
 
+start_etcd() {
+  local dir=$1
+  spawn etcd "$dir" "$etcd_bin" \
+    --name=weir-test \
+    --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$etcd_client_port" \
+    --advertise-client-urls="http://127.0.0.1:$etcd_client_port" \
+    --listen-peer-urls="http://127.0.0.1:$etcd_peer_port" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster="weir-test=http://127.0.0.1:$etcd_peer_port" \
+    --logger=zap
+  wait_etcd "$dir"
+}
+
+# Starts kube-apiserver; returns 1 if it exited before /readyz was ok.
 start_apiserver() {
-  local dir=$1 bin pid
+  local dir=$1 bin
   bin=$(bin_dir)
   # ServiceAccount admission is off: with no controller manager no namespace gets its
   # `default` ServiceAccount, and that admission plugin would reject every pod without one.
-  pid=$(spawn "$dir/kube-apiserver.log" "$bin/kube-apiserver" \
+  spawn kube-apiserver "$dir" "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_client_port" \
     --bind-address=127.0.0.1 \
     --advertise-address=127.0.0.1 \
@@ -277,26 +375,23 @@ start_apiserver() {
     --disable-admission-plugins=ServiceAccount \
     --endpoint-reconciler-type=none \
     --allow-privileged=true \
-    --profiling=false)
-  sed -i '/^kube-apiserver /d' "$dir/pids"
-  echo "kube-apiserver $pid" >>"$dir/pids"
-  wait_ready "$dir" "$pid"
+    --profiling=false
+  wait_ready "$dir"
 }
 
+# Tries a fresh start this many times when a port turns out to be taken at bind time.
+port_attempts=3
+
 cmd_start() {
-  local dir=$1 started=$SECONDS etcd_bin pid all_up=1
+  local dir=$1 started=$SECONDS attempt fresh failure
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   cmd_build >/dev/null
   if [ -f "$dir/pids" ]; then
-    for name in etcd kube-apiserver; do
-      pid=$(pid_of "$name" "$dir")
-      [ -n "$pid" ] && owned_pid "$pid" "$dir" || all_up=0
-    done
-    if [ "$all_up" = 1 ]; then
+    if running etcd "$dir" && running kube-apiserver "$dir"; then
       # shellcheck disable=SC1091
       . "$dir/ports.env"
-      wait_ready "$dir" "$(pid_of kube-apiserver "$dir")"
+      wait_ready "$dir" || die "kube-apiserver exited"
       log "already running: https://127.0.0.1:$apiserver_port"
       return
     fi
@@ -307,49 +402,63 @@ cmd_start() {
   trap 'status=$?; [ "$status" -eq 0 ] || cmd_stop "'"$dir"'"' EXIT
   make_pki "$dir"
   make_token "$dir"
+  fresh=0
+  fresh_etcd "$dir" && fresh=1
   load_ports "$dir"
-  write_kubeconfig "$dir" "https://127.0.0.1:$apiserver_port"
+  save_ports "$dir"
   : >"$dir/pids"
 
-  pid=$(spawn "$dir/etcd.log" "$etcd_bin" \
-    --name=weir-test \
-    --data-dir="$dir/etcd" \
-    --listen-client-urls="http://127.0.0.1:$etcd_client_port" \
-    --advertise-client-urls="http://127.0.0.1:$etcd_client_port" \
-    --listen-peer-urls="http://127.0.0.1:$etcd_peer_port" \
-    --initial-advertise-peer-urls="http://127.0.0.1:$etcd_peer_port" \
-    --initial-cluster="weir-test=http://127.0.0.1:$etcd_peer_port" \
-    --logger=zap)
-  echo "etcd $pid" >>"$dir/pids"
-  wait_etcd "$dir" "$pid"
+  for attempt in $(seq 1 "$port_attempts"); do
+    start_etcd "$dir" && break
+    report_exit etcd "$dir" "$spawned_pid" 20
+    failure=$(bind_failure etcd "$dir")
+    if [ "$fresh" = 1 ] && [ -n "$failure" ] && [ "$attempt" -lt "$port_attempts" ]; then
+      log "etcd could not bind a port, retrying with fresh ports: $failure"
+      rm -rf "$dir/etcd"
+      new_ports "$dir"
+      continue
+    fi
+    die "etcd exited with status $exit_status before it was healthy"
+  done
 
-  start_apiserver "$dir"
+  for attempt in $(seq 1 "$port_attempts"); do
+    start_apiserver "$dir" && break
+    report_exit kube-apiserver "$dir" "$spawned_pid" 30
+    failure=$(bind_failure kube-apiserver "$dir")
+    if [ "$fresh" = 1 ] && [ -n "$failure" ] && [ "$attempt" -lt "$port_attempts" ]; then
+      log "kube-apiserver could not bind its port, retrying with a fresh one: $failure"
+      new_apiserver_port "$dir"
+      continue
+    fi
+    die "kube-apiserver exited with status $exit_status before /readyz was ok"
+  done
   trap - EXIT
   log "ready in $((SECONDS - started))s: https://127.0.0.1:$apiserver_port (kubeconfig $dir/kubeconfig, pids $(tr '\n' ' ' <"$dir/pids"))"
 }
 
 cmd_restart_apiserver() {
-  local dir=$1 pid
+  local dir=$1
   dir=$(cd "$dir" && pwd)
   [ -f "$dir/ports.env" ] || die "$dir has no control plane (no ports.env)"
   # shellcheck disable=SC1091
   . "$dir/ports.env"
-  pid=$(pid_of kube-apiserver "$dir")
-  [ -n "$pid" ] && kill_owned "$pid" "$dir"
-  start_apiserver "$dir"
+  kill_daemon kube-apiserver "$dir"
+  # The same port: clients of this control plane keep their address.
+  if ! start_apiserver "$dir"; then
+    report_exit kube-apiserver "$dir" "$spawned_pid" 30
+    die "kube-apiserver exited with status $exit_status before /readyz was ok"
+  fi
   log "kube-apiserver restarted: pid $(pid_of kube-apiserver "$dir")"
 }
 
 cmd_stop() {
-  local dir=$1 pid
+  local dir=$1
   [ -d "$dir" ] || return 0
   dir=$(cd "$dir" && pwd)
   [ -f "$dir/pids" ] || return 0
   # The API server first, so it never sees its etcd vanish.
-  for name in kube-apiserver etcd; do
-    pid=$(pid_of "$name" "$dir")
-    [ -n "$pid" ] && kill_owned "$pid" "$dir"
-  done
+  kill_daemon kube-apiserver "$dir"
+  kill_daemon etcd "$dir"
   rm -f "$dir/pids"
 }
 

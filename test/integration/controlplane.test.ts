@@ -4,10 +4,16 @@
 
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { execFile, execFileSync } from 'node:child_process';
+import { closeSync, copyFileSync, existsSync, fsyncSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
+
+const SCRIPT = fileURLToPath(new URL('../../scripts/control-plane.sh', import.meta.url));
 
 const NS = 'weir-it';
 
@@ -192,5 +198,132 @@ describe('integration control plane', () => {
     await cp.stop();
     for (const pid of pids) assert.equal(running(pid), false, `pid ${pid} gone after stop`);
     assert.equal(existsSync(cp.dir), false);
+  });
+});
+
+/** A TCP listener on 127.0.0.1 (port 0: any free one), holding its port until closed. */
+async function listen(port = 0): Promise<{ server: Server; port: number }> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', resolve);
+  });
+  const addr = server.address();
+  if (addr === null || typeof addr === 'string') throw new Error('no TCP address');
+  return { server, port: addr.port };
+}
+
+/** A port free right now (taken and released). */
+async function freePort(): Promise<number> {
+  const { server, port } = await listen();
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** Runs the script itself (stdout and stderr kept apart); never rejects. */
+function runScript(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(SCRIPT, args, { maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      resolve({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : 1, stdout, stderr });
+    });
+  });
+}
+
+/** Bytes of FILE in the page cache (util-linux fincore). */
+function cachedBytes(file: string): number {
+  return Number(execFileSync('fincore', ['--bytes', '--noheadings', '--output', 'RES', file]).toString().trim());
+}
+
+/** Sets environment variables for the scripts startControlPlane runs, for the span of fn. */
+async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const old = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, vars);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(old)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+describe('control plane start-up', () => {
+  // What failed a CI run on a fresh machine ("etcd exited before it was healthy", with no etcd
+  // line): while a binary not yet in the page cache is being exec'd, /proc/PID/cmdline reads
+  // empty for milliseconds, and the start took that for etcd's exit.
+  it('an etcd binary that is not in the page cache starts every time', async () => {
+    const work = mkdtempSync(join(tmpdir(), 'weir-etcd-cold-'));
+    try {
+      const etcd = join(work, 'etcd');
+      copyFileSync(execFileSync('bash', ['-c', 'command -v etcd']).toString().trim(), etcd);
+      const fd = openSync(etcd, 'r');
+      fsyncSync(fd); // only clean pages can be dropped from the cache
+      closeSync(fd);
+      const starts = 3;
+      for (let i = 0; i < starts; i++) {
+        execFileSync('dd', [`if=${etcd}`, 'iflag=nocache', 'count=0', 'status=none']);
+        assert.equal(cachedBytes(etcd), 0, 'the etcd binary is out of the page cache before the start');
+        const cp = await withEnv({ WEIR_ETCD: etcd }, () => startControlPlane());
+        try {
+          assert.equal(await cp.kubectl(['get', '--raw', '/readyz']), 'ok');
+        } finally {
+          await cp.stop();
+        }
+      }
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
+  it("a fresh start whose etcd port is taken tries fresh ports, quoting etcd's bind error", async () => {
+    const taken = await listen();
+    const dir = mkdtempSync(join(tmpdir(), 'weir-controlplane-'));
+    try {
+      // A fresh DIR's ports.env is a first choice (the CI run: two starts chose the same port).
+      writeFileSync(join(dir, 'ports.env'), `etcd_client_port=${taken.port}\netcd_peer_port=${await freePort()}\napiserver_port=${await freePort()}\n`);
+      const r = await runScript(['start', dir]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`listen tcp 127\\.0\\.0\\.1:${taken.port}: bind: address already in use`));
+      assert.match(r.stderr, /retrying with fresh ports/);
+      const ports = readFileSync(join(dir, 'ports.env'), 'utf8');
+      assert.doesNotMatch(ports, new RegExp(`=${taken.port}$`, 'm'));
+      assert.match(readFileSync(join(dir, 'kubeconfig'), 'utf8'), new RegExp(`server: https://127\\.0\\.0\\.1:${/^apiserver_port=(\d+)$/m.exec(ports)?.[1]}\n`));
+    } finally {
+      await runScript(['stop', dir]);
+      rmSync(dir, { recursive: true, force: true });
+      taken.server.close();
+    }
+  });
+
+  it('a fresh start whose API server port is taken tries another port', async () => {
+    const taken = await listen();
+    const dir = mkdtempSync(join(tmpdir(), 'weir-controlplane-'));
+    try {
+      writeFileSync(join(dir, 'ports.env'), `etcd_client_port=${await freePort()}\netcd_peer_port=${await freePort()}\napiserver_port=${taken.port}\n`);
+      const r = await runScript(['start', dir]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stderr, new RegExp(`127\\.0\\.0\\.1:${taken.port}: bind: address already in use`));
+      const port = /^apiserver_port=(\d+)$/m.exec(readFileSync(join(dir, 'ports.env'), 'utf8'))?.[1];
+      assert.notEqual(Number(port), taken.port);
+      const kubectl = join(execFileSync(SCRIPT, ['build']).toString().trim(), 'kubectl');
+      assert.equal(execFileSync(kubectl, ['--kubeconfig', join(dir, 'kubeconfig'), 'get', '--raw', '/readyz']).toString(), 'ok');
+    } finally {
+      await runScript(['stop', dir]);
+      rmSync(dir, { recursive: true, force: true });
+      taken.server.close();
+    }
+  });
+
+  it("a start whose etcd fails rejects with etcd's own last log lines", async () => {
+    // etcd refuses an ETCD_* variable that a flag shadows: a real etcd failure, every time.
+    await assert.rejects(
+      withEnv({ ETCD_NAME: 'shadowed' }, () => startControlPlane()),
+      (err: Error) => {
+        assert.match(err.message, /conflicting environment variable "ETCD_NAME" is shadowed/);
+        assert.match(err.message, /etcd exited with status 1 before it was healthy/);
+        return true;
+      },
+    );
   });
 });

@@ -3,7 +3,7 @@
 // kubelet: objects are stored and served, and nothing else acts on them.
 //
 // Only the processes started here are ever killed, by the PIDs the script recorded, and only
-// while their command line still names this control plane's directory.
+// while their start time is still the one recorded with them (a reused PID has another).
 
 import { spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
@@ -56,22 +56,32 @@ function run(command: string, args: readonly string[], input?: string): Promise<
   });
 }
 
-/** Runs the script; its progress lines (a build can take minutes) go straight to our stderr. */
+/** What of the script's stderr a failure keeps: its last lines name the daemon's own. */
+const STDERR_KEPT = 64 * 1024;
+
+/** Runs the script; its progress lines (a build can take minutes) go straight to our stderr,
+ *  and a failure rejects with them too (the last ones are the failed daemon's own log lines),
+ *  so they reach the test report even where a runner drops a child's stderr. */
 function script(args: readonly string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(SCRIPT, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(SCRIPT, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
+    let err = '';
     child.stdout.on('data', (b: Buffer) => out.push(b));
+    child.stderr.on('data', (b: Buffer) => {
+      process.stderr.write(b);
+      err = (err + b.toString()).slice(-STDERR_KEPT);
+    });
     child.on('error', (e) => reject(new CommandError('WEIR_COMMAND_MISSING', SCRIPT, args, undefined, '', { cause: e })));
     child.on('close', (code) => {
       if (code === 0) resolve(Buffer.concat(out).toString().trim());
-      else reject(new CommandError('WEIR_COMMAND_FAILED', SCRIPT, args, code ?? undefined, 'see the control-plane lines above'));
+      else reject(new CommandError('WEIR_COMMAND_FAILED', SCRIPT, args, code ?? undefined, err));
     });
   });
 }
 
-/** Reads DIR/pids ("name pid" lines). */
-function readPids(dir: string): number[] {
+/** Reads DIR/pids ("name pid starttime" lines). */
+function readPids(dir: string): { pid: number; start: string }[] {
   let text: string;
   try {
     text = readFileSync(join(dir, 'pids'), 'utf8');
@@ -80,8 +90,22 @@ function readPids(dir: string): number[] {
   }
   return text
     .split('\n')
-    .map((line) => Number(line.trim().split(/\s+/)[1]))
-    .filter((pid) => Number.isInteger(pid) && pid > 0);
+    .map((line) => line.trim().split(/\s+/))
+    .map(([, pid, start]) => ({ pid: Number(pid), start: start ?? '' }))
+    .filter((p) => Number.isInteger(p.pid) && p.pid > 0 && p.start !== '');
+}
+
+/** Start time (field 22 of /proc/PID/stat) of a live process; null for none or a zombie. */
+function startTime(pid: number): string | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  // Fields after "(comm) ": state is the first, starttime the twentieth.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return fields[0] === 'Z' || fields[0] === 'X' ? null : (fields[19] ?? null);
 }
 
 /** The last resort when the test process exits without stop(): same ownership check as the script. */
@@ -91,14 +115,8 @@ function abandonSync(dir: string): void {
 }
 
 function killOwnedSync(dir: string): void {
-  for (const pid of readPids(dir)) {
-    let cmdline: string;
-    try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    } catch {
-      continue;
-    }
-    if (!cmdline.includes(`${dir}/`)) continue;
+  for (const { pid, start } of readPids(dir)) {
+    if (startTime(pid) !== start) continue;
     try {
       process.kill(pid, 'SIGKILL');
     } catch {
