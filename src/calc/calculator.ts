@@ -10,7 +10,7 @@
 
 import { ClusterState, isPeerEligible, isPoliced } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
-import { formatCidr, parseIp, splitForIpset } from '../model/cidr.ts';
+import { formatCidr, parseIp } from '../model/cidr.ts';
 import { compilePolicy } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
 import type { CalcEvent, CompiledPolicy, Family, Labels, Pod, PodsPeer } from '../model/types.ts';
@@ -365,9 +365,9 @@ export class Calculator {
       this.#sets.set(name, set);
       this.#dirty.sets.set(name, 'all');
       const peer = spec.peer;
-      if (peer.kind === 'ipBlock') {
-        // ipset's hash:net cannot hold a /0.
-        for (const m of splitForIpset(peer.cidrs)) this.#addMember(set, m);
+      if (peer.kind === 'prefixes') {
+        // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
+        for (const m of peer.cidrs) this.#addMember(set, m);
       } else {
         for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
         this.#indexSet(set, peer, true);

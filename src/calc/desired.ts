@@ -27,8 +27,9 @@ export interface PortRange {
 }
 
 export type Match =
-  /** Membership of the source or destination in a set; dst,dst for hash:ip,port sets. */
-  | { readonly kind: 'set'; readonly set: string; readonly dir: 'src' | 'dst' | 'dst,dst' }
+  /** Membership of the source or destination in a set; dst,dst for hash:ip,port sets.
+   *  negate: not a member (an ipBlock's excepts). */
+  | { readonly kind: 'set'; readonly set: string; readonly dir: 'src' | 'dst' | 'dst,dst'; readonly negate?: boolean }
   /** Source or destination address within one prefix. */
   | { readonly kind: 'addr'; readonly dir: 'src' | 'dst'; readonly cidr: string }
   /** A protocol, optionally with destination port ranges. */

@@ -2,6 +2,7 @@
 // Names are short stable hashes of identity, so they survive restarts and two agents
 // computing the same input produce the same bytes.
 
+import { LRUCache } from 'lru-cache';
 import type { Family } from '../model/types.ts';
 import { sha256Base64Url } from './hash.ts';
 
@@ -10,6 +11,13 @@ export const MAX_CHAIN_NAME = 28;
 /** ipset allows 31 characters in a set name (IPSET_MAXNAMELEN - 1). */
 export const MAX_SET_NAME = 31;
 export const DEFAULT_PREFIX = 'cali';
+/** What the name cache may hold, in characters of keys and names: an agent asks for the same
+ *  names over and over (every pod refresh), but a key may be an ipBlock's whole except list,
+ *  and a cache that keeps every key ever asked for only grows. */
+export const NAME_CACHE_CHARS = 4 << 20;
+/** Keys longer than this are hashed each time instead: the caller built such a key with work
+ *  proportional to it, so hashing it again costs no more, and it would evict many small ones. */
+export const NAME_CACHE_MAX_KEY = 64 << 10;
 
 export interface Names {
   readonly prefix: string;
@@ -32,6 +40,8 @@ export interface Names {
   peerSet(family: Family, canonicalKey: string): string;
   isOwnChain(name: string): boolean;
   isOwnSet(name: string): boolean;
+  /** Characters the name cache holds now (at most NAME_CACHE_CHARS). */
+  readonly cacheSize: number;
 }
 
 /** Validates the prefix: letters and digits, 1..6 characters, so that every name fits. */
@@ -45,14 +55,18 @@ export function validatePrefix(prefix: string): string | null {
 export function makeNames(prefix: string = DEFAULT_PREFIX): Names {
   const problem = validatePrefix(prefix);
   if (problem) throw new RangeError(problem);
-  const cache = new Map<string, string>();
+  const cache = new LRUCache<string, string>({
+    maxSize: NAME_CACHE_CHARS,
+    maxEntrySize: NAME_CACHE_MAX_KEY,
+    sizeCalculation: (name, key) => key.length + name.length,
+  });
   // The hash fills whatever room the limit leaves after the fixed part of the name.
   const hashed = (head: string, limit: number, input: string): string => {
     const k = head + '\0' + input;
     let name = cache.get(k);
     if (name === undefined) {
       name = head + sha256Base64Url(input).slice(0, limit - head.length);
-      cache.set(k, name);
+      if (k.length + name.length <= NAME_CACHE_MAX_KEY) cache.set(k, name);
     }
     return name;
   };
@@ -75,5 +89,8 @@ export function makeNames(prefix: string = DEFAULT_PREFIX): Names {
     peerSet: (family, key) => hashed(setHead(family), MAX_SET_NAME, key),
     isOwnChain: (name) => name.startsWith(`${prefix}-`),
     isOwnSet: (name) => name.startsWith(setHead(4)) || name.startsWith(setHead(6)),
+    get cacheSize() {
+      return cache.calculatedSize;
+    },
   };
 }

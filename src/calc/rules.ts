@@ -1,7 +1,9 @@
 // Pure rule builders: a compiled policy or a workload becomes structured Rule records.
 // No iptables syntax here (that is dataplane/render.ts); only the shape of each chain.
 
-import type { CompiledPolicy, Family, PodsPeer, PolicyRule, PortMatch, Protocol } from '../model/types.ts';
+import { aggregateCidrs, parseCidr, prefixSet } from '../model/cidr.ts';
+import type { Cidr } from '../model/cidr.ts';
+import type { CompiledPolicy, Family, IpBlockPeer, PodsPeer, PortMatch, PrefixSet, Protocol } from '../model/types.ts';
 import { PROTOCOLS } from '../model/types.ts';
 import type { Match, PortRange, Rule } from './desired.ts';
 
@@ -12,13 +14,13 @@ export interface MarkBits {
   readonly pass: number;
 }
 
-/** A peer set to use: one per family, canonical peer and (for named ports) protocol/name. */
+/** A set to use: one per family and canonical content: the pods of a peer (for named ports,
+ *  with their resolved ports), or a list of prefixes (ipBlocks). */
 export interface SetSpec {
   readonly family: Family;
-  readonly peer: CompiledPolicyPeer;
+  readonly peer: PodsPeer | PrefixSet;
   readonly namedPort?: { readonly protocol: Protocol; readonly name: string };
 }
-export type CompiledPolicyPeer = NonNullable<PolicyRule['peers']>[number];
 
 export type Direction = 'ingress' | 'egress';
 
@@ -72,6 +74,24 @@ function mergeRanges(sorted: readonly PortRange[]): PortRange[] {
   return out;
 }
 
+/** An ipBlock with excepts: inside its cidr (any address of the family for a /0, which ipset
+ *  cannot hold anyway) and not in its except set. Each such block is its own alternative, so
+ *  its excepts never remove what another block of the rule allows. */
+function blockMatches(peer: IpBlockPeer, dir: 'src' | 'dst', useSet: (spec: SetSpec) => string): Match[] {
+  const out: Match[] = [];
+  if (!peer.cidr.endsWith('/0')) out.push({ kind: 'addr', dir, cidr: peer.cidr });
+  if (peer.except !== null) out.push({ kind: 'set', set: useSet({ family: peer.family, peer: peer.except }), dir, negate: true });
+  return out;
+}
+
+/** The ipBlocks without except of one rule: their union is one set (one rule, however many
+ *  blocks); a union that is the whole family needs no match at all. */
+function plainBlocksMatches(family: Family, cidrs: readonly string[], dir: 'src' | 'dst', useSet: (spec: SetSpec) => string): Match[] {
+  const union = aggregateCidrs(cidrs.map((c) => parseCidr(c) as Cidr));
+  if (union.length === 1 && union[0].prefix === 0) return [];
+  return [{ kind: 'set', set: useSet({ family, peer: prefixSet(family, union) }), dir }];
+}
+
 /**
  * The rules of one policy chain (cali-pi-* or cali-po-*) for one family. Each allowing rule
  * sets the accept bit; the workload chain returns once the bit is set. `useSet` returns the
@@ -96,10 +116,14 @@ export function policyChainRules(
     const peerAlts: Match[][] = [];
     if (rule.peers === null) peerAlts.push([]);
     else {
+      const plain: string[] = [];
       for (const peer of rule.peers) {
-        if (peer.kind === 'ipBlock' && peer.family !== family) continue;
-        peerAlts.push([{ kind: 'set', set: useSet({ family, peer }), dir: peerDir }]);
+        if (peer.kind === 'pods') peerAlts.push([{ kind: 'set', set: useSet({ family, peer }), dir: peerDir }]);
+        else if (peer.family !== family) continue;
+        else if (peer.except === null) plain.push(peer.cidr);
+        else peerAlts.push(blockMatches(peer, peerDir, useSet));
       }
+      if (plain.length > 0) peerAlts.push(plainBlocksMatches(family, plain, peerDir, useSet));
     }
     if (rule.ports === null) {
       for (const p of peerAlts) push(p);

@@ -1,7 +1,7 @@
 // Exact IPv4/IPv6 address and prefix arithmetic on bigint: parsing with precise errors,
-// canonical text (RFC 5952 for IPv6), and ipBlock except-subtraction.
+// canonical text (RFC 5952 for IPv6), and the aggregation of prefixes into canonical sets.
 
-import type { Family } from './types.ts';
+import type { Family, PrefixSet } from './types.ts';
 
 export interface Cidr {
   readonly family: Family;
@@ -234,74 +234,39 @@ function aligned(c: Cidr): Cidr {
   return base === c.base ? c : { family: c.family, base, prefix: c.prefix };
 }
 
-/** block minus every except: the minimal sorted list of disjoint aligned prefixes.
- *  Excepts of another family or outside the block are ignored; one containing the block
- *  empties the result. Cost: O(n log n) plus O(n * prefix bits), never the address space. */
-export function subtractCidrs(block: Cidr, excepts: readonly Cidr[]): Cidr[] {
-  const b = aligned(block);
-  const family = b.family;
-  const inside: Cidr[] = [];
-  for (const raw of excepts) {
-    if (raw.family !== family) continue;
-    const e = aligned(raw);
-    if (e.prefix <= b.prefix) {
-      // Aligned prefixes either nest or are disjoint.
-      if (containsValue(e, b.base)) return [];
-    } else if (containsValue(b, e.base)) {
-      inside.push(e);
-    }
-  }
-  if (inside.length === 0) return [b];
-
-  inside.sort((x, y) => (x.base < y.base ? -1 : x.base > y.base ? 1 : x.prefix - y.prefix));
-  // Drop excepts nested in an earlier (larger or equal) one: the rest are disjoint and sorted.
-  const ex: Cidr[] = [];
-  let lastEnd = -1n;
-  for (const e of inside) {
-    if (e.base <= lastEnd) continue;
-    ex.push(e);
-    lastEnd = e.base + TABLES[family].size[e.prefix] - 1n;
-  }
-
+/** The minimal sorted list of disjoint aligned prefixes covering exactly the union of the
+ *  given ones (one family): duplicates and nested prefixes fold into the larger, two halves
+ *  into their parent, but never into a prefix shorter than `minPrefix`. Equal unions give equal
+ *  lists. Cost: a sort plus linear work, never the address space. */
+export function aggregateCidrs(cidrs: readonly Cidr[], minPrefix = 0): Cidr[] {
+  if (cidrs.length === 0) return [];
+  const family = cidrs[0].family;
+  const { size, netmask } = TABLES[family];
+  const sorted = cidrs.map(aligned).sort((x, y) => (x.base < y.base ? -1 : x.base > y.base ? 1 : x.prefix - y.prefix));
   const out: Cidr[] = [];
-  // Emits the part of prefix (base, prefix) not covered by ex[lo..hi), all of which lie inside it.
-  const split = (base: bigint, prefix: number, lo: number, hi: number): void => {
-    if (lo === hi) {
-      out.push({ family, base, prefix });
-      return;
+  let lastEnd = -1n;
+  for (const c of sorted) {
+    if (c.family !== family) throw new RangeError(`aggregateCidrs: IPv${c.family} prefix among IPv${family} ones`);
+    // Aligned prefixes nest or are disjoint, and the larger sorts first: this one is inside.
+    if (c.base <= lastEnd) continue;
+    let cur = c;
+    for (;;) {
+      const top = out[out.length - 1];
+      if (top === undefined || top.prefix !== cur.prefix || cur.prefix <= minPrefix) break;
+      const parent = cur.prefix - 1;
+      if ((top.base & netmask[parent]) !== top.base || cur.base !== top.base + size[cur.prefix]) break;
+      out.pop();
+      cur = { family, base: top.base, prefix: parent };
     }
-    if (ex[lo].prefix === prefix) return; // the whole prefix is excepted (then it is the only one)
-    const mid = base + TABLES[family].size[prefix + 1];
-    let a = lo;
-    let z = hi;
-    while (a < z) {
-      const m = (a + z) >>> 1;
-      if (ex[m].base < mid) a = m + 1;
-      else z = m;
-    }
-    split(base, prefix + 1, lo, a);
-    split(mid, prefix + 1, a, hi);
-  };
-  split(b.base, b.prefix, 0, ex.length);
+    out.push(cur);
+    lastEnd = cur.base + size[cur.prefix] - 1n;
+  }
   return out;
 }
 
-/** ipset hash:net cannot hold a /0 prefix: replace each /0 with its two /1 halves. */
-export function splitForIpset(cidrs: readonly string[]): string[] {
-  const out: string[] = [];
-  for (const text of cidrs) {
-    if (!text.endsWith('/0')) {
-      out.push(text);
-      continue;
-    }
-    const c = parseCidr(text);
-    if ('error' in c) {
-      out.push(text);
-    } else if (c.family === 4) {
-      out.push('0.0.0.0/1', '128.0.0.0/1');
-    } else {
-      out.push('::/1', '8000::/1');
-    }
-  }
-  return out;
+/** A set of prefixes as calc holds it in one hash:net set: `cidrs` must come from
+ *  aggregateCidrs, so that equal unions have equal keys. */
+export function prefixSet(family: Family, cidrs: readonly Cidr[]): PrefixSet {
+  const texts = cidrs.map(formatCidr);
+  return { kind: 'prefixes', key: `net${family}|${texts.join(',')}`, family, cidrs: texts };
 }

@@ -2,7 +2,7 @@
 // directly), so every field is checked and every error reported with its path. An invalid
 // policy keeps no rules: its pods stay isolated in the directions it names (fail closed).
 
-import { cidrCovers, formatCidr, parseCidr, subtractCidrs } from './cidr.ts';
+import { aggregateCidrs, cidrCovers, formatCidr, parseCidr, prefixSet } from './cidr.ts';
 import type { Cidr } from './cidr.ts';
 import { checkKnownFields, describeValue, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
 import { PROTOCOLS, policyKey } from './types.ts';
@@ -27,6 +27,29 @@ const PORT_FIELDS = ['protocol', 'port', 'endPort'] as const;
 const PROTOCOL_SET: ReadonlySet<string> = new Set<string>(PROTOCOLS);
 const MAX_PORT = 65535;
 const MAX_PORT_NAME = 15;
+
+/** Hard limits per policy (docs/design/model.md). Every agent compiles every policy, so what
+ *  one policy may cost must be bounded whatever its size: past a limit the policy is invalid,
+ *  reported at the path where the limit was crossed, and fails closed like any invalid one.
+ *  Counted over every rule of the spec, whether or not policyTypes enforces its direction. */
+export const LIMITS = {
+  /** cidr and except entries of all ipBlocks: each becomes at most one set member. */
+  ipBlockPrefixes: 50_000,
+  /** podSelector/namespaceSelector peers: each becomes a set per family. */
+  selectorPeers: 1_000,
+  /** Rules the policy compiles to: each peer times each port (an empty list counts as one),
+   *  summed over its rules; the ipBlocks without except of one rule share a set and count once. */
+  rules: 10_000,
+  /** Errors listed for one policy; the rest are counted in one last error. */
+  errors: 100,
+} as const;
+
+/** What the policy has used of each limit so far, in spec order. */
+interface Tally {
+  prefixes: number;
+  selectorPeers: number;
+  rules: number;
+}
 
 interface Directions {
   readonly ingress: boolean;
@@ -60,11 +83,12 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
 
   const directions = readDirections(spec, errors);
   // Rules of a direction the policy does not isolate are still validated, as the API server does.
-  const ingress = compileRules(spec.ingress, 'spec.ingress', 'from', raw.namespace, errors);
-  const egress = compileRules(spec.egress, 'spec.egress', 'to', raw.namespace, errors);
+  const tally: Tally = { prefixes: 0, selectorPeers: 0, rules: 0 };
+  const ingress = compileRules(spec.ingress, 'spec.ingress', 'from', raw.namespace, tally, errors);
+  const egress = compileRules(spec.egress, 'spec.egress', 'to', raw.namespace, tally, errors);
 
   if (errors.length > 0) {
-    return { ...meta, podSelector, ingress: directions.ingress ? [] : null, egress: directions.egress ? [] : null, errors };
+    return { ...meta, podSelector, ingress: directions.ingress ? [] : null, egress: directions.egress ? [] : null, errors: capped(errors) };
   }
   return {
     ...meta,
@@ -73,6 +97,13 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
     egress: directions.egress ? egress : null,
     errors: [],
   };
+}
+
+/** The first LIMITS.errors errors, and how many more: a status or a log line stays readable. */
+function capped(errors: PolicyError[]): PolicyError[] {
+  if (errors.length <= LIMITS.errors) return errors;
+  const more = errors.length - LIMITS.errors;
+  return [...errors.slice(0, LIMITS.errors), { path: 'spec', message: `${more} more errors not listed (at most ${LIMITS.errors} are)` }];
 }
 
 /** policyTypes, or its default: Ingress always, Egress only when spec.egress has rules.
@@ -104,7 +135,7 @@ function readDirections(spec: Record<string, unknown>, errors: PolicyError[]): D
   return readable ? { ingress, egress } : { ingress: true, egress: true };
 }
 
-function compileRules(raw: unknown, path: string, peerField: 'from' | 'to', namespace: string, errors: PolicyError[]): PolicyRule[] {
+function compileRules(raw: unknown, path: string, peerField: 'from' | 'to', namespace: string, tally: Tally, errors: PolicyError[]): PolicyRule[] {
   if (raw === undefined || raw === null) return [];
   if (!Array.isArray(raw)) {
     errors.push({ path, message: `must be a list of rules, got ${describeValue(raw)}` });
@@ -121,16 +152,36 @@ function compileRules(raw: unknown, path: string, peerField: 'from' | 'to', name
       continue;
     }
     checkKnownFields(item, p, fields, errors);
-    const peers = compilePeers(item[peerField], `${p}.${peerField}`, namespace, errors);
+    const peers = compilePeers(item[peerField], `${p}.${peerField}`, namespace, tally, errors);
     const ports = compilePorts(item.ports, `${p}.ports`, errors);
+    const before = tally.rules;
+    tally.rules += ruleCount(peers) * (ports === null ? 1 : ports.length);
+    if (before <= LIMITS.rules && tally.rules > LIMITS.rules) {
+      errors.push({
+        path: p,
+        message: `the policy compiles to more than ${LIMITS.rules} rules (each peer times each port, summed over its rules; ipBlocks without except in one rule count as one peer); Weir accepts at most ${LIMITS.rules}`,
+      });
+    }
     rules.push({ peers, ports });
   }
   return rules;
 }
 
+/** Peer alternatives of one rule as calc builds them: the ipBlocks without except share one. */
+function ruleCount(peers: readonly Peer[] | null): number {
+  if (peers === null) return 1;
+  let n = 0;
+  let plain = 0;
+  for (const peer of peers) {
+    if (peer.kind === 'ipBlock' && peer.except === null) plain = 1;
+    else n++;
+  }
+  return n + plain;
+}
+
 // ---- Peers -----------------------------------------------------------------------------
 
-function compilePeers(raw: unknown, path: string, namespace: string, errors: PolicyError[]): Peer[] | null {
+function compilePeers(raw: unknown, path: string, namespace: string, tally: Tally, errors: PolicyError[]): Peer[] | null {
   if (raw === undefined || raw === null) return null;
   if (!Array.isArray(raw)) {
     errors.push({ path, message: `must be a list of peers, got ${describeValue(raw)}` });
@@ -139,13 +190,13 @@ function compilePeers(raw: unknown, path: string, namespace: string, errors: Pol
   if (raw.length === 0) return null;
   const peers: Peer[] = [];
   for (let i = 0; i < raw.length; i++) {
-    const peer = compilePeer(raw[i], `${path}[${i}]`, namespace, errors);
+    const peer = compilePeer(raw[i], `${path}[${i}]`, namespace, tally, errors);
     if (peer !== null) peers.push(peer);
   }
   return peers;
 }
 
-function compilePeer(raw: unknown, path: string, namespace: string, errors: PolicyError[]): Peer | null {
+function compilePeer(raw: unknown, path: string, namespace: string, tally: Tally, errors: PolicyError[]): Peer | null {
   if (!isPlainObject(raw)) {
     errors.push({ path, message: `must be an object with podSelector, namespaceSelector or ipBlock, got ${describeValue(raw)}` });
     return null;
@@ -159,12 +210,14 @@ function compilePeer(raw: unknown, path: string, namespace: string, errors: Poli
     errors.push({ path, message: 'ipBlock cannot be combined with podSelector or namespaceSelector in one peer; use separate peers' });
   } else if (!hasIp && !hasPods && !hasNs) {
     errors.push({ path, message: 'must specify podSelector, namespaceSelector or ipBlock' });
+  } else if (!hasIp && ++tally.selectorPeers === LIMITS.selectorPeers + 1) {
+    errors.push({ path, message: `more than ${LIMITS.selectorPeers} podSelector/namespaceSelector peers in one policy; Weir accepts at most ${LIMITS.selectorPeers}` });
   }
 
   // Parse every part even when the combination is wrong, so that all errors are reported.
   const podSelector = hasPods ? selectorOrNull(raw.podSelector, `${path}.podSelector`, errors) : null;
   const nsSelector = hasNs ? selectorOrNull(raw.namespaceSelector, `${path}.namespaceSelector`, errors) : null;
-  const ipBlock = hasIp ? compileIpBlock(raw.ipBlock, `${path}.ipBlock`, errors) : null;
+  const ipBlock = hasIp ? compileIpBlock(raw.ipBlock, `${path}.ipBlock`, tally, errors) : null;
   if (errors.length > before) return null;
 
   if (ipBlock !== null) return ipBlock;
@@ -184,18 +237,31 @@ function selectorOrNull(raw: unknown, path: string, errors: PolicyError[]): Sele
   return r.selector;
 }
 
-function compileIpBlock(raw: unknown, path: string, errors: PolicyError[]): IpBlockPeer | null {
+function compileIpBlock(raw: unknown, path: string, tally: Tally, errors: PolicyError[]): IpBlockPeer | null {
   if (!isPlainObject(raw)) {
     errors.push({ path, message: `must be an object with cidr and except, got ${describeValue(raw)}` });
     return null;
   }
   const before = errors.length;
   checkKnownFields(raw, path, IPBLOCK_FIELDS, errors);
+  // False once the policy holds more prefixes than the limit: the rest is neither parsed nor kept.
+  const withinLimit = (p: string): boolean => {
+    tally.prefixes++;
+    if (tally.prefixes === LIMITS.ipBlockPrefixes + 1) {
+      errors.push({
+        path: p,
+        message: `the policy's ipBlocks hold more than ${LIMITS.ipBlockPrefixes} prefixes (cidr and except entries); Weir accepts at most ${LIMITS.ipBlockPrefixes} per policy`,
+      });
+    }
+    return tally.prefixes <= LIMITS.ipBlockPrefixes;
+  };
 
   let cidr: Cidr | null = null;
   const cidrText = raw.cidr;
   if (cidrText === undefined || cidrText === null) {
     errors.push({ path: `${path}.cidr`, message: 'required' });
+  } else if (!withinLimit(`${path}.cidr`)) {
+    // reported once, above
   } else if (typeof cidrText !== 'string') {
     errors.push({ path: `${path}.cidr`, message: `must be a string, got ${describeValue(cidrText)}` });
   } else {
@@ -213,6 +279,7 @@ function compileIpBlock(raw: unknown, path: string, errors: PolicyError[]): IpBl
       for (let i = 0; i < rawExcept.length; i++) {
         const text: unknown = rawExcept[i];
         const p = `${path}.except[${i}]`;
+        if (!withinLimit(p)) continue;
         if (typeof text !== 'string') {
           errors.push({ path: p, message: `must be a string, got ${describeValue(text)}` });
           continue;
@@ -231,8 +298,10 @@ function compileIpBlock(raw: unknown, path: string, errors: PolicyError[]): IpBl
     }
   }
   if (errors.length > before || cidr === null) return null;
-  const cidrs = subtractCidrs(cidr, excepts).map(formatCidr);
-  return { kind: 'ipBlock', key: `net${cidr.family}|${cidrs.join(',')}`, family: cidr.family, cidrs };
+  // Excepts stay a set of their own, never subtracted into prefixes: that would cost up to
+  // (prefix bits) prefixes per except. Merging stops at cidr's halves, so none is a /0.
+  const except = excepts.length === 0 ? null : prefixSet(cidr.family, aggregateCidrs(excepts, cidr.prefix + 1));
+  return { kind: 'ipBlock', family: cidr.family, cidr: formatCidr(cidr), except };
 }
 
 // ---- Ports -----------------------------------------------------------------------------

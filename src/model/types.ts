@@ -130,13 +130,26 @@ export interface PodsPeer {
   readonly podSelector: Selector;
 }
 
-/** An ipBlock after exact except-subtraction: a minimal sorted list of disjoint prefixes. */
-export interface IpBlockPeer {
-  readonly kind: 'ipBlock';
+/** Prefixes held together in one hash:net set: aggregated (sorted, disjoint, halves merged,
+ *  see aggregateCidrs), so that equal unions have equal keys and share one set. */
+export interface PrefixSet {
+  readonly kind: 'prefixes';
+  /** `net4|10.0.0.0/24,10.0.64.0/18`: the family and every prefix. */
   readonly key: string;
   readonly family: Family;
-  /** Canonical, network-aligned, sorted, disjoint. May be empty (everything excepted). */
   readonly cidrs: readonly string[];
+}
+
+/** An ipBlock as written: its cidr and its excepts. It matches "inside cidr and not in the
+ *  except set", so its cost is linear in its size: excepts are never subtracted into prefixes. */
+export interface IpBlockPeer {
+  readonly kind: 'ipBlock';
+  readonly family: Family;
+  /** Canonical network (host bits cleared); may be a /0. */
+  readonly cidr: string;
+  /** Every except (all strictly inside cidr, so never a /0) aggregated no wider than cidr's
+   *  halves; null when there are none. When they cover the whole cidr the block matches nothing. */
+  readonly except: PrefixSet | null;
 }
 
 export type Peer = PodsPeer | IpBlockPeer;

@@ -194,13 +194,17 @@ describe('what calc builds', () => {
     assert.deepEqual([...egressDests.members], ['10.244.1.1,tcp:80'], 'only pods with a container port named http');
   });
 
-  test('ipBlock except is exact, /0 is split for ipset, and each family gets only its own blocks', () => {
+  test('ipBlock excepts are a set of their own, matched as not-a-member; a /0 needs no address match; each family gets only its own blocks', () => {
     const c = build(world(basePods(), NAMESPACES, POLICIES));
-    const v4 = [...c.desired.sets.values()].find((s) => s.family === 4 && [...s.members].includes('128.0.0.0/1'))!;
-    assert.deepEqual([...v4.members].sort(), ['0.0.0.0/5', '11.0.0.0/8', '12.0.0.0/6', '128.0.0.0/1', '16.0.0.0/4', '32.0.0.0/3', '64.0.0.0/2', '8.0.0.0/7']);
-    const v6 = [...c.desired.sets.values()].filter((s) => s.family === 6 && s.type === 'hash:net' && [...s.members].some((m) => m.startsWith('fd') && m.includes('/')));
-    assert.equal(v6.length, 1);
-    assert.ok(!v6[0].members.has('fd00::/64'));
+    const po = (f: 4 | 6) => c.desired.chains[f].get(names.policyEgress('web/or-peers'))!;
+    const dns = { kind: 'proto', protocol: 'UDP', dports: [{ from: 53, to: 53 }] };
+    const v4Except = names.peerSet(4, 'net4|10.0.0.0/8');
+    const v6Except = names.peerSet(6, 'net6|fd00::/64');
+    assert.deepEqual(po(4)[0].matches, [{ kind: 'set', set: v4Except, dir: 'dst', negate: true }, dns]);
+    assert.deepEqual(po(6)[0].matches, [{ kind: 'addr', dir: 'dst', cidr: 'fd00::/8' }, { kind: 'set', set: v6Except, dir: 'dst', negate: true }, dns]);
+    assert.deepEqual([...c.desired.sets.get(v4Except)!.members], ['10.0.0.0/8']);
+    assert.deepEqual([...c.desired.sets.get(v6Except)!.members], ['fd00::/64']);
+    assert.ok(!c.desired.sets.has(names.peerSet(6, 'net6|10.0.0.0/8')) && !c.desired.sets.has(names.peerSet(4, 'net4|fd00::/64')));
   });
 
   test('an invalid policy adds no allowance but keeps the pods it selects isolated', () => {

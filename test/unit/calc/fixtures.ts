@@ -107,4 +107,14 @@ export class Mirror {
   }
 }
 
+/** n distinct host prefixes spread over the whole IPv6 space (no two share a /32). */
+export function scatteredV6(n: number): string[] {
+  const out: string[] = [];
+  for (let i = 1; i <= n; i++) {
+    const h = Math.imul(i, 2654435761) >>> 0;
+    out.push(`${(h >>> 16).toString(16)}:${(h & 0xffff).toString(16)}:${i.toString(16)}::${(i & 0xfff).toString(16)}/128`);
+  }
+  return out;
+}
+
 export { rng } from '../../support/rng.ts';

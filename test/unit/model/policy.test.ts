@@ -1,8 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { compilePolicy } from '../../../src/model/policy.ts';
+import { LIMITS, compilePolicy } from '../../../src/model/policy.ts';
 import { parseSelector } from '../../../src/model/selector.ts';
-import type { CompiledPolicy, PolicyError, PolicyRule, Selector } from '../../../src/model/types.ts';
+import type { CompiledPolicy, PodsPeer, PolicyError, PolicyRule, PrefixSet, Selector } from '../../../src/model/types.ts';
 
 const NS = 'prod';
 
@@ -19,6 +19,10 @@ function sel(raw: unknown): Selector {
 const ALL = sel({});
 const teamA = sel({ matchLabels: { team: 'a' } });
 const appB = sel({ matchLabels: { app: 'b' } });
+
+function prefixes(family: 4 | 6, cidrs: string[]): PrefixSet {
+  return { kind: 'prefixes', key: `net${family}|${cidrs.join(',')}`, family, cidrs };
+}
 
 function valid(podSelector: Selector, ingress: PolicyRule[] | null, egress: PolicyRule[] | null): CompiledPolicy {
   return { key: 'prod/p', namespace: NS, name: 'p', uid: 'uid-1', generation: 3, podSelector, ingress, egress, errors: [] };
@@ -76,7 +80,7 @@ describe('compilePolicy compiles valid policies exactly', () => {
       ),
     },
     {
-      name: 'ipBlock with excepts and host bits is subtracted exactly',
+      name: 'ipBlock keeps its cidr and its excepts, canonical: host bits cleared, sorted',
       spec: {
         podSelector: {},
         policyTypes: ['Egress'],
@@ -87,14 +91,37 @@ describe('compilePolicy compiles valid policies exactly', () => {
           peers: [
             {
               kind: 'ipBlock',
-              key: 'net4|10.0.1.0/24,10.0.2.0/23,10.0.4.0/22,10.0.8.0/21,10.0.16.0/20,10.0.32.0/19',
               family: 4,
-              cidrs: ['10.0.1.0/24', '10.0.2.0/23', '10.0.4.0/22', '10.0.8.0/21', '10.0.16.0/20', '10.0.32.0/19'],
+              cidr: '10.0.0.0/16',
+              except: prefixes(4, ['10.0.0.0/24', '10.0.64.0/18', '10.0.128.0/17']),
             },
           ],
           ports: null,
         },
       ]),
+    },
+    {
+      name: 'ipBlock excepts: duplicates and nested ones dropped, halves merged but never into the block itself',
+      spec: {
+        podSelector: {},
+        ingress: [
+          {
+            from: [
+              { ipBlock: { cidr: '10.0.0.0/24', except: ['10.0.0.5/32', '10.0.0.4/30', '10.0.0.5/32', '10.0.0.8/30', '10.0.0.12/30'] } },
+              { ipBlock: { cidr: '10.0.0.0/24', except: ['10.0.0.128/25', '10.0.0.0/25'] } },
+            ],
+          },
+        ],
+      },
+      expected: valid(ALL, [
+        {
+          peers: [
+            { kind: 'ipBlock', family: 4, cidr: '10.0.0.0/24', except: prefixes(4, ['10.0.0.4/30', '10.0.0.8/29']) },
+            { kind: 'ipBlock', family: 4, cidr: '10.0.0.0/24', except: prefixes(4, ['10.0.0.0/25', '10.0.0.128/25']) },
+          ],
+          ports: null,
+        },
+      ], null),
     },
     {
       name: 'IPv6 and IPv4 ipBlocks, 0.0.0.0/0 and ::/0',
@@ -113,9 +140,9 @@ describe('compilePolicy compiles valid policies exactly', () => {
       expected: valid(ALL, [], [
         {
           peers: [
-            { kind: 'ipBlock', key: 'net4|0.0.0.0/1', family: 4, cidrs: ['0.0.0.0/1'] },
-            { kind: 'ipBlock', key: 'net6|::/0', family: 6, cidrs: ['::/0'] },
-            { kind: 'ipBlock', key: 'net6|fd00::/9', family: 6, cidrs: ['fd00::/9'] },
+            { kind: 'ipBlock', family: 4, cidr: '0.0.0.0/0', except: prefixes(4, ['128.0.0.0/1']) },
+            { kind: 'ipBlock', family: 6, cidr: '::/0', except: null },
+            { kind: 'ipBlock', family: 6, cidr: 'fd00::/8', except: prefixes(6, ['fd80::/9']) },
           ],
           ports: null,
         },
@@ -508,7 +535,7 @@ describe('peer keys are canonical', () => {
   function peerKeys(spec: unknown): string[] {
     const p = compile(spec);
     assert.deepEqual(p.errors, []);
-    return (p.ingress ?? []).flatMap((r) => (r.peers ?? []).map((peer) => peer.key));
+    return (p.ingress ?? []).flatMap((r) => (r.peers ?? []).map((peer) => (peer.kind === 'pods' ? peer.key : `${peer.cidr} except ${peer.except?.key}`)));
   }
 
   it('equal meanings share a key across policies', () => {
@@ -519,6 +546,7 @@ describe('peer keys are canonical', () => {
           from: [
             { podSelector: { matchLabels: { a: '1', b: '2' } }, namespaceSelector: { matchExpressions: [{ key: 'env', operator: 'In', values: ['x', 'y'] }] } },
             { ipBlock: { cidr: '10.0.0.0/24', except: ['10.0.0.128/25'] } },
+            { ipBlock: { cidr: 'fd00::/64', except: ['fd00::1/128', 'fd00::/127'] } },
           ],
         },
       ],
@@ -529,21 +557,23 @@ describe('peer keys are canonical', () => {
         {
           from: [
             { namespaceSelector: { matchExpressions: [{ key: 'env', operator: 'In', values: ['y', 'x'] }] }, podSelector: { matchLabels: { b: '2', a: '1' } } },
-            { ipBlock: { cidr: '10.0.0.77/25' } },
+            { ipBlock: { cidr: '10.0.0.77/24', except: ['10.0.0.200/25', '10.0.0.128/26'] } },
+            { ipBlock: { cidr: 'FD00::5/64', except: ['fd00::/128', 'fd00::1/128'] } },
           ],
         },
       ],
     });
     assert.deepEqual(a, b);
-    assert.deepEqual(a, ['pods|nssel=env in (x,y)|a in (1),b in (2)', 'net4|10.0.0.0/25']);
+    assert.deepEqual(a, ['pods|nssel=env in (x,y)|a in (1),b in (2)', '10.0.0.0/24 except net4|10.0.0.128/25', 'fd00::/64 except net6|fd00::/127']);
   });
 
   it('the same podSelector in another namespace is another peer', () => {
     const spec = { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'x' } } }] }] };
     const here = compile(spec);
     const there = compilePolicy({ namespace: 'dev', name: 'p', uid: 'u', generation: 1, spec });
-    assert.notEqual(here.ingress?.[0].peers?.[0].key, there.ingress?.[0].peers?.[0].key);
-    assert.equal(there.ingress?.[0].peers?.[0].key, 'pods|ns=dev|app in (x)');
+    const key = (p: CompiledPolicy) => (p.ingress?.[0].peers?.[0] as PodsPeer).key;
+    assert.notEqual(key(here), key(there));
+    assert.equal(key(there), 'pods|ns=dev|app in (x)');
   });
 
   it('podSelector {} with a namespaceSelector equals namespaceSelector alone', () => {
@@ -588,5 +618,77 @@ describe('compilePolicy scale', () => {
     const ms = performance.now() - start;
     // Generous bound for slow CI machines; typical is well under a second.
     assert.ok(ms < 5000, `took ${ms} ms`);
+  });
+});
+
+describe('compilePolicy limits: what one policy may cost every agent is bounded', () => {
+  /** n distinct IPv4 host prefixes, scattered. */
+  const hosts4 = (n: number) => Array.from({ length: n }, (_, i) => {
+    const h = Math.imul(i + 1, 2654435761) >>> 0;
+    return `${(h >>> 24) & 255}.${(h >>> 16) & 255}.${(h >>> 8) & 255}.${h & 255}/32`;
+  });
+
+  it('a block whose excepts cover it all is kept (matching nothing), not widened', () => {
+    const p = compile({ podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except: ['0.0.0.0/1', '128.0.0.0/1'] } }] }] });
+    assert.deepEqual(p.ingress?.[0].peers, [{ kind: 'ipBlock', family: 4, cidr: '0.0.0.0/0', except: prefixes(4, ['0.0.0.0/1', '128.0.0.0/1']) }]);
+  });
+
+  it(`accepts ipBlocks holding ${LIMITS.ipBlockPrefixes} prefixes in all, and rejects one more at its path`, () => {
+    const except = [...new Set(hosts4(LIMITS.ipBlockPrefixes + 10))].slice(0, LIMITS.ipBlockPrefixes + 1);
+    const at = compile({ podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except: except.slice(0, LIMITS.ipBlockPrefixes - 2) } }, { ipBlock: { cidr: '10.0.0.0/8' } }] }] });
+    assert.deepEqual(at.errors, []);
+    const over = compile({ podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except: except.slice(0, LIMITS.ipBlockPrefixes - 1) } }, { ipBlock: { cidr: '10.0.0.0/8' } }] }] });
+    assert.deepEqual(over.errors, [
+      {
+        path: 'spec.ingress[0].from[1].ipBlock.cidr',
+        message: `the policy's ipBlocks hold more than ${LIMITS.ipBlockPrefixes} prefixes (cidr and except entries); Weir accepts at most ${LIMITS.ipBlockPrefixes} per policy`,
+      },
+    ]);
+    assert.deepEqual(over.ingress, [], 'rejected whole: isolates, allows nothing');
+  });
+
+  it('a 1 MB policy of scattered excepts is rejected with one error at the first prefix over the limit', () => {
+    const except = hosts4(80_000);
+    const spec = { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except } }] }] };
+    assert.ok(JSON.stringify(spec).length > 1_000_000);
+    const p = compile(spec);
+    assert.equal(p.errors.length, 1, JSON.stringify(p.errors.slice(0, 3)));
+    assert.equal(p.errors[0].path, `spec.ingress[0].from[0].ipBlock.except[${LIMITS.ipBlockPrefixes - 1}]`);
+    assert.deepEqual(p.ingress, []);
+  });
+
+  it(`rejects more than ${LIMITS.selectorPeers} podSelector/namespaceSelector peers`, () => {
+    const peers = (n: number) => Array.from({ length: n }, (_, i) => ({ podSelector: { matchLabels: { app: `a${i}` } } }));
+    assert.deepEqual(compile({ podSelector: {}, ingress: [{ from: peers(LIMITS.selectorPeers) }] }).errors, []);
+    assert.deepEqual(compile({ podSelector: {}, ingress: [{ from: peers(600) }], egress: [{ to: peers(LIMITS.selectorPeers - 599) }] }).errors, [
+      {
+        path: `spec.egress[0].to[${LIMITS.selectorPeers - 600}]`,
+        message: `more than ${LIMITS.selectorPeers} podSelector/namespaceSelector peers in one policy; Weir accepts at most ${LIMITS.selectorPeers}`,
+      },
+    ]);
+  });
+
+  it(`rejects a policy of more than ${LIMITS.rules} rules (each peer times each port), at the rule that crosses it`, () => {
+    const ports = (n: number) => Array.from({ length: n }, (_, i) => ({ port: i + 1 }));
+    const peers = (n: number) => Array.from({ length: n }, (_, i) => ({ podSelector: { matchLabels: { app: `a${i}` } } }));
+    // 100 x 50 + 100 x 50 = 10,000: at the limit. Plain ipBlocks of a rule are one set: they count once.
+    const plain = Array.from({ length: 200 }, (_, i) => ({ ipBlock: { cidr: `10.${i}.0.0/16` } }));
+    const ok = { podSelector: {}, ingress: [{ from: peers(99).concat(plain as never[]), ports: ports(50) }, { from: peers(100), ports: ports(50) }] };
+    assert.deepEqual(compile(ok).errors, []);
+    const over = { ...ok, egress: [{ ports: ports(1) }] };
+    assert.deepEqual(compile(over).errors, [
+      {
+        path: 'spec.egress[0]',
+        message: `the policy compiles to more than ${LIMITS.rules} rules (each peer times each port, summed over its rules; ipBlocks without except in one rule count as one peer); Weir accepts at most ${LIMITS.rules}`,
+      },
+    ]);
+    // An empty rule list of peers or ports counts as one.
+    assert.deepEqual(compile({ podSelector: {}, ingress: Array.from({ length: LIMITS.rules + 1 }, () => ({})) }).errors.map((e) => e.path), [`spec.ingress[${LIMITS.rules}]`]);
+  });
+
+  it(`lists at most ${LIMITS.errors} errors, then says how many more`, () => {
+    const p = compile({ podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '10.0.0.0/8', except: Array.from({ length: 250 }, () => 'nonsense') } }] }] });
+    assert.equal(p.errors.length, LIMITS.errors + 1);
+    assert.deepEqual(p.errors[LIMITS.errors], { path: 'spec', message: `150 more errors not listed (at most ${LIMITS.errors} are)` });
   });
 });
