@@ -1,0 +1,111 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
+import { silentLogger } from '../../../src/log.ts';
+import type { CalcEvent, ModelEvent, Pod } from '../../../src/model/types.ts';
+import { createPodInterfaceScanner, withPodInterfaces, type PodInterfaceScanner } from '../../../src/sources/pod-interfaces.ts';
+import type { Source, SourceBatch } from '../../../src/sources/types.ts';
+
+const ok = (stdout: unknown): RunResult => ({ stdout: JSON.stringify(stdout), stderr: '', exitCode: 0 });
+const port = (ifname: string, ifindex: number, peer: number, nsid: number) => ({ ifname, ifindex, link_index: peer, link_netnsid: nsid, master: 'cni0' });
+const addrs = (ifindex: number, ...ips: [string, string][]) => [
+  { ifindex: 1, ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', scope: 'host' }] },
+  { ifindex, ifname: 'eth0', addr_info: ips.map(([local, scope]) => ({ family: local.includes(':') ? 'inet6' : 'inet', local, scope })) },
+];
+
+/** A node with the given bridge ports and, per pinned namespace, its interfaces. */
+function kernel(ports: unknown[], namespaces: Record<number, [string, unknown]>) {
+  return recordingRunner(async (call) => {
+    const a = call.args.join(' ');
+    if (a === '-j -d link show master cni0') return ok(ports);
+    if (a === '-j netns list-id') return ok(Object.entries(namespaces).map(([nsid, [name]]) => ({ nsid: Number(nsid), name })));
+    const m = /^-n (\S+) -j addr show$/.exec(a);
+    const ns = m && Object.values(namespaces).find(([name]) => name === m[1]);
+    if (ns) return ok(ns[1]);
+    return { stdout: '', stderr: `unexpected ip ${a}`, exitCode: 1 };
+  });
+}
+
+test("the scanner binds each pod's global addresses to its own bridge port, read from inside its namespace", async () => {
+  const runner = kernel([port('veth1', 10, 2, 0), port('veth2', 11, 2, 1)], {
+    0: ['cni-a', addrs(2, ['10.244.1.5', 'global'], ['fd00::5', 'global'], ['fe80::1', 'link'])],
+    1: ['cni-b', addrs(2, ['10.244.1.6', 'global'])],
+  });
+  const found = await createPodInterfaceScanner(runner, 'cni0', silentLogger()).scan();
+  assert.deepEqual([...found].sort(), [['10.244.1.5', 'veth1'], ['10.244.1.6', 'veth2'], ['fd00::5', 'veth1']]);
+});
+
+test('an address held by two pod interfaces is bound to neither', async () => {
+  const runner = kernel([port('veth1', 10, 2, 0), port('veth2', 11, 2, 1)], {
+    0: ['cni-a', addrs(2, ['10.244.1.5', 'global'])],
+    1: ['cni-b', addrs(2, ['10.244.1.5', 'global'], ['10.244.1.6', 'global'])],
+  });
+  const found = await createPodInterfaceScanner(runner, 'cni0', silentLogger()).scan();
+  assert.deepEqual([...found], [['10.244.1.6', 'veth2']]);
+});
+
+test('no bridge yet means nothing is bound; a known port is not read again', async () => {
+  const none = recordingRunner(async () => ({ stdout: '', stderr: 'Device "cni0" does not exist.', exitCode: 1 }));
+  assert.equal((await createPodInterfaceScanner(none, 'cni0', silentLogger()).scan()).size, 0);
+  const runner = kernel([port('veth1', 10, 2, 0)], { 0: ['cni-a', addrs(2, ['10.244.1.5', 'global'])] });
+  const scanner = createPodInterfaceScanner(runner, 'cni0', silentLogger());
+  await scanner.scan();
+  await scanner.scan();
+  assert.equal(runner.calls.filter((c) => c.args[0] === '-n').length, 1);
+});
+
+const localPod = (uid: string, ips: string[], nodeName = 'node-a'): Pod => ({
+  uid, namespace: 'ns', name: uid, labels: {}, nodeName, hostNetwork: false, phase: 'Running', terminating: false, ips, ports: [],
+});
+
+/** A source whose batches the test pushes by hand. */
+function manualSource(): Source & { push(b: SourceBatch): void } {
+  let sink: (b: SourceBatch) => void = () => {};
+  return {
+    async start(onBatch) {
+      sink = onBatch;
+    },
+    async stop() {},
+    push: (b) => sink(b),
+  };
+}
+
+test('a batch bringing a new local pod address waits for a scan and carries its binding; remote pods do not scan', async () => {
+  let scans = 0;
+  let table = new Map([['10.244.1.5', 'veth1']]);
+  const scanner: PodInterfaceScanner = { scan: async () => (scans++, new Map(table)) };
+  const inner = manualSource();
+  const got: SourceBatch<CalcEvent>[] = [];
+  const src = withPodInterfaces(inner, { nodeName: 'node-a', scanner, log: silentLogger(), rescanMs: 60_000, unboundRescanMs: 60_000 });
+  await src.start((b) => got.push(b));
+  const upsert = (p: Pod): ModelEvent => ({ kind: 'Pod', op: 'upsert', object: p });
+  inner.push({ events: [upsert(localPod('a', ['10.244.1.5']))], synced: true, revision: 'r1' });
+  inner.push({ events: [upsert(localPod('r', ['10.244.2.9'], 'node-b'))], synced: true, revision: 'r2' });
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(scans, 1);
+  assert.deepEqual(got.map((b) => [b.revision, b.events.map((e) => e.kind)]), [['r1', ['Pod', 'PodInterface']], ['r2', ['Pod']]]);
+  assert.deepEqual(got[0].events[1], { kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.5', port: 'veth1' } });
+  table = new Map([['10.244.1.5', 'veth1'], ['10.244.1.7', 'veth3']]);
+  inner.push({ events: [upsert(localPod('b', ['10.244.1.7']))], synced: true, revision: 'r3' });
+  await new Promise((r) => setTimeout(r, 10));
+  assert.deepEqual(got[2].events.slice(1), [{ kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.7', port: 'veth3' } }]);
+  await src.stop();
+});
+
+test('a periodic rescan delivers binding changes alone, with the last delivered revision', async () => {
+  let table = new Map([['10.244.1.5', 'veth1']]);
+  const scanner: PodInterfaceScanner = { scan: async () => new Map(table) };
+  const inner = manualSource();
+  const got: SourceBatch<CalcEvent>[] = [];
+  const src = withPodInterfaces(inner, { nodeName: 'node-a', scanner, log: silentLogger(), rescanMs: 20, unboundRescanMs: 20 });
+  await src.start((b) => got.push(b));
+  inner.push({ events: [{ kind: 'Pod', op: 'upsert', object: localPod('a', ['10.244.1.5']) }], synced: true, revision: 'r1' });
+  await new Promise((r) => setTimeout(r, 5));
+  table = new Map([['10.244.1.5', 'veth9']]); // the sandbox was re-created behind another port
+  await new Promise((r) => setTimeout(r, 60));
+  await src.stop();
+  const rescan = got.find((b) => b !== got[0]);
+  assert.ok(rescan, 'a rescan batch');
+  assert.equal(rescan.revision, 'r1');
+  assert.deepEqual(rescan.events, [{ kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.5', port: 'veth9' } }]);
+});
