@@ -1,7 +1,8 @@
 // Kubernetes JSON objects (from the API server or a manifest) into model objects.
 // Shared by the manifest and kube sources so both emit identical events: it applies the
 // defaults the API server would, keeps only the fields the model needs, and reports every
-// problem of an object at once. No file or network knowledge here.
+// problem of an object at once. A NetworkPolicy is never dropped for its metadata: it reaches
+// the model invalid (readNetworkPolicy). No file or network knowledge here.
 
 import { WeirError } from '../errors.ts';
 import { canonicalCidr, canonicalIp } from '../model/cidr.ts';
@@ -53,7 +54,8 @@ class Reader {
     return false;
   }
 
-  labels(v: unknown, path: string): Record<string, string> {
+  /** A map of strings (labels, annotations). */
+  stringMap(v: unknown, path: string): Record<string, string> {
     const out: Record<string, string> = {};
     const rec = this.record(v, path);
     for (const key of Object.keys(rec).sort()) {
@@ -70,15 +72,22 @@ interface Meta {
   readonly namespace: string;
   readonly uid: string;
   readonly labels: Labels;
+  /** false: the name is missing or not a string (name is then ''). */
+  readonly nameReadable: boolean;
+  /** false: the namespace is not a string, or metadata is not a mapping (namespace is then ''). */
+  readonly namespaceReadable: boolean;
 }
 
-/** Reads metadata; namespaced kinds default to "default" and to uid namespace/name. */
+/** Reads metadata, labels and annotations included (the API server refuses an object whose
+ *  labels or annotations are not strings). Namespaced kinds default to "default", and uid to
+ *  namespace/name. */
 function readMeta(r: Reader, obj: unknown, namespaced: boolean): { root: Rec; md: Rec; meta: Meta } {
   if (!isRecord(obj)) {
     r.problems.push('the object is not a mapping');
-    return { root: {}, md: {}, meta: { name: '', namespace: '', uid: '', labels: {} } };
+    return { root: {}, md: {}, meta: { name: '', namespace: '', uid: '', labels: {}, nameReadable: false, namespaceReadable: !namespaced } };
   }
   if (obj.metadata === undefined || obj.metadata === null) r.problems.push('metadata is missing');
+  const mdReadable = obj.metadata === undefined || obj.metadata === null || isRecord(obj.metadata);
   const md = r.record(obj.metadata, 'metadata');
   let name = '';
   if (md.name === undefined || md.name === null) {
@@ -88,16 +97,19 @@ function readMeta(r: Reader, obj: unknown, namespaced: boolean): { root: Rec; md
     if (typeof md.name === 'string' && name === '') r.problems.push('metadata.name is empty');
   }
   let namespace = '';
-  if (namespaced) {
-    namespace = r.string(md.namespace, 'metadata.namespace', '') || DEFAULT_NAMESPACE;
+  let namespaceReadable = mdReadable;
+  if (namespaced && mdReadable) {
+    namespaceReadable = md.namespace === undefined || md.namespace === null || typeof md.namespace === 'string';
+    namespace = r.string(md.namespace, 'metadata.namespace', '') || (namespaceReadable ? DEFAULT_NAMESPACE : '');
   }
   const uidText = r.string(md.uid, 'metadata.uid', '');
   const uid = uidText !== '' ? uidText : namespaced ? `${namespace}/${name}` : name;
-  const labels = r.labels(md.labels, 'metadata.labels');
-  return { root: obj, md, meta: { name, namespace, uid, labels } };
+  const labels = r.stringMap(md.labels, 'metadata.labels');
+  r.stringMap(md.annotations, 'metadata.annotations');
+  return { root: obj, md, meta: { name, namespace, uid, labels, nameReadable: name !== '', namespaceReadable: namespaced ? namespaceReadable : true } };
 }
 
-function fail(kind: string, meta: Meta, problems: readonly string[]): never {
+function fail(kind: string, meta: Pick<Meta, 'name' | 'namespace'>, problems: readonly string[]): never {
   const ref = meta.name === '' ? '(unnamed)' : meta.namespace === '' ? meta.name : `${meta.namespace}/${meta.name}`;
   throw new WeirError('WEIR_MANIFEST_OBJECT', `${kind} ${ref}: ${problems.join('; ')}`);
 }
@@ -208,8 +220,35 @@ export function toNode(obj: unknown, warn: ConvertWarning = ignore): Node {
   return { name: meta.name, podCIDRs };
 }
 
-export function toNetworkPolicy(obj: unknown): RawNetworkPolicy {
+/** The name of a Namespace object that does not convert, when that much can be read. */
+export function namespaceNameOf(obj: unknown): string | null {
+  const { meta } = readMeta(new Reader(), obj, false);
+  return meta.nameReadable ? meta.name : null;
+}
+
+/** A NetworkPolicy as the model is to see it, however broken its metadata. */
+export interface PolicyReading {
+  /** For the model. When `problems` is not empty its spec carries them (see carryProblems):
+   *  the model then reads it as invalid, so it allows nothing and the pods it selects stay
+   *  isolated in the directions it names. */
+  readonly policy: RawNetworkPolicy;
+  /** metadata.namespace cannot be read: `policy.namespace` is '' and the policy may have
+   *  isolated pods of any namespace. */
+  readonly anyNamespace: boolean;
+  /** Every problem found outside the spec, each naming its field. */
+  readonly problems: readonly string[];
+}
+
+/**
+ * Reads a NetworkPolicy without ever dropping it: the API server would refuse one whose
+ * metadata is broken, but the pods it was written to isolate exist, so it fails closed the way
+ * an invalid spec does. `unreadableName` stands in for a name that cannot be read (or whose
+ * namespace cannot); it must not be a valid Kubernetes name, so it never replaces a real
+ * policy. `extraProblems`: what the caller found wrong around the object (its apiVersion).
+ */
+export function readNetworkPolicy(obj: unknown, unreadableName: string, extraProblems: readonly string[] = []): PolicyReading {
   const r = new Reader();
+  r.problems.push(...extraProblems);
   const { root, md, meta } = readMeta(r, obj, true);
   let generation = 1;
   if (md.generation !== undefined && md.generation !== null) {
@@ -219,9 +258,34 @@ export function toNetworkPolicy(obj: unknown): RawNetworkPolicy {
       r.problems.push('metadata.generation must be a positive integer');
     }
   }
-  if (r.problems.length > 0) fail('NetworkPolicy', meta, r.problems);
+  const identified = meta.nameReadable && meta.namespaceReadable;
+  const name = identified ? meta.name : unreadableName;
+  const uid = identified ? meta.uid : `${meta.namespace}/${name}`;
   // The spec goes through as received: compilePolicy validates it and reports precise paths.
-  return { namespace: meta.namespace, name: meta.name, uid: meta.uid, generation, spec: root.spec };
+  const spec = r.problems.length === 0 ? root.spec : carryProblems(root.spec, r.problems);
+  return { policy: { namespace: meta.namespace, name, uid, generation, spec }, anyNamespace: !meta.namespaceReadable, problems: r.problems };
+}
+
+/** For the kube source, where the API server guarantees name and namespace: a policy whose
+ *  identity cannot be read throws WEIR_MANIFEST_OBJECT; any other problem is carried. */
+export function toNetworkPolicy(obj: unknown): RawNetworkPolicy {
+  const { policy, anyNamespace, problems } = readNetworkPolicy(obj, '');
+  if (anyNamespace || policy.name === '') fail('NetworkPolicy', policy, problems);
+  return policy;
+}
+
+/**
+ * The model has no place for problems found outside the spec, so they travel inside it: each
+ * becomes a spec field compilePolicy does not know, reported as "spec.(problem)". That makes
+ * the policy invalid (no allowance) while podSelector and policyTypes are still read, so it
+ * isolates exactly what it would have. A spec that is not a mapping is invalid already (and
+ * isolates every pod of its namespace both ways).
+ */
+function carryProblems(spec: unknown, problems: readonly string[]): unknown {
+  if (!isRecord(spec)) return spec;
+  const out: Rec = { ...spec };
+  for (const p of problems) out[`(${p})`] = true;
+  return out;
 }
 
 function sortKeys(labels: Record<string, string>): Labels {

@@ -4,7 +4,7 @@
 export type { Source, SourceBatch } from './types.ts';
 export { createManifestSource, DEFAULT_DEBOUNCE_MS, DEFAULT_POLL_MS } from './manifests/source.ts';
 export type { ManifestSourceOptions } from './manifests/source.ts';
-export { manifestRevision } from './manifests/view.ts';
+export { manifestRevision } from './manifests/merge.ts';
 export { toNamespace, toNetworkPolicy, toNode, toPod } from './convert.ts';
 export type { ConvertWarning } from './convert.ts';
 export { createKubeSource } from './kube/index.ts';

@@ -15,7 +15,9 @@ export interface SourceBatch<E extends CalcEvent = ModelEvent> {
 }
 
 export interface Source<E extends CalcEvent = ModelEvent> {
-  /** Starts delivering batches; resolves once watching has begun (after the first batch). */
+  /** Starts delivering batches; resolves once watching has begun. The kube source resolves
+   *  after its first batch; the manifest source after its first attempt to read, which
+   *  delivers nothing when the directory cannot be read (it retries until a full read). */
   start(onBatch: (batch: SourceBatch<E>) => void): Promise<void>;
   stop(): Promise<void>;
 }

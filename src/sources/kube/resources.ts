@@ -5,8 +5,8 @@ import { rawRefOf } from '../../kube/reflector.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
-import { canonicalJson, objectKey } from '../manifests/view.ts';
-import type { ModelUpsert, ViewEntry } from '../manifests/view.ts';
+import { canonicalJson, objectKey } from '../view.ts';
+import type { ModelUpsert, ViewEntry } from '../view.ts';
 
 export interface Resource extends Collection<ObjectKind> {
   readonly namespaced: boolean;

@@ -1,10 +1,13 @@
 // One manifest file's text into model objects: YAML (multi-document) or JSON, Lists
 // flattened, recognised kinds converted. Problems come back as data; the source logs them.
+// An object of a recognised kind that cannot be read fails closed (see extractObjects).
 
+import { basename } from 'node:path';
 import { loadAll, YAMLException } from 'js-yaml';
 import { ManifestObjectError, ManifestParseError, WeirError } from '../../errors.ts';
-import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
-import type { ModelUpsert } from './view.ts';
+import { namespaceNameOf, readNetworkPolicy, toNamespace, toNode, toPod } from '../convert.ts';
+import type { ModelUpsert } from '../view.ts';
+import type { ManifestItem } from './merge.ts';
 
 export interface ManifestProblem {
   readonly level: 'warn' | 'debug';
@@ -13,11 +16,12 @@ export interface ManifestProblem {
 }
 
 export interface ExtractResult {
-  readonly upserts: ModelUpsert[];
+  readonly items: ManifestItem[];
   readonly problems: ManifestProblem[];
 }
 
-/** The kinds Weir reads, by apiVersion and kind; anything else in a manifest is not ours. */
+/** The kinds Weir reads, with their apiVersion. Other kinds are not ours and are ignored; one
+ *  of these kinds with another apiVersion is a mistake, and fails closed like broken metadata. */
 const RECOGNISED: Readonly<Record<string, string>> = {
   Pod: 'v1',
   Namespace: 'v1',
@@ -57,9 +61,17 @@ function jsonErrorLine(text: string, message: string): number | undefined {
   return line;
 }
 
-/** Recognised objects converted to model upserts, in file order; Lists are flattened. */
+/**
+ * Recognised objects converted to model items, in file order; Lists are flattened. What cannot
+ * be read fails closed rather than vanish:
+ * - a NetworkPolicy whose metadata or apiVersion is wrong is kept, invalid: it allows nothing
+ *   and the pods it selects stay isolated (in every namespace if its namespace is unreadable);
+ * - a Namespace that cannot be read makes its pods no peer of any policy (merge.ts);
+ * - a Pod or Node that cannot be read is left out: the model does not know the pod, so its
+ *   node drops its traffic and it is in no peer set.
+ */
 export function extractObjects(file: string, docs: readonly unknown[]): ExtractResult {
-  const result: ExtractResult = { upserts: [], problems: [] };
+  const result: ExtractResult = { items: [], problems: [] };
   docs.forEach((doc, i) => visit(file, doc, `document ${i + 1}`, result));
   return result;
 }
@@ -81,24 +93,44 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
     return;
   }
   const wanted = RECOGNISED[kind];
-  if (wanted === undefined || (apiVersion !== undefined && apiVersion !== wanted)) {
+  if (wanted === undefined) {
     out.problems.push({ level: 'debug', message: `${file}: ${where}: ${String(apiVersion)} ${kind} is not used by Weir; ignored` });
     return;
   }
-  const warn = (message: string) => out.problems.push({ level: 'warn', message: `${file}: ${where}: ${message}` });
-  const skip = (detail: string) => {
-    const error = new ManifestObjectError(file, where, `${detail}; skipped`);
+  const report = (detail: string, outcome: string) => {
+    const error = new ManifestObjectError(file, where, `${detail}; ${outcome}`);
     out.problems.push({ level: 'warn', message: error.message, error });
   };
-  if (apiVersion === undefined) {
-    skip(`${kind} has no apiVersion (expected ${wanted})`);
+  const versionProblems =
+    apiVersion === wanted ? [] : [apiVersion === undefined ? `apiVersion is missing (expected ${wanted})` : `apiVersion ${JSON.stringify(apiVersion)} is not ${wanted}`];
+
+  if (kind === 'NetworkPolicy') {
+    const { policy, anyNamespace, problems } = readNetworkPolicy(rec, `(unreadable metadata: ${basename(file)} ${where})`, versionProblems);
+    if (problems.length > 0) {
+      const scope = anyNamespace ? ' in every namespace' : '';
+      report(`NetworkPolicy ${policy.namespace || '(namespace unreadable)'}/${policy.name}: ${problems.join('; ')}`, `kept as invalid: it allows nothing, and the pods it selects stay isolated${scope}`);
+    }
+    out.items.push(anyNamespace ? { kind: 'AnyNamespacePolicy', policy } : { kind: 'NetworkPolicy', op: 'upsert', object: policy });
     return;
   }
-  try {
-    out.upserts.push(convert(kind, rec, warn));
-  } catch (err) {
-    if (!(err instanceof WeirError)) throw err;
-    skip(err.message);
+  const warn = (message: string) => out.problems.push({ level: 'warn', message: `${file}: ${where}: ${message}` });
+  let failure = versionProblems.length > 0 ? `${kind}: ${versionProblems[0]}` : '';
+  if (failure === '') {
+    try {
+      out.items.push(convert(kind, rec, warn));
+      return;
+    } catch (err) {
+      if (!(err instanceof WeirError)) throw err;
+      failure = err.message;
+    }
+  }
+  if (kind === 'Namespace') {
+    out.items.push({ kind: 'UnreadableNamespace', name: namespaceNameOf(rec) });
+    report(failure, 'skipped: its pods are no peer of any policy until it can be read');
+  } else if (kind === 'Pod') {
+    report(failure, 'skipped: its node drops its traffic and it is no peer of any policy');
+  } else {
+    report(failure, 'skipped');
   }
 }
 
@@ -108,9 +140,7 @@ function convert(kind: string, obj: Record<string, unknown>, warn: (m: string) =
       return { kind: 'Pod', op: 'upsert', object: toPod(obj, warn) };
     case 'Namespace':
       return { kind: 'Namespace', op: 'upsert', object: toNamespace(obj) };
-    case 'Node':
-      return { kind: 'Node', op: 'upsert', object: toNode(obj, warn) };
     default:
-      return { kind: 'NetworkPolicy', op: 'upsert', object: toNetworkPolicy(obj) };
+      return { kind: 'Node', op: 'upsert', object: toNode(obj, warn) };
   }
 }

@@ -9,9 +9,11 @@ import { join } from 'node:path';
 import { ConfigError, ManifestParseError } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { Source, SourceBatch } from '../types.ts';
+import { byName, diffViews } from '../view.ts';
+import type { View } from '../view.ts';
+import { manifestRevision, mergeFiles } from './merge.ts';
+import type { ManifestItem } from './merge.ts';
 import { extractObjects, parseManifest } from './parse.ts';
-import { byName, diffViews, manifestRevision, mergeFiles } from './view.ts';
-import type { ModelUpsert, View } from './view.ts';
 
 export interface ManifestSourceOptions {
   readonly dir: string;
@@ -40,7 +42,7 @@ interface FileState {
   seen: string;
   /** Last text that parsed (what the file contributes), null if it never parsed. */
   good: string | null;
-  upserts: readonly ModelUpsert[];
+  items: readonly ManifestItem[];
 }
 
 export function createManifestSource(opts: ManifestSourceOptions): Source {
@@ -53,7 +55,10 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
   let view: View = new Map();
   let revision = manifestRevision([]);
   let reportedDuplicates = new Set<string>();
+  /** Why the directory could not be listed last time ('' once it could), said once per cause. */
   let dirError = '';
+  /** Names not read yet at the first pass, said once per set. */
+  let unreadAtStart = '';
   let watchError = '';
   const readErrors = new Map<string, string>();
   const emptyOnce = new Set<string>();
@@ -82,9 +87,11 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
         watcher = null;
       });
     } catch (err) {
-      // Retried on every poll; said once per distinct cause.
+      // Retried on every poll; said once per distinct cause, unless the directory itself cannot
+      // be read, which the next pass reports.
       const text = err instanceof Error ? err.message : String(err);
-      if (text !== watchError) log.warn({ err, dir }, `cannot watch ${dir}; polling every ${pollMs} ms`);
+      const code = (err as NodeJS.ErrnoException).code ?? '';
+      if (text !== watchError && !['ENOENT', 'ENOTDIR', 'EACCES'].includes(code)) log.warn({ err, dir }, `cannot watch ${dir}; polling every ${pollMs} ms`);
       watchError = text;
       watcher = null;
     }
@@ -126,19 +133,26 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
     let names: string[];
     try {
       names = (await readdir(dir)).filter(isManifestName).sort(byName);
+      if (dirError !== '') log.info({ dir }, `${dir} can be listed again`);
       dirError = '';
     } catch (err) {
-      // Keep what we have: a vanished directory is more likely a remount than an intent to
-      // delete every policy (which would open traffic).
       const text = err instanceof Error ? err.message : String(err);
-      if (text !== dirError) log.warn({ err, dir }, `cannot list ${dir}; keeping the last manifests read`);
+      if (text !== dirError) {
+        // Before the first full read there is nothing to enforce: an empty state would open
+        // traffic (and the first write would remove what an earlier run left in force).
+        // After it, a vanished directory is more likely a remount than an intent to delete
+        // every policy, so the last state stays.
+        if (!emitted) log.error({ err, dir }, `cannot list ${dir}: ${text}; enforcing nothing until it can be read (retrying every ${pollMs} ms)`);
+        else log.warn({ err, dir }, `cannot list ${dir}: ${text}; keeping the last manifests read`);
+      }
       dirError = text;
-      if (!emitted) emit([]);
       return;
     }
 
     let changed = false;
     let unstable = false;
+    /** Files with no content yet that could not be read in this pass. */
+    const unread: string[] = [];
     const present = new Set(names);
     for (const name of [...files.keys()]) {
       if (!present.has(name)) {
@@ -150,8 +164,9 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
       const r = await readIfChanged(name, explicit.has(name));
       if (r === 'gone') {
         changed = files.delete(name) || changed;
-      } else if (r === 'unstable') {
-        unstable = true;
+      } else if (r === 'unstable' || r === 'failed') {
+        if (r === 'unstable') unstable = true;
+        if (!files.has(name)) unread.push(name);
       } else if (r !== 'same') {
         changed = apply(name, r.sig, r.text) || changed;
       }
@@ -159,10 +174,17 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
     // A file changed while we read it: leave it as it was and look again once the writer
     // is done, rather than apply half a file.
     if (unstable) trigger();
+    // The first batch is the full state: every listed file read (parsed or not).
+    if (!emitted && unread.length > 0) {
+      const text = unread.join(', ');
+      if (text !== unreadAtStart) log.warn({ dir, files: unread }, `not every manifest in ${dir} could be read yet (${text}); enforcing nothing until they can`);
+      unreadAtStart = text;
+      return;
+    }
     if (!changed && emitted) return;
 
     const sorted = [...files.entries()].sort((a, b) => byName(a[0], b[0]));
-    const merged = mergeFiles(sorted.map(([name, f]) => ({ name, upserts: f.upserts })));
+    const merged = mergeFiles(sorted.map(([name, f]) => ({ name, items: f.items })));
     reportDuplicates(merged.duplicates);
     const events = diffViews(view, merged.view);
     view = merged.view;
@@ -176,7 +198,7 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
   async function readIfChanged(
     name: string,
     force: boolean,
-  ): Promise<'same' | 'gone' | 'unstable' | { sig: string; text: string }> {
+  ): Promise<'same' | 'gone' | 'unstable' | 'failed' | { sig: string; text: string }> {
     const path = join(dir, name);
     try {
       const sig = await signature(path);
@@ -196,9 +218,10 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'gone';
       const message = err instanceof Error ? err.message : String(err);
-      if (readErrors.get(name) !== message) log.warn({ err, file: path }, `cannot read ${path}; keeping its last content`);
+      const keep = files.has(name) ? 'keeping its last content' : 'it adds nothing until it can be read';
+      if (readErrors.get(name) !== message) log.warn({ err, file: path }, `cannot read ${path}: ${message}; ${keep}`);
       readErrors.set(name, message);
-      return 'same';
+      return 'failed';
     }
   }
 
@@ -217,15 +240,15 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
       if (!(err instanceof ManifestParseError)) throw err;
       const keep = prev?.good != null ? 'keeping its last good content' : 'ignoring it until it parses';
       log.warn({ err, file: path, line: err.line }, `${err.message} (${keep})`);
-      files.set(name, { sig, seen: text, good: prev?.good ?? null, upserts: prev?.upserts ?? [] });
+      files.set(name, { sig, seen: text, good: prev?.good ?? null, items: prev?.items ?? [] });
       return false;
     }
-    const { upserts, problems } = extractObjects(path, docs);
+    const { items, problems } = extractObjects(path, docs);
     for (const p of problems) {
       if (p.level === 'warn') log.warn({ err: p.error, file: path }, p.message);
       else log.debug({ file: path }, p.message);
     }
-    files.set(name, { sig, seen: text, good: text, upserts });
+    files.set(name, { sig, seen: text, good: text, items });
     return true;
   }
 
@@ -253,13 +276,15 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
   }
 
   return {
+    /** Resolves after the first attempt to read the directory. If it fails (missing, not
+     *  readable), nothing is delivered: the poll retries until a full read succeeds. */
     async start(cb: (batch: SourceBatch) => void): Promise<void> {
-      let isDir = false;
-      try {
-        isDir = (await stat(dir)).isDirectory();
-      } catch (err) {
-        throw new ConfigError([`manifest directory ${dir} cannot be read: ${(err as Error).message}`]);
-      }
+      // A path that exists but is no directory is a wrong flag; one that cannot be read may be
+      // a volume not mounted yet, so it is retried (and reported by the first pass).
+      const isDir = await stat(dir).then(
+        (s) => s.isDirectory(),
+        () => true,
+      );
       if (!isDir) throw new ConfigError([`manifest directory ${dir} is not a directory`]);
       onBatch = cb;
       // Watch before the first read so no change falls between the two.

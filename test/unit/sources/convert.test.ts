@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WeirError } from '../../../src/errors.ts';
-import { toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
+import { namespaceNameOf, readNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
+import { compilePolicy } from '../../../src/model/policy.ts';
 import type { Pod } from '../../../src/model/types.ts';
 
 const podDefaults: Omit<Pod, 'uid' | 'namespace' | 'name'> = {
@@ -114,10 +115,12 @@ test('conversion errors list every problem of the object at once', async (t) => 
     { name: 'pod with a string hostNetwork', convert: () => toPod({ metadata: { name: 'p' }, spec: { hostNetwork: 'yes' } }), expected: [/spec\.hostNetwork must be true or false/] },
     { name: 'namespace with an empty name', convert: () => toNamespace({ metadata: { name: '' } }), expected: [/^Namespace \(unnamed\): metadata\.name is empty/] },
     { name: 'node that is not a mapping', convert: () => toNode(['x']), expected: [/not a mapping/] },
+    { name: 'namespace with a label that is not a string', convert: () => toNamespace({ metadata: { name: 'n', labels: { tier: 1 } } }), expected: [/^Namespace n: metadata\.labels\.tier must be a string/] },
+    { name: 'node with annotations that are a list', convert: () => toNode({ metadata: { name: 'n', annotations: ['a'] } }), expected: [/^Node n: metadata\.annotations must be an object/] },
     {
-      name: 'policy with a bad generation',
-      convert: () => toNetworkPolicy({ metadata: { name: 'np', namespace: 'a', generation: 0 } }),
-      expected: [/^NetworkPolicy a\/np: metadata\.generation must be a positive integer/],
+      name: 'policy whose namespace cannot be read (the API server never sends one)',
+      convert: () => toNetworkPolicy({ metadata: { name: 'np', namespace: 7 } }),
+      expected: [/metadata\.namespace must be a string/],
     },
   ];
   for (const c of cases) {
@@ -162,4 +165,51 @@ test('toNetworkPolicy passes the spec through and defaults namespace, uid and ge
   assert.equal(np.spec, spec);
   const fromApi = toNetworkPolicy({ metadata: { name: 'np', namespace: 'a', uid: 'u-9', generation: 4 }, spec });
   assert.deepEqual([fromApi.uid, fromApi.generation, fromApi.namespace], ['u-9', 4, 'a']);
+});
+
+test('readNetworkPolicy keeps a policy with broken metadata, carrying the problems into its spec so the model rejects it', async (t) => {
+  const spec = { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Egress'], egress: [{}] };
+  const cases: { name: string; metadata: unknown; namespace: string; anyNamespace: boolean; problems: RegExp[]; named: boolean }[] = [
+    { name: 'a numeric label', metadata: { name: 'np', namespace: 'a', labels: { v: 2 } }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.labels\.v must be a string/], named: true },
+    { name: 'a bad generation', metadata: { name: 'np', namespace: 'a', generation: 0 }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.generation must be a positive integer$/], named: true },
+    { name: 'a numeric uid', metadata: { name: 'np', namespace: 'a', uid: 5 }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.uid must be a string$/], named: true },
+    { name: 'a name that is a list', metadata: { name: ['np'], namespace: 'a' }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.name must be a string$/], named: false },
+    { name: 'no metadata: the default namespace, no name', metadata: undefined, namespace: 'default', anyNamespace: false, problems: [/^metadata is missing$/], named: false },
+    { name: 'a namespace that is a mapping', metadata: { name: 'np', namespace: { a: 1 } }, namespace: '', anyNamespace: true, problems: [/^metadata\.namespace must be a string$/], named: false },
+    { name: 'metadata that is a string', metadata: 'np', namespace: '', anyNamespace: true, problems: [/^metadata must be an object$/], named: false },
+  ];
+  for (const c of cases) {
+    await t.test(c.name, () => {
+      const r = readNetworkPolicy({ metadata: c.metadata, spec }, '(stand-in)', ['apiVersion "v9" is not networking.k8s.io/v1']);
+      assert.equal(r.anyNamespace, c.anyNamespace);
+      assert.equal(r.policy.namespace, c.namespace);
+      assert.equal(r.policy.name, c.named ? 'np' : '(stand-in)');
+      assert.equal(r.problems[0], 'apiVersion "v9" is not networking.k8s.io/v1');
+      assert.equal(r.problems.length, 1 + c.problems.length, r.problems.join('; '));
+      c.problems.forEach((re, i) => assert.match(r.problems[i + 1], re));
+      // What the model makes of it: invalid, isolating what the spec selects in the directions
+      // it names, allowing nothing; every problem is in its errors.
+      const compiled = compilePolicy({ ...r.policy, namespace: c.namespace || 'a' });
+      assert.equal(compiled.errors.length, r.problems.length);
+      for (const p of r.problems) assert.ok(compiled.errors.some((e) => e.path.includes(p)), p);
+      assert.deepEqual([compiled.podSelector?.key, compiled.ingress, compiled.egress], ['app in (db)', null, []]);
+    });
+  }
+  await t.test('a sound policy passes through untouched', () => {
+    const r = readNetworkPolicy({ metadata: { name: 'np', namespace: 'a' }, spec }, '(stand-in)');
+    assert.deepEqual(r, { policy: { namespace: 'a', name: 'np', uid: 'a/np', generation: 1, spec }, anyNamespace: false, problems: [] });
+    assert.equal(r.policy.spec, spec);
+  });
+});
+
+test('toNetworkPolicy carries metadata problems like readNetworkPolicy when name and namespace are readable', () => {
+  const np = toNetworkPolicy({ metadata: { name: 'np', namespace: 'a', annotations: { n: 1 } }, spec: { podSelector: {} } });
+  assert.deepEqual([np.namespace, np.name], ['a', 'np']);
+  assert.deepEqual(compilePolicy(np).errors.map((e) => e.path), ['spec.(metadata.annotations.n must be a string (quote it in YAML))']);
+});
+
+test('namespaceNameOf reads the name of a Namespace that does not convert, if it can', () => {
+  assert.equal(namespaceNameOf({ metadata: { name: 'n', labels: { tier: 1 } } }), 'n');
+  assert.equal(namespaceNameOf({ metadata: { name: 3 } }), null);
+  assert.equal(namespaceNameOf('nonsense'), null);
 });

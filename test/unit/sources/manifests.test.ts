@@ -1,6 +1,6 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -9,6 +9,8 @@ import type { Logger } from '../../../src/log.ts';
 import { createManifestSource, manifestRevision } from '../../../src/sources/index.ts';
 import type { Source, SourceBatch } from '../../../src/sources/index.ts';
 import type { ModelEvent } from '../../../src/model/types.ts';
+import { isPeerEligible, isPoliced } from '../../../src/model/cluster.ts';
+import { compilePolicy } from '../../../src/model/policy.ts';
 
 interface LogLine {
   level: number;
@@ -289,15 +291,87 @@ test('after stop() no more batches arrive', async () => {
   assert.equal(h.batches.length, 1);
 });
 
-test('a missing directory is a configuration error', async () => {
-  const dir = join(await tmpDir(), 'does-not-exist');
-  const source = createManifestSource({ dir, log: captureLogger().log });
+test('a path that is not a directory is a configuration error', async () => {
+  const file = join(await tmpDir(), 'file.yaml');
+  await writeFile(file, nsYaml('one'));
+  const source = createManifestSource({ dir: file, log: captureLogger().log });
   await assert.rejects(source.start(() => {}), (err: unknown) => {
     assert.ok(err instanceof ConfigError);
     assert.equal(err.code, 'WEIR_CONFIG_INVALID');
-    assert.match(err.message, /does-not-exist/);
+    assert.match(err.message, /file\.yaml is not a directory/);
     return true;
   });
+});
+
+test('a directory missing at start delivers nothing until it can be read, then the full state', async () => {
+  const dir = join(await tmpDir(), 'later');
+  const { log, lines } = captureLogger();
+  const batches: SourceBatch[] = [];
+  const source = createManifestSource({ dir, log, pollMs: 50 });
+  await source.start((b) => batches.push(b));
+  try {
+    await sleep(300);
+    assert.equal(batches.length, 0, 'no batch, synced or not, before a real read');
+    const failures = lines.filter((l) => l.level >= WARN && l.msg.includes(dir));
+    assert.equal(failures.length, 1, 'said once, with the path');
+    assert.match(failures[0].msg, /no such file or directory/);
+
+    await mkdir(dir);
+    await writeFile(join(dir, 'a.yaml'), `${nsYaml('one')}---\n${podYaml('web', { app: 'web' }, 'one')}`);
+    await until(() => batches.length > 0, 5000, 'no batch once the directory exists');
+    assert.equal(batches[0].synced, true);
+    assert.deepEqual(summary(batches[0].events), ['upsert Namespace one', 'upsert Pod one/web']);
+    assert.equal(batches[0].revision, manifestRevision([{ name: 'a.yaml', content: await readFile(join(dir, 'a.yaml'), 'utf8') }]));
+  } finally {
+    await source.stop();
+  }
+});
+
+test('a manifest that cannot be read at the first pass holds the first batch until it can', async () => {
+  const dir = await tmpDir();
+  await writeFile(join(dir, 'a.yaml'), nsYaml('one'));
+  // A symlink to itself: listed, but every stat or read fails with ELOOP.
+  await symlink('b.yaml', join(dir, 'b.yaml'));
+  const { log, lines } = captureLogger();
+  const batches: SourceBatch[] = [];
+  const source = createManifestSource({ dir, log, pollMs: 50 });
+  await source.start((b) => batches.push(b));
+  try {
+    await sleep(300);
+    assert.equal(batches.length, 0, 'no batch without b.yaml');
+    assert.ok(lines.some((l) => l.level >= WARN && l.msg.includes(join(dir, 'b.yaml'))), 'the unreadable file is named');
+
+    await unlink(join(dir, 'b.yaml'));
+    await writeFile(join(dir, 'b.yaml'), nsYaml('two'));
+    await until(() => batches.length > 0, 5000, 'no batch once b.yaml reads');
+    assert.deepEqual(summary(batches[0].events), ['upsert Namespace one', 'upsert Namespace two']);
+  } finally {
+    await source.stop();
+  }
+});
+
+test('after the first batch, a directory that cannot be listed keeps the last state', async () => {
+  const parent = await tmpDir();
+  const dir = join(parent, 'm');
+  await mkdir(dir);
+  await writeFile(join(dir, 'a.yaml'), nsYaml('one'));
+  const { log, lines } = captureLogger();
+  const batches: SourceBatch[] = [];
+  const source = createManifestSource({ dir, log, pollMs: 50, watch: false });
+  await source.start((b) => batches.push(b));
+  try {
+    assert.equal(batches.length, 1);
+    await rename(dir, join(parent, 'gone'));
+    await until(() => lines.some((l) => l.level >= WARN && l.msg.includes(dir)), 5000, 'no warning for the vanished directory');
+    await sleep(150);
+    assert.equal(batches.length, 1, 'nothing deleted');
+    await rename(join(parent, 'gone'), dir);
+    await writeFile(join(dir, 'b.yaml'), nsYaml('two'));
+    await until(() => batches.length > 1, 5000, 'no batch once the directory is back');
+    assert.deepEqual(summary(batches[1].events), ['upsert Namespace two']);
+  } finally {
+    await source.stop();
+  }
 });
 
 test('with fs.watch off, the poll alone delivers changes, deletes and new files', async () => {
@@ -316,5 +390,51 @@ test('with fs.watch off, the poll alone delivers changes, deletes and new files'
     assert.deepEqual(summary(batches.slice(2).flatMap((b) => b.events)), ['delete Namespace two', 'upsert Namespace three']);
   } finally {
     await source.stop();
+  }
+});
+
+test('a policy whose namespace cannot be read stands, invalid, in every namespace Weir knows of', async () => {
+  const h = await harness({
+    'a.yaml': `${nsYaml('one')}---\n${nsYaml('two')}---\n${podYaml('p', {}, 'three')}`,
+    'b.yaml': `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: [one]}
+spec: {podSelector: {matchLabels: {app: db}}, ingress: [{}]}
+`,
+  });
+  try {
+    const policies = h.batches[0].events.flatMap((e) => (e.kind === 'NetworkPolicy' && e.op === 'upsert' ? [compilePolicy(e.object)] : []));
+    assert.deepEqual(policies.map((p) => p.namespace).sort(), ['one', 'three', 'two']);
+    for (const p of policies) {
+      assert.ok(p.errors.length > 0, `${p.key} is invalid`);
+      assert.deepEqual([p.podSelector?.key, p.ingress, p.egress], ['app in (db)', [], null], p.key);
+    }
+    assert.ok(h.warnings().some((m) => m.includes(join(h.dir, 'b.yaml')) && /metadata\.namespace/.test(m)), h.warnings().join('\n'));
+
+    // A namespace that appears later gets its copy too.
+    await writeFile(join(h.dir, 'c.yaml'), nsYaml('four'));
+    const b = await h.nextBatch(1);
+    assert.deepEqual(summary(b.events).filter((e) => e.includes('NetworkPolicy')).map((e) => e.split(' ')[2].split('/')[0]), ['four']);
+  } finally {
+    await h.source.stop();
+  }
+});
+
+test('the pods of a namespace whose labels cannot be read are still policed but no peer of any policy', async () => {
+  const broken = `apiVersion: v1\nkind: Namespace\nmetadata:\n  name: one\n  labels: {tier: 1}\n`;
+  const h = await harness({ 'a.yaml': `${broken}---\n${podYaml('p', { app: 'web' }, 'one')}---\n${podYaml('q', { app: 'web' }, 'two')}` });
+  const podsOf = (events: readonly ModelEvent[]) => new Map(events.flatMap((e) => (e.kind === 'Pod' && e.op === 'upsert' ? [[e.object.uid, e.object] as const] : [])));
+  try {
+    const pods = podsOf(h.batches[0].events);
+    assert.ok(isPoliced(pods.get('one/p')!) && !isPeerEligible(pods.get('one/p')!), 'one/p: policed, no peer');
+    assert.ok(isPoliced(pods.get('two/q')!) && isPeerEligible(pods.get('two/q')!), 'two/q is unaffected');
+    assert.ok(h.warnings().some((m) => m.includes(join(h.dir, 'a.yaml')) && /metadata\.labels\.tier/.test(m)), h.warnings().join('\n'));
+
+    // Fixed: the pod is a peer again.
+    await writeFile(join(h.dir, 'a.yaml'), `${nsYaml('one')}---\n${podYaml('p', { app: 'web' }, 'one')}---\n${podYaml('q', { app: 'web' }, 'two')}`);
+    const b = await h.nextBatch(1);
+    assert.ok(isPeerEligible(podsOf(b.events).get('one/p')!), 'one/p is a peer again');
+  } finally {
+    await h.source.stop();
   }
 });

@@ -2,9 +2,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ManifestObjectError, ManifestParseError } from '../../../src/errors.ts';
 import { extractObjects, parseManifest } from '../../../src/sources/manifests/parse.ts';
-import { objectRef } from '../../../src/sources/manifests/view.ts';
+import { objectRef } from '../../../src/sources/view.ts';
+import type { ModelUpsert } from '../../../src/sources/view.ts';
+import { compilePolicy } from '../../../src/model/policy.ts';
+import type { CompiledPolicy } from '../../../src/model/types.ts';
 
 const load = (file: string, text: string) => extractObjects(file, parseManifest(file, text));
+/** The model objects a file yields, in file order. */
+const upserts = (r: ReturnType<typeof load>): ModelUpsert[] => r.items.flatMap((i) => ('op' in i ? [i] : []));
 
 test('recognised objects are read from YAML, JSON and List kinds, in file order', async (t) => {
   const cases: { name: string; file: string; text: string; expected: string[] }[] = [
@@ -55,30 +60,30 @@ items:
   for (const c of cases) {
     await t.test(c.name, () => {
       const r = load(c.file, c.text);
-      assert.deepEqual(r.upserts.map(objectRef), c.expected);
+      assert.deepEqual(upserts(r).map(objectRef), c.expected);
       assert.deepEqual(r.problems.filter((p) => p.level === 'warn'), []);
     });
   }
 });
 
-test('other kinds and other API groups are ignored at debug level', () => {
+test('kinds Weir does not read are ignored at debug level', () => {
   const r = load(
     'x.yaml',
     `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: d}
 ---
-apiVersion: crd.projectcalico.org/v1
-kind: NetworkPolicy
-metadata: {name: calico}
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: cilium}
 `,
   );
-  assert.deepEqual(r.upserts, []);
+  assert.deepEqual(r.items, []);
   assert.deepEqual(r.problems.map((p) => p.level), ['debug', 'debug']);
-  assert.match(r.problems[1].message, /crd\.projectcalico\.org\/v1 NetworkPolicy is not used by Weir/);
+  assert.match(r.problems[1].message, /cilium\.io\/v2 CiliumNetworkPolicy is not used by Weir/);
 });
 
-test('an unusable object is reported with file and position and skipped; its siblings stay', () => {
+test('an unusable object is reported with file and position and fails closed; its siblings stay', () => {
   const r = load(
     '/m/bad.yaml',
     `apiVersion: v1
@@ -92,18 +97,25 @@ metadata: {labels: {a: b}}
 kind: Namespace
 metadata: {name: noversion}
 ---
+apiVersion: v2
+kind: Node
+metadata: {name: n1}
+---
 - just a list
 `,
   );
-  assert.deepEqual(r.upserts.map(objectRef), ['Pod default/good']);
+  assert.deepEqual(upserts(r).map(objectRef), ['Pod default/good']);
+  // The Namespace stays as unreadable: its pods are then no peer of any policy (merge.ts).
+  assert.deepEqual(r.items.filter((i) => !('op' in i)), [{ kind: 'UnreadableNamespace', name: 'noversion' }]);
   const warns = r.problems.filter((p) => p.level === 'warn');
-  assert.equal(warns.length, 3);
+  assert.equal(warns.length, 4);
   assert.ok(warns[0].error instanceof ManifestObjectError);
   assert.equal(warns[0].error.file, '/m/bad.yaml');
   assert.equal(warns[0].error.objectRef, 'document 2');
-  assert.match(warns[0].message, /^\/m\/bad\.yaml: document 2: Pod \(unnamed\): metadata\.name is missing; skipped$/);
-  assert.match(warns[1].message, /document 3: Namespace has no apiVersion \(expected v1\)/);
-  assert.match(warns[2].message, /document 4 is not a Kubernetes object/);
+  assert.match(warns[0].message, /^\/m\/bad\.yaml: document 2: Pod \(unnamed\): metadata\.name is missing; skipped: its node drops its traffic/);
+  assert.match(warns[1].message, /document 3: Namespace: apiVersion is missing \(expected v1\); skipped: its pods are no peer of any policy/);
+  assert.match(warns[2].message, /document 4: Node: apiVersion "v2" is not v1; skipped$/);
+  assert.match(warns[3].message, /document 5 is not a Kubernetes object/);
 });
 
 test('conversion warnings name the file and document', () => {
@@ -112,7 +124,7 @@ kind: Pod
 metadata: {name: p}
 status: {podIP: not-an-ip}
 `);
-  assert.equal(r.upserts.length, 1);
+  assert.equal(upserts(r).length, 1);
   assert.deepEqual(r.problems.map((p) => p.message), ['/m/ips.yaml: document 1: Pod default/p: status.podIP "not-an-ip" is not an IP address; ignored']);
 });
 
@@ -136,6 +148,61 @@ test('parse errors name the 1-based line', async (t) => {
           return true;
         },
       );
+    });
+  }
+});
+
+/** What the model makes of the NetworkPolicies a file yields. */
+function compiledPolicies(r: ReturnType<typeof load>): CompiledPolicy[] {
+  return upserts(r).flatMap((u) => (u.kind === 'NetworkPolicy' ? [compilePolicy(u.object)] : []));
+}
+
+// Selects app=db and isolates both directions; valid, it would allow everything both ways.
+const OPEN_SPEC = `spec:
+  podSelector: {matchLabels: {app: db}}
+  policyTypes: [Ingress, Egress]
+  ingress: [{}]
+  egress: [{}]
+`;
+
+/** The policy reached the model invalid, isolating what it selects both ways and allowing nothing. */
+function assertFailsClosed(r: ReturnType<typeof load>, namespace: string): void {
+  const policies = compiledPolicies(r);
+  assert.equal(policies.length, 1, 'one policy reaches the model');
+  const [p] = policies;
+  assert.equal(p.namespace, namespace);
+  assert.ok(p.errors.length > 0, 'it is invalid');
+  assert.equal(p.podSelector?.key, compilePolicy({ namespace, name: 'p', uid: 'u', generation: 1, spec: { podSelector: { matchLabels: { app: 'db' } } } }).podSelector?.key);
+  assert.deepEqual([p.ingress, p.egress], [[], []], 'isolated both ways, nothing allowed');
+}
+
+test('a NetworkPolicy whose metadata cannot be read still isolates what it selects, allows nothing, and is warned about with file and field', async (t) => {
+  const cases: { name: string; metadata: string; field: RegExp }[] = [
+    { name: 'a label value written as an unquoted number', metadata: 'metadata:\n  name: p\n  namespace: x\n  labels: {version: 2}\n', field: /metadata\.labels\.version must be a string/ },
+    { name: 'labels written as a list', metadata: 'metadata: {name: p, namespace: x, labels: [a]}\n', field: /metadata\.labels must be an object/ },
+    { name: 'an annotation that is a list', metadata: 'metadata: {name: p, namespace: x, annotations: {note: [a]}}\n', field: /metadata\.annotations\.note must be a string/ },
+    { name: 'a generation of 0', metadata: 'metadata: {name: p, namespace: x, generation: 0}\n', field: /metadata\.generation must be a positive integer/ },
+    { name: 'a name written as a number', metadata: 'metadata: {name: 12, namespace: x}\n', field: /metadata\.name must be a string/ },
+    { name: 'no name', metadata: 'metadata: {namespace: x}\n', field: /metadata\.name is missing/ },
+  ];
+  for (const c of cases) {
+    await t.test(c.name, () => {
+      const r = load('/m/p.yaml', `apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n${c.metadata}${OPEN_SPEC}`);
+      assertFailsClosed(r, 'x');
+      const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
+      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: ') && c.field.test(m)), warns.join('\n'));
+    });
+  }
+});
+
+test('a NetworkPolicy of another apiVersion still isolates what it selects, allows nothing, and is warned about', async (t) => {
+  for (const apiVersion of ['networking.k8s.io/v2', 'networking.k8s.io/v1beta1', 'extensions/v1beta1', 'crd.projectcalico.org/v1', null]) {
+    await t.test(String(apiVersion), () => {
+      const head = apiVersion === null ? '' : `apiVersion: ${apiVersion}\n`;
+      const r = load('/m/p.yaml', `${head}kind: NetworkPolicy\nmetadata: {name: p, namespace: x}\n${OPEN_SPEC}`);
+      assertFailsClosed(r, 'x');
+      const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
+      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: ') && /apiVersion/.test(m)), warns.join('\n'));
     });
   }
 });

@@ -1,11 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { canonicalJson, diffViews, manifestRevision, mergeFiles } from '../../../src/sources/manifests/view.ts';
-import type { ModelUpsert } from '../../../src/sources/manifests/view.ts';
-import type { ModelEvent, Pod } from '../../../src/model/types.ts';
+import { manifestRevision, mergeFiles } from '../../../src/sources/manifests/merge.ts';
+import { canonicalJson, diffViews } from '../../../src/sources/view.ts';
+import type { ModelUpsert } from '../../../src/sources/view.ts';
+import { isPeerEligible, isPoliced } from '../../../src/model/cluster.ts';
+import type { ModelEvent, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
 
-function pod(name: string, labels: Record<string, string> = {}, namespace = 'default'): ModelUpsert {
+function pod(name: string, labels: Record<string, string> = {}, namespace = 'default', phase = 'Running'): ModelUpsert {
   const object: Pod = {
     uid: `${namespace}/${name}`,
     namespace,
@@ -13,7 +15,7 @@ function pod(name: string, labels: Record<string, string> = {}, namespace = 'def
     labels,
     nodeName: 'n1',
     hostNetwork: false,
-    phase: 'Running',
+    phase,
     terminating: false,
     ips: ['10.0.0.1'],
     ports: [],
@@ -30,8 +32,8 @@ const policy = (namespace: string, name: string, spec: unknown): ModelUpsert => 
 
 test('mergeFiles: for a key defined twice the file that sorts last wins, and both files are named', () => {
   const { view, duplicates } = mergeFiles([
-    { name: 'b.yaml', upserts: [pod('web', { v: 'b' })] },
-    { name: 'a.yaml', upserts: [pod('web', { v: 'a' }), ns('x')] },
+    { name: 'b.yaml', items: [pod('web', { v: 'b' })] },
+    { name: 'a.yaml', items: [pod('web', { v: 'a' }), ns('x')] },
   ]);
   assert.deepEqual(view.get('Pod/default/web')?.upsert, pod('web', { v: 'b' }));
   assert.equal(view.get('Pod/default/web')?.file, 'b.yaml');
@@ -40,13 +42,58 @@ test('mergeFiles: for a key defined twice the file that sorts last wins, and bot
 });
 
 test('mergeFiles: within one file the later document wins', () => {
-  const { view, duplicates } = mergeFiles([{ name: 'a.yaml', upserts: [ns('x', { v: '1' }), ns('x', { v: '2' })] }]);
+  const { view, duplicates } = mergeFiles([{ name: 'a.yaml', items: [ns('x', { v: '1' }), ns('x', { v: '2' })] }]);
   assert.deepEqual(view.get('Namespace/x')?.upsert, ns('x', { v: '2' }));
   assert.deepEqual(duplicates.map((d) => [d.loser, d.winner]), [['a.yaml', 'a.yaml']]);
 });
 
+const podIn = (view: ReturnType<typeof mergeFiles>['view'], uid: string): Pod => {
+  const e = view.get(`Pod/${uid}`)?.upsert;
+  assert.ok(e?.kind === 'Pod', `no pod ${uid}`);
+  return e.object;
+};
+
+test('mergeFiles: the pods of a namespace whose Namespace cannot be read stay policed but are no peer', () => {
+  const { view } = mergeFiles([
+    { name: 'a.yaml', items: [ns('x', { team: 'a' }), ns('y'), pod('p', {}, 'x'), pod('q', {}, 'y'), pod('done', {}, 'x', 'Succeeded')] },
+    // A later file's unreadable definition of x wins over the readable one.
+    { name: 'b.yaml', items: [{ kind: 'UnreadableNamespace', name: 'x' }] },
+  ]);
+  assert.equal(view.has('Namespace/x'), false, 'no labels are made up for x');
+  assert.ok(isPoliced(podIn(view, 'x/p')) && !isPeerEligible(podIn(view, 'x/p')));
+  assert.ok(isPeerEligible(podIn(view, 'y/q')));
+  assert.equal(podIn(view, 'x/done').phase, 'Succeeded');
+
+  // Without the unreadable definition, x and its pods are back as they were.
+  const fixed = mergeFiles([{ name: 'a.yaml', items: [ns('x', { team: 'a' }), pod('p', {}, 'x')] }]).view;
+  assert.ok(fixed.has('Namespace/x') && isPeerEligible(podIn(fixed, 'x/p')));
+});
+
+test('mergeFiles: a Namespace whose name cannot be read makes every pod of a namespace without a readable Namespace no peer', () => {
+  const { view } = mergeFiles([{ name: 'a.yaml', items: [ns('x'), pod('p', {}, 'x'), pod('q', {}, 'y'), { kind: 'UnreadableNamespace', name: null }] }]);
+  assert.ok(isPeerEligible(podIn(view, 'x/p')), 'x is known');
+  assert.ok(isPoliced(podIn(view, 'y/q')) && !isPeerEligible(podIn(view, 'y/q')), 'y may be the unreadable one');
+});
+
+test('mergeFiles: a policy whose namespace cannot be read stands in every namespace of the view', () => {
+  const broken: RawNetworkPolicy = { namespace: '', name: '(unreadable)', uid: '/(unreadable)', generation: 1, spec: { podSelector: {} } };
+  const { view, duplicates } = mergeFiles([
+    { name: 'a.yaml', items: [ns('x'), pod('p', {}, 'y'), policy('z', 'valid', {})] },
+    { name: 'b.yaml', items: [{ kind: 'AnyNamespacePolicy', policy: broken }] },
+  ]);
+  const copies = [...view.values()].flatMap((e) => (e.upsert.kind === 'NetworkPolicy' && e.upsert.object.name === '(unreadable)' ? [e.upsert.object] : []));
+  assert.deepEqual(
+    copies.map((o) => [o.namespace, o.uid, o.spec]),
+    [
+      ['x', 'x/(unreadable)', { podSelector: {} }],
+      ['y', 'y/(unreadable)', { podSelector: {} }],
+    ],
+  );
+  assert.deepEqual(duplicates, []);
+});
+
 test('diffViews emits exactly the changes between two views', async (t) => {
-  const view = (...u: ModelUpsert[]) => mergeFiles([{ name: 'f', upserts: u }]).view;
+  const view = (...u: ModelUpsert[]) => mergeFiles([{ name: 'f', items: u }]).view;
   const cases: { name: string; prev: ModelUpsert[]; next: ModelUpsert[]; expected: ModelEvent[] }[] = [
     { name: 'unchanged: nothing', prev: [pod('a'), ns('x')], next: [pod('a'), ns('x')], expected: [] },
     { name: 'a label change: one upsert', prev: [pod('a'), pod('b')], next: [pod('a', { l: '1' }), pod('b')], expected: [pod('a', { l: '1' })] },

@@ -1,34 +1,21 @@
-// The merged view of a manifest directory and the exact events between two views.
-// Kept apart from file I/O so merging, duplicate handling and diffing are tested directly.
+// A source's view of the world (model objects by key) and the exact events between two views.
+// Shared by the manifest and kube sources, so both emit the same events in the same order.
 
-import { createHash } from 'node:crypto';
-import type { ModelEvent, ObjectKind } from '../../model/types.ts';
+import type { ModelEvent, ObjectKind } from '../model/types.ts';
 
-export type ModelUpsert = Extract<ModelEvent, { op: 'upsert' }>;
+/** An upsert of one of the kinds a source reads from the cluster or a manifest. */
+export type ModelUpsert = Extract<ModelEvent, { op: 'upsert'; kind: ObjectKind }>;
 
 export interface ViewEntry {
   readonly key: string;
   readonly upsert: ModelUpsert;
   /** Canonical JSON of the model object: equal text means no event. */
   readonly canonical: string;
+  /** Where the object came from: a manifest file name, or an API collection path. */
   readonly file: string;
 }
 
 export type View = ReadonlyMap<string, ViewEntry>;
-
-/** Two definitions of one object: `winner` is the one kept (the later file, or the later
- *  document when both are in the same file). */
-export interface Duplicate {
-  readonly key: string;
-  readonly ref: string;
-  readonly loser: string;
-  readonly winner: string;
-}
-
-export interface ManifestFileObjects {
-  readonly name: string;
-  readonly upserts: readonly ModelUpsert[];
-}
 
 // Deletes run from dependents to dependencies, upserts the other way round, so a consumer
 // never sees a pod before its namespace exists within one batch.
@@ -60,6 +47,11 @@ export function objectRef(u: ModelUpsert): string {
   }
 }
 
+/** A view entry for one upsert. */
+export function viewEntry(upsert: ModelUpsert, file: string): ViewEntry {
+  return { key: objectKey(upsert), upsert, canonical: canonicalJson(upsert.object), file };
+}
+
 /** JSON with object keys sorted, so key order in a file never produces an event. */
 export function canonicalJson(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) => {
@@ -71,24 +63,9 @@ export function canonicalJson(value: unknown): string {
   });
 }
 
-/** Code-unit order, independent of locale, so every agent sorts files alike. */
+/** Code-unit order, independent of locale, so every agent sorts alike. */
 export function byName(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** Merges the objects of every file; for a key defined twice, the file that sorts last wins. */
-export function mergeFiles(files: readonly ManifestFileObjects[]): { view: View; duplicates: Duplicate[] } {
-  const view = new Map<string, ViewEntry>();
-  const duplicates: Duplicate[] = [];
-  for (const f of [...files].sort((a, b) => byName(a.name, b.name))) {
-    for (const upsert of f.upserts) {
-      const key = objectKey(upsert);
-      const prev = view.get(key);
-      if (prev !== undefined) duplicates.push({ key, ref: objectRef(upsert), loser: prev.file, winner: f.name });
-      view.set(key, { key, upsert, canonical: canonicalJson(upsert.object), file: f.name });
-    }
-  }
-  return { view, duplicates };
 }
 
 /** The events that turn `prev` into `next`: nothing for an object whose model form is unchanged. */
@@ -114,11 +91,4 @@ function deleteEvent(u: ModelUpsert): ModelEvent {
     case 'NetworkPolicy':
       return { kind: 'NetworkPolicy', op: 'delete', namespace: u.object.namespace, name: u.object.name };
   }
-}
-
-/** sha256 (hex) over the sorted (file name, content) pairs. The source passes each file's last
- *  content that parsed, so two agents reading the same directory report the same revision. */
-export function manifestRevision(files: readonly { readonly name: string; readonly content: string }[]): string {
-  const pairs = [...files].sort((a, b) => byName(a.name, b.name)).map((f) => [f.name, f.content]);
-  return createHash('sha256').update(JSON.stringify(pairs)).digest('hex');
 }
