@@ -1,10 +1,16 @@
-// Writes NetworkPolicyStatus objects from one agent at a time (the Lease holder). Each pass
-// lists every NodePolicyStatus and NetworkPolicyStatus (a periodic list, every minIntervalMs
-// while holding the lease), computes each policy's status from the agent's latest input, and
-// applies only what differs from what the API server holds. Orphans (their NetworkPolicy is
-// gone) are deleted explicitly rather than left to the garbage collector.
+// Writes NetworkPolicyStatus objects from one agent at a time (the Lease holder). While holding,
+// it lists every NodePolicyStatus and NetworkPolicyStatus once and then watches them (the shared
+// reflector: relist on 410 Gone, backoff on errors), so a pass costs no request to read. A pass
+// runs when the input or a node's digests change: it computes each policy's status from the
+// agent's latest input and the nodes' digests (./realization.ts), and applies only what differs
+// from what the API server holds. Orphans (their NetworkPolicy is gone) are deleted explicitly
+// rather than left to the garbage collector.
 
 import type { KubeConfig } from '@kubernetes/client-node';
+import { APPLY_PATCH, createKubeClient, isStatus } from '../kube/client.ts';
+import type { KubeClient, RequestRecord } from '../kube/client.ts';
+import { createReflector, isRecord, rawRefOf } from '../kube/reflector.ts';
+import type { Codec, ListWatchTimings } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';
 import {
   AGGREGATOR_FIELD_MANAGER,
@@ -20,13 +26,14 @@ import { systemClock } from './clock.ts';
 import type { Clock } from './clock.ts';
 import { createLeaseElector } from './elector.ts';
 import { createFailureLog } from './failures.ts';
-import { APPLY_PATCH, createKubeClient, isStatus } from '../kube/client.ts';
-import type { RequestRecord } from '../kube/client.ts';
+import { nodeDigestOf } from './node-status.ts';
 import { createPacer } from './pacer.ts';
 import type { PassResult } from './pacer.ts';
-import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
-import { buildPolicyStatus, parsePolicyStatus, policyStatusKey, realizationsFromList, realize } from './policy-status.ts';
+import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
+import { buildPolicyStatus, parsePolicyStatus, policyStatusKey } from './policy-status.ts';
 import type { PolicyStatus, PolicyStatusInput } from './policy-status.ts';
+import { createRealizationTracker, encodeDigest } from './realization.ts';
+import type { NodeDigest, RealizationTracker } from './realization.ts';
 
 export interface PolicyStatusAggregatorOptions {
   readonly kubeConfig: KubeConfig;
@@ -37,13 +44,15 @@ export interface PolicyStatusAggregatorOptions {
   readonly leaseNamespace?: string;
   readonly leaseName?: string;
   readonly leaseDurationSeconds?: number;
-  /** Passes (two lists, then the writes) run at most this often, and this often while holding. */
+  /** Passes run at most this often. */
   readonly minIntervalMs?: number;
+  /** Backoff of failed passes and failed lists/watches. */
   readonly retryMinMs?: number;
   readonly retryMaxMs?: number;
   readonly onWrite?: (result: PassResult) => void;
   /** Sees every request the writer sends (e.g. to count them). */
   readonly onRequest?: (r: RequestRecord) => void;
+  readonly watchTimings?: Partial<ListWatchTimings>;
 }
 
 export interface PolicyStatusAggregatorInput {
@@ -68,7 +77,18 @@ export const DEFAULT_LEASE_NAME = 'weir-policy-status';
 export const DEFAULT_LEASE_DURATION_SECONDS = 15;
 export const DEFAULT_AGGREGATOR_MIN_INTERVAL_MS = 2_000;
 
-const GRANT = 'list nodepolicystatuses.weir.dev; list, create, patch, delete networkpolicystatuses.weir.dev; patch networkpolicystatuses/status';
+/** The watches of the holder. The relist is a rare safety net (the watch delivers every change;
+ *  410 relists at once): at 1,000 nodes a relist reads every NodePolicyStatus. */
+export const DEFAULT_AGGREGATOR_WATCH_TIMINGS: ListWatchTimings = {
+  watchTimeoutSeconds: [300, 600],
+  watchdogMs: 180_000,
+  relistMs: [1_800_000, 3_600_000],
+  healthyWatchMs: 30_000,
+  listTimeoutMs: 60_000,
+  pageSize: 500,
+};
+
+const GRANT = 'list, watch nodepolicystatuses.weir.dev; list, watch, create, patch, delete networkpolicystatuses.weir.dev; patch networkpolicystatuses/status';
 const LEASE_GRANT = 'get, create, update on leases.coordination.k8s.io in the lease namespace';
 
 interface Stored {
@@ -77,15 +97,37 @@ interface Stored {
   readonly status: PolicyStatus | null;
 }
 
+/** One node's NodePolicyStatus as the aggregator needs it. */
+interface NodeEntry {
+  readonly uid: string;
+  readonly digest: NodeDigest | null;
+}
+
+/** The holder's watches and what they hold; dropped when the Lease is lost. */
+interface Watching {
+  readonly abort: AbortController;
+  readonly loops: Promise<void>[];
+  readonly nodes: Map<string, NodeEntry>;
+  readonly stored: Map<string, Stored>;
+  /** What our writes in flight will make each object hold (contentKey, or DELETED), until the
+   *  watch brings it back: those events are our own and ask for no pass. */
+  readonly expecting: Map<string, Set<string>>;
+  readonly listed: Set<string>;
+  readonly tracker: RealizationTracker;
+}
+
 export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): PolicyStatusAggregator {
   const clock = o.clock ?? systemClock;
   const log = o.log.child({ component: 'status', aggregator: o.identity });
-  const client = createKubeClient(o.kubeConfig, o.onRequest ? { onRequest: o.onRequest } : {});
+  const client: KubeClient = createKubeClient(o.kubeConfig, o.onRequest ? { onRequest: o.onRequest } : {});
   const failures = createFailureLog(log, 'policy status', GRANT);
   const abort = new AbortController();
   const signal = abort.signal;
   const q = applyQuery(AGGREGATOR_FIELD_MANAGER);
+  const retry = { retryMinMs: o.retryMinMs ?? DEFAULT_RETRY_MIN_MS, retryMaxMs: o.retryMaxMs ?? DEFAULT_RETRY_MAX_MS };
+  const timings: ListWatchTimings = { ...DEFAULT_AGGREGATOR_WATCH_TIMINGS, ...o.watchTimings };
   let latest: PolicyStatusAggregatorInput | null = null;
+  let watching: Watching | null = null;
 
   const elector = createLeaseElector({
     client,
@@ -97,15 +139,94 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     name: o.leaseName ?? DEFAULT_LEASE_NAME,
     durationSeconds: o.leaseDurationSeconds ?? DEFAULT_LEASE_DURATION_SECONDS,
     onChange: (holder) => {
-      if (holder) pacer.poke();
+      if (holder) startWatching();
+      else stopWatching();
     },
   });
 
+  /** Waits on the injected clock, so that tests drive the watch backoff too. */
+  const delay = (ms: number, s: AbortSignal): Promise<void> =>
+    new Promise((resolve) => {
+      if (s.aborted) return resolve();
+      const t = clock.setTimeout(() => {
+        s.removeEventListener('abort', done);
+        resolve();
+      }, ms);
+      const done = (): void => {
+        clock.clearTimeout(t);
+        resolve();
+      };
+      s.addEventListener('abort', done, { once: true });
+    });
+
+  function startWatching(): void {
+    if (watching !== null || signal.aborted) return;
+    const w: Watching = {
+      abort: new AbortController(),
+      loops: [],
+      nodes: new Map(),
+      stored: new Map(),
+      expecting: new Map(),
+      listed: new Set(),
+      tracker: createRealizationTracker(),
+    };
+    watching = w;
+    const deps = {
+      client,
+      log,
+      timings,
+      backoff: (attempt: number) => backoffMs(attempt, retry),
+      delay,
+      random: Math.random,
+      now: () => performance.now(),
+      onWatchEvent: () => {},
+    };
+    const listed = (kind: string) => () => {
+      w.listed.add(kind);
+      poke();
+    };
+    const nodeReflector = createReflector({ kind: 'NodePolicyStatus', path: nodeStatusListPath() }, nodeCodec, deps, {
+      change(node, entry) {
+        const old = w.nodes.get(node);
+        // Deleted or re-created: what it proved no longer stands.
+        if (old !== undefined && (entry === undefined || entry.uid !== old.uid)) w.tracker.forgetNode(node);
+        if (entry === undefined) w.nodes.delete(node);
+        else w.nodes.set(node, entry);
+        poke();
+      },
+      listed: listed('NodePolicyStatus'),
+    });
+    const policyReflector = createReflector({ kind: 'NetworkPolicyStatus', path: policyStatusListPath() }, storedCodec, deps, {
+      change(key, entry) {
+        const own = w.expecting.get(key)?.delete(entry === undefined ? DELETED : contentKey(entry)) ?? false;
+        if (entry === undefined) w.stored.delete(key);
+        else w.stored.set(key, entry);
+        // Somebody else changed or deleted a status (kubectl edit, a stale holder): put it right.
+        if (!own) poke();
+      },
+      listed: listed('NetworkPolicyStatus'),
+    });
+    w.loops.push(nodeReflector.run(w.abort.signal), policyReflector.run(w.abort.signal));
+  }
+
+  /** Asks for a pass once there is something to compute it from: an input, and both kinds
+   *  listed since this agent became the holder. */
+  function poke(): void {
+    if (latest !== null && watching !== null && watching.listed.size === 2) pacer.poke();
+  }
+
+  function stopWatching(): void {
+    watching?.abort.abort();
+    watching = null;
+  }
+
   async function pass(): Promise<'ok' | 'skipped'> {
     const input = latest;
-    if (input === null || !elector.isHolder()) return 'skipped';
-    const nodes = realizationsFromList(await client.send({ method: 'GET', path: nodeStatusListPath(), signal }));
-    const stored = readStored(await client.send({ method: 'GET', path: policyStatusListPath(), signal }));
+    const w = watching;
+    if (input === null || w === null || !elector.isHolder() || w.listed.size < 2) return 'skipped';
+    const digests = new Map<string, NodeDigest>();
+    for (const [node, e] of w.nodes) if (e.digest !== null) digests.set(node, e.digest);
+    const realizations = w.tracker.update(input.policies, digests);
     let writes = 0;
     const seen = new Set<string>();
     for (const p of [...input.policies].sort((a, b) => cmp(key(a.namespace, a.name), key(b.namespace, b.name)))) {
@@ -114,14 +235,19 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
       seen.add(k);
       // Lost the lease mid-pass: the new holder takes it from here.
       if (!elector.isHolder()) return writes > 0 ? 'ok' : 'skipped';
-      const old = stored.get(k);
-      const next = buildPolicyStatus(p, realize(p, nodes), old?.status?.conditions, clock.now());
+      const old = w.stored.get(k);
+      const r = realizations.get(p.uid) ?? { desired: 0, realized: 0, pending: [] };
+      const next = buildPolicyStatus(p, r, old?.status?.conditions, clock.now());
       if (old === undefined || !old.ownerUids.includes(p.uid)) {
-        await client.send({ method: 'PATCH', path: policyStatusPath(p.namespace, p.name), query: q, body: policyObjectBody(p), contentType: APPLY_PATCH, signal });
+        expect(w, k, contentKey({ ownerUids: [p.uid], status: old?.status ?? null }));
+        const obj = await client.send({ method: 'PATCH', path: policyStatusPath(p.namespace, p.name), query: q, body: policyObjectBody(p), contentType: APPLY_PATCH, signal });
+        remember(w, k, obj);
         writes++;
       }
-      if (old?.status == null || policyStatusKey(old.status) !== policyStatusKey(next)) {
-        await client.send({
+      const held = w.stored.get(k);
+      if (held?.status == null || policyStatusKey(held.status) !== policyStatusKey(next)) {
+        expect(w, k, contentKey({ ownerUids: held?.ownerUids ?? [p.uid], status: next }));
+        const obj = await client.send({
           method: 'PATCH',
           path: policyStatusPath(p.namespace, p.name, 'status'),
           query: q,
@@ -129,20 +255,23 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
           contentType: APPLY_PATCH,
           signal,
         });
+        remember(w, k, obj);
         writes++;
       }
     }
-    for (const [k, s] of stored) {
+    for (const [k, s] of [...w.stored]) {
       if (seen.has(k)) continue;
       if (!elector.isHolder()) break;
       const [namespace, name] = k.split('/');
+      expect(w, k, DELETED);
       try {
         await client.send({ method: 'DELETE', path: policyStatusPath(namespace, name), body: s.uid === '' ? undefined : deleteBody(s.uid), signal });
         writes++;
       } catch (err) {
-        // Already gone, or re-created since the list (409: the uid precondition failed).
+        // Already gone, or re-created since (409: the uid precondition failed; the watch tells).
         if (!isStatus(err, 404) && !isStatus(err, 409)) throw err;
       }
+      if (w.stored.get(k) === s) w.stored.delete(k);
     }
     return writes > 0 ? 'ok' : 'skipped';
   }
@@ -150,15 +279,12 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
   const pacer = createPacer({
     clock,
     minIntervalMs: o.minIntervalMs ?? DEFAULT_AGGREGATOR_MIN_INTERVAL_MS,
-    retryMinMs: o.retryMinMs ?? DEFAULT_RETRY_MIN_MS,
-    retryMaxMs: o.retryMaxMs ?? DEFAULT_RETRY_MAX_MS,
+    ...retry,
     run: pass,
     onResult: (result, err) => {
       if (result === 'error') {
         if (!signal.aborted) failures.failed(err);
       } else failures.succeeded();
-      // Poll the nodes' progress while holding: another pass after minIntervalMs.
-      if (result !== 'error' && latest !== null && elector.isHolder()) pacer.poke();
       o.onWrite?.(result);
     },
   });
@@ -169,12 +295,15 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     },
     update(input) {
       latest = input;
-      pacer.poke();
+      poke();
     },
     isHolder: () => elector.isHolder(),
     async stop() {
       abort.abort();
+      const w = watching;
+      stopWatching();
       await pacer.stop();
+      await Promise.allSettled(w?.loops ?? []);
       await elector.stop();
       await client.close();
     },
@@ -184,23 +313,55 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
 const key = (namespace: string, name: string): string => `${namespace}/${name}`;
 const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
-/** NetworkPolicyStatus objects by namespace/name. */
-function readStored(list: unknown): Map<string, Stored> {
-  const out = new Map<string, Stored>();
-  const items = (list as { items?: unknown } | null)?.items;
-  if (!Array.isArray(items)) return out;
-  for (const item of items as unknown[]) {
-    const o = item as {
-      metadata?: { name?: unknown; namespace?: unknown; uid?: unknown; ownerReferences?: { uid?: unknown }[] };
-      status?: unknown;
-    } | null;
-    const m = o?.metadata;
-    if (typeof m?.name !== 'string' || typeof m.namespace !== 'string') continue;
-    out.set(key(m.namespace, m.name), {
-      uid: typeof m.uid === 'string' ? m.uid : '',
-      ownerUids: (m.ownerReferences ?? []).map((r) => r?.uid).filter((u): u is string => typeof u === 'string'),
-      status: parsePolicyStatus(o?.status),
-    });
-  }
-  return out;
+/** What a write answered is held at once, so that a pass before its watch event arrives does
+ *  not write it again. */
+function remember(w: Watching, k: string, obj: unknown): void {
+  const s = readStored(obj);
+  if (s !== null) w.stored.set(k, s);
 }
+
+const DELETED = 'DELETED';
+
+function expect(w: Watching, k: string, content: string): void {
+  let set = w.expecting.get(k);
+  // A write that failed leaves its entry behind; a few are plenty.
+  if (set === undefined || set.size > 4) w.expecting.set(k, (set = new Set()));
+  set.add(content);
+}
+
+/** What an object holds, regardless of who wrote it when. */
+const contentKey = (s: Pick<Stored, 'ownerUids' | 'status'>): string => JSON.stringify([s.ownerUids, s.status === null ? null : policyStatusKey(s.status)]);
+
+function readStored(raw: unknown): Stored | null {
+  if (!isRecord(raw) || !isRecord(raw.metadata)) return null;
+  const m = raw.metadata;
+  const owners = Array.isArray(m.ownerReferences) ? (m.ownerReferences as unknown[]) : [];
+  return {
+    uid: typeof m.uid === 'string' ? m.uid : '',
+    ownerUids: owners.map((r) => (isRecord(r) ? r.uid : undefined)).filter((u): u is string => typeof u === 'string'),
+    status: parsePolicyStatus(raw.status),
+  };
+}
+
+const storedKey = (s: Stored): string => JSON.stringify([s.uid, contentKey(s)]);
+
+/** NetworkPolicyStatus objects by namespace/name. */
+const storedCodec: Codec<Stored> = {
+  decode(raw) {
+    const ref = rawRefOf(raw, true);
+    const value = readStored(raw) ?? { uid: ref.uid, ownerUids: [], status: null };
+    return { key: ref.key, name: ref.key, canonical: storedKey(value), value, warnings: [] };
+  },
+  ref: (raw) => rawRefOf(raw, true),
+};
+
+/** NodePolicyStatus objects by node name; only the uid and the digests matter, so a heartbeat
+ *  (lastSyncTime) or a count changing is no change here and brings no pass. */
+const nodeCodec: Codec<NodeEntry> = {
+  decode(raw) {
+    const ref = rawRefOf(raw, false);
+    const digest = nodeDigestOf(isRecord(raw) ? raw.status : undefined);
+    return { key: ref.name, name: ref.name, canonical: `${ref.uid} ${digest === null ? '' : encodeDigest(digest)}`, value: { uid: ref.uid, digest }, warnings: [] };
+  },
+  ref: (raw) => rawRefOf(raw, false),
+};

@@ -1,7 +1,11 @@
-// What a NodePolicyStatus says, computed from what the agent knows. Pure.
+// What a NodePolicyStatus says, computed from what the agent knows. Bounded whatever the number
+// of policies the node enforces: counts, the failing (invalid) policies up to a cap, and the
+// digests of every enforced (uid, generation) pair that the aggregator needs for Enforced
+// (./realization.ts). Pure.
 
 import { conditionsKey, mergeConditions, parseConditions, REASON_PATTERN, rfc3339, truncate } from './conditions.ts';
 import type { Condition, ConditionSpec } from './conditions.ts';
+import { decodeDigest, digestOf, encodeDigest } from './realization.ts';
 
 export interface PolicyRef {
   readonly namespace: string;
@@ -46,16 +50,38 @@ export interface NodeStatusInput {
   readonly problems?: readonly NodeProblem[];
 }
 
+/** A failing policy as listed in the status; the error is cut to MAX_FAILING_ERROR characters. */
+export interface FailingPolicy extends EnforcedPolicy {
+  readonly error: string;
+}
+
+/** Digests of the enforced (uid, generation) pairs, by uid bucket (./realization.ts). */
+export interface PolicyDigest {
+  readonly buckets: number;
+  /** 16 hex characters per bucket. */
+  readonly digests: string;
+}
+
 /** The `status` of a NodePolicyStatus, key order as written. */
 export interface NodeStatus {
   readonly conditions: readonly Condition[];
   readonly lastSyncTime?: string;
-  readonly counts: NodeCounts;
-  readonly policies: readonly EnforcedPolicy[];
+  readonly counts: NodeCounts & { readonly failingPolicies: number };
+  /** The first MAX_LISTED_FAILING failing policies, sorted by namespace, name, uid. */
+  readonly failingPolicies: readonly FailingPolicy[];
+  /** Failing policies left out of the list. */
+  readonly failingPoliciesOmitted: number;
+  readonly policyDigest: PolicyDigest;
 }
 
 /** How many invalid policies the Degraded message names before "and N more". */
 export const MAX_NAMED_INVALID = 5;
+/** How many failing policies the status lists (the CRD's maxItems). */
+export const MAX_LISTED_FAILING = 20;
+/** The longest error listed per failing policy (the CRD's maxLength). */
+export const MAX_FAILING_ERROR = 1024;
+/** The longest error text the Degraded message quotes per named policy. */
+const MAX_NAMED_ERROR = 256;
 
 export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
   const { synced, lastApply } = input;
@@ -77,7 +103,7 @@ export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
   if (lastApply !== null && !lastApply.ok) problems.push({ reason: 'ApplyFailed', message: `apply failed: ${lastApply.message}` });
   const invalid = sortPolicies(input.policies.filter((p) => p.error !== undefined));
   if (invalid.length > 0) {
-    const named = invalid.slice(0, MAX_NAMED_INVALID).map((p) => `${p.namespace}/${p.name} (${p.error})`);
+    const named = invalid.slice(0, MAX_NAMED_INVALID).map((p) => `${p.namespace}/${p.name} (${truncate(p.error ?? '', MAX_NAMED_ERROR)})`);
     const more = invalid.length > MAX_NAMED_INVALID ? ` and ${invalid.length - MAX_NAMED_INVALID} more` : '';
     problems.push({
       reason: 'InvalidPolicies',
@@ -94,17 +120,21 @@ export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
 
 export function buildNodeStatus(input: NodeStatusInput, previous: readonly Condition[] | undefined, nowMs: number): NodeStatus {
   const c = input.counts;
+  const failing = sortPolicies(input.policies.filter((p) => p.error !== undefined));
+  const digest = digestOf(input.policies);
   return {
     conditions: mergeConditions(previous, nodeConditionSpecs(input), nowMs),
     ...(input.lastSyncTime === null ? {} : { lastSyncTime: rfc3339(input.lastSyncTime) }),
-    counts: { localPods: c.localPods, policies: c.policies, sets: c.sets, chains: c.chains, rules: c.rules },
-    policies: sortPolicies(input.policies).map((p) => ({
+    counts: { localPods: c.localPods, policies: c.policies, sets: c.sets, chains: c.chains, rules: c.rules, failingPolicies: failing.length },
+    failingPolicies: failing.slice(0, MAX_LISTED_FAILING).map((p) => ({
       namespace: p.namespace,
       name: p.name,
       uid: p.uid,
       generation: p.generation,
-      ...(p.error === undefined ? {} : { error: truncate(p.error, 1024) }),
+      error: truncate(p.error ?? '', MAX_FAILING_ERROR),
     })),
+    failingPoliciesOmitted: Math.max(0, failing.length - MAX_LISTED_FAILING),
+    policyDigest: { buckets: digest.buckets, digests: encodeDigest(digest) },
   };
 }
 
@@ -119,6 +149,7 @@ export function parseNodeStatus(raw: unknown): NodeStatus | null {
   const s = raw as Record<string, unknown>;
   const counts = (typeof s.counts === 'object' && s.counts !== null ? s.counts : {}) as Record<string, unknown>;
   const num = (v: unknown) => (typeof v === 'number' ? v : 0);
+  const digest = (typeof s.policyDigest === 'object' && s.policyDigest !== null ? s.policyDigest : {}) as Record<string, unknown>;
   return {
     conditions: parseConditions(s.conditions),
     ...(typeof s.lastSyncTime === 'string' ? { lastSyncTime: s.lastSyncTime } : {}),
@@ -128,21 +159,34 @@ export function parseNodeStatus(raw: unknown): NodeStatus | null {
       sets: num(counts.sets),
       chains: num(counts.chains),
       rules: num(counts.rules),
+      failingPolicies: num(counts.failingPolicies),
     },
-    policies: parseEnforced(s.policies),
+    failingPolicies: parseFailing(s.failingPolicies),
+    failingPoliciesOmitted: num(s.failingPoliciesOmitted),
+    policyDigest: { buckets: num(digest.buckets), digests: typeof digest.digests === 'string' ? digest.digests : '' },
   };
 }
 
-export function parseEnforced(raw: unknown): EnforcedPolicy[] {
+function parseFailing(raw: unknown): FailingPolicy[] {
   if (!Array.isArray(raw)) return [];
-  const out: EnforcedPolicy[] = [];
+  const out: FailingPolicy[] = [];
   for (const p of raw as unknown[]) {
     if (typeof p !== 'object' || p === null) continue;
     const { namespace, name, uid, generation, error } = p as Record<string, unknown>;
-    if (typeof namespace !== 'string' || typeof name !== 'string' || typeof uid !== 'string' || typeof generation !== 'number') continue;
-    out.push({ namespace, name, uid, generation, ...(typeof error === 'string' ? { error } : {}) });
+    if (typeof namespace !== 'string' || typeof name !== 'string' || typeof uid !== 'string' || typeof generation !== 'number' || typeof error !== 'string') continue;
+    out.push({ namespace, name, uid, generation, error });
   }
   return out;
+}
+
+/** The digests a NodePolicyStatus carries, or null when it has none readable (an object written
+ *  by an older agent, or no status yet): such a node proves nothing. */
+export function nodeDigestOf(rawStatus: unknown): ReturnType<typeof decodeDigest> {
+  if (typeof rawStatus !== 'object' || rawStatus === null) return null;
+  const d = (rawStatus as { policyDigest?: unknown }).policyDigest;
+  if (typeof d !== 'object' || d === null) return null;
+  const { buckets, digests } = d as Record<string, unknown>;
+  return decodeDigest(buckets, digests);
 }
 
 /** Canonical text of everything but lastSyncTime, for "is a write needed". */
@@ -150,8 +194,10 @@ export function nodeStatusKey(s: NodeStatus): string {
   const c = s.counts;
   return JSON.stringify([
     conditionsKey(s.conditions),
-    [c.localPods, c.policies, c.sets, c.chains, c.rules],
-    sortPolicies(s.policies).map((p) => [p.namespace, p.name, p.uid, p.generation, p.error ?? null]),
+    [c.localPods, c.policies, c.sets, c.chains, c.rules, c.failingPolicies],
+    s.failingPolicies.map((p) => [p.namespace, p.name, p.uid, p.generation, p.error]),
+    s.failingPoliciesOmitted,
+    [s.policyDigest.buckets, s.policyDigest.digests],
   ]);
 }
 

@@ -1,9 +1,8 @@
 // What a NetworkPolicyStatus says: is the policy accepted, and has every node that should
-// enforce it realized its current generation. Pure.
+// enforce it realized its current generation (the realization comes from ./realization.ts). Pure.
 
 import { conditionsKey, mergeConditions, parseConditions } from './conditions.ts';
 import type { Condition, ConditionSpec } from './conditions.ts';
-import { parseEnforced } from './node-status.ts';
 
 /** One policy as the agent holding the aggregator lease sees it. */
 export interface PolicyStatusInput {
@@ -17,9 +16,7 @@ export interface PolicyStatusInput {
   readonly desiredNodes: readonly string[];
 }
 
-/** Node name -> policy uid -> generation the node's kernel holds (from NodePolicyStatus). */
-export type NodeRealizations = ReadonlyMap<string, ReadonlyMap<string, number>>;
-
+/** Where a policy's current generation stands across the nodes that must enforce it. */
 export interface Realization {
   readonly desired: number;
   readonly realized: number;
@@ -40,31 +37,6 @@ export interface PolicyStatus {
 }
 
 export const MAX_PENDING_LISTED = 10;
-
-/** Reads a NodePolicyStatusList into realizations; objects without a usable status add a node
- *  that has realized nothing. */
-export function realizationsFromList(list: unknown): Map<string, Map<string, number>> {
-  const out = new Map<string, Map<string, number>>();
-  const items = (list as { items?: unknown } | null)?.items;
-  if (!Array.isArray(items)) return out;
-  for (const item of items as unknown[]) {
-    const o = item as { metadata?: { name?: unknown }; status?: { policies?: unknown } } | null;
-    const node = o?.metadata?.name;
-    if (typeof node !== 'string') continue;
-    const byUid = new Map<string, number>();
-    for (const p of parseEnforced(o?.status?.policies)) byUid.set(p.uid, Math.max(p.generation, byUid.get(p.uid) ?? 0));
-    out.set(node, byUid);
-  }
-  return out;
-}
-
-/** A desired node has realized the policy when its NodePolicyStatus lists the policy's uid at
- *  the current generation or a later one. A node without a NodePolicyStatus has not. */
-export function realize(policy: Pick<PolicyStatusInput, 'uid' | 'generation' | 'desiredNodes'>, nodes: NodeRealizations): Realization {
-  const desired = [...new Set(policy.desiredNodes)].sort();
-  const pending = desired.filter((n) => (nodes.get(n)?.get(policy.uid) ?? -1) < policy.generation);
-  return { desired: desired.length, realized: desired.length - pending.length, pending };
-}
 
 export function policyConditionSpecs(policy: PolicyStatusInput, r: Realization): ConditionSpec[] {
   const accepted: ConditionSpec = policy.accepted.ok

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { createPolicyStatusAggregator } from '../../../src/status/index.ts';
 import type { PassResult, PolicyStatusAggregator, PolicyStatusInput } from '../../../src/status/index.ts';
-import { captureLog, FakeApi, FakeClock, Results, settle, until } from './fake-api.ts';
+import { buildNodeStatus } from '../../../src/status/node-status.ts';
+import { captureLog, FakeApi, FakeClock, isList, Results, settle, until } from './fake-api.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const LEASE = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/weir-policy-status';
@@ -31,13 +32,20 @@ const bad: PolicyStatusInput = {
   desiredNodes: [],
 };
 
+/** The NodePolicyStatus a node's reporter writes when it enforces `policies`. */
 function nodeStatus(api: FakeApi, node: string, policies: { uid: string; generation: number }[]): void {
-  api.put(NPS(node), {
-    apiVersion: 'weir.dev/v1alpha1',
-    kind: 'NodePolicyStatus',
-    metadata: { name: node },
-    status: { policies: policies.map((p) => ({ namespace: 'shop', name: p.uid.slice(2), ...p })) },
-  });
+  const status = buildNodeStatus(
+    {
+      synced: true,
+      lastApply: { ok: true },
+      lastSyncTime: T0,
+      counts: { localPods: 1, policies: policies.length, sets: 0, chains: 0, rules: 0 },
+      policies: policies.map((p) => ({ namespace: 'shop', name: p.uid.slice(2), ...p })),
+    },
+    undefined,
+    T0,
+  );
+  api.put(NPS(node), { apiVersion: 'weir.dev/v1alpha1', kind: 'NodePolicyStatus', metadata: { name: node }, status: JSON.parse(JSON.stringify(status)) as unknown });
 }
 
 function lease(api: FakeApi, holder: string | null, renewMs: number, transitions = 1): void {
@@ -68,6 +76,7 @@ describe('policy status aggregator', () => {
     await api.start();
     clock = new FakeClock(T0);
     running = [];
+    passStarts = [];
     logs = captureLog();
   });
   afterEach(async () => {
@@ -92,6 +101,16 @@ describe('policy status aggregator', () => {
     return a;
   };
   const leaseCalls = () => api.requests.filter((r) => r.path.startsWith(LEASES));
+  /** When the latest pass started (the clock time of its last status request). */
+  let passStarts: number[] = [];
+  const lastPass = () => passStarts[passStarts.length - 1] ?? T0;
+  /** Waits until a pass is scheduled at `at` (the lists it waits for are real I/O), then moves
+   *  the clock there. */
+  const passAt = async (at: number) => {
+    await until(() => clock.hasTimerAt(at), `a pass scheduled at +${at - T0} ms`);
+    clock.advance(at - clock.now());
+    passStarts.push(at);
+  };
   /** Advances to the next lease tick, waits until it has made `n` lease requests in all and
    *  has scheduled the tick after it (one third of the 15 s duration later). */
   const leaseTick = async (ms: number, n: number) => {
@@ -194,7 +213,7 @@ describe('policy status aggregator', () => {
       clock.advance(0);
       await until(() => a.isHolder(), 'node-a holds the lease');
       a.update({ policies: [web(2, ['node-a', 'node-b']), bad] });
-      clock.advance(0);
+      await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
 
       assert.deepEqual(statusWrites().map((r) => `${r.method} ${r.path}`), [
@@ -242,10 +261,11 @@ describe('policy status aggregator', () => {
         message: 'spec.ingress[0].ports[0].port: must be between 1 and 65535',
       });
 
-      // node-b catches up; the next periodic pass (no new input) sees it.
+      // node-b catches up; its watch event brings a pass (no new input) at the next interval.
       nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 2 }]);
       const before = statusWrites().length;
-      clock.advance(2_000);
+      await passAt(T0 + 2_000);
+      
       assert.equal(await results.next(), 'ok');
       assert.deepEqual(statusWrites().slice(before).map((r) => `${r.method} ${r.path}`), [`PATCH ${POLSTATUS('shop', 'web')}/status`]);
       const enforced = (api.get(POLSTATUS('shop', 'web'))!.status as { conditions: { type: string; status: string; lastTransitionTime: string }[]; realized: string });
@@ -255,12 +275,91 @@ describe('policy status aggregator', () => {
         ['Enforced', 'True', '2025-06-01T12:00:02Z'],
       ]);
 
-      // Nothing changed: the pass reads, and writes nothing.
-      const reads = api.requests.length;
-      clock.advance(2_000);
-      assert.equal(await results.next(), 'skipped');
-      assert.equal(statusWrites().length, before + 1);
-      assert.ok(api.requests.length > reads, 'it did list again');
+    });
+
+    test('once watching, the holder lists nothing more: a pass runs only when a node status or the input changes', async () => {
+      nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 1 }]);
+      nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 1 }]);
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [web(2, ['node-a', 'node-b'])] });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+      assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '0/2');
+      const lists = api.requests.filter(isList).length;
+      assert.equal(lists, 2, 'one list of each kind');
+      const passes = results.all.length;
+
+      // A minute of lease renewals with nothing new: no list, no pass.
+      for (let i = 0; i < 12; i++) await leaseTick(5_000, leaseCalls().length + 2);
+      assert.equal(a.isHolder(), true);
+      assert.equal(api.requests.filter(isList).length, lists, 'no list while watching');
+      assert.equal(results.all.length, passes, 'no pass without a change');
+
+      // The nodes catch up one after the other; each change arrives by the watch.
+      nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 2 }]);
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+      assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '1/2');
+      nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 2 }]);
+      await passAt(lastPass() + 2_000);
+      
+      assert.equal(await results.next(), 'ok');
+      assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '2/2');
+      assert.equal(api.requests.filter(isList).length, lists, 'still no list');
+    });
+
+    test('a watch that gets 410 Gone relists, and changes keep arriving', async () => {
+      nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 1 }]);
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [web(2, ['node-a'])] });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+      await until(() => api.openWatches() === 2, 'both kinds watched');
+      const lists = api.requests.filter(isList).length;
+
+      api.compact(); // ends the watches; resuming them gets 410
+      nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 2 }]);
+      for (let i = 0; i < 10 && api.requests.filter(isList).length < lists + 2; i++) {
+        await settle(20);
+        clock.advance(1_000); // the reflectors' backoff runs on the injected clock
+      }
+      assert.equal(api.requests.filter(isList).length, lists + 2, 'each kind relisted once');
+      await until(() => results.all.includes('ok', 1), 'a pass after the relist');
+      assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '1/1');
+    });
+
+    test('a node catching up with one policy keeps the others it holds enforced', async () => {
+      // Many policies, so that some share a digest bucket with the one that changes.
+      const many = Array.from({ length: 400 }, (_, i): PolicyStatusInput => ({ ...web(1, ['node-a']), name: `p${i}`, uid: `u-p${i}` }));
+      nodeStatus(api, 'node-a', many.map((p) => ({ uid: p.uid, generation: 1 })));
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: many });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+      const enforced = () => many.filter((p) => (api.get(POLSTATUS('shop', p.name))!.status as { realized: string }).realized === '1/1').map((p) => p.name);
+      assert.equal(enforced().length, 400);
+
+      // p0 moves to generation 2; node-a has not applied it yet.
+      const next = many.map((p, i) => (i === 0 ? { ...p, generation: 2 } : p));
+      a.update({ policies: next });
+      await passAt(lastPass() + 2_000);
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(many.filter((p) => !enforced().includes(p.name)).map((p) => p.name), ['p0'], 'only p0 is pending');
+
+      nodeStatus(api, 'node-a', next.map((p) => ({ uid: p.uid, generation: p.generation })));
+      await passAt(lastPass() + 2_000);
+      
+      assert.equal(await results.next(), 'ok');
+      assert.equal(enforced().length, 400);
     });
 
     test('a re-created NetworkPolicy (new uid) gets its ownerReference re-applied', async () => {
@@ -269,10 +368,10 @@ describe('policy status aggregator', () => {
       clock.advance(0);
       await until(() => a.isHolder(), 'node-a holds the lease');
       a.update({ policies: [web(1, [])] });
-      clock.advance(0);
+      await passAt(clock.now());
       await results.next();
       a.update({ policies: [{ ...web(1, []), uid: 'u-web-2' }] });
-      clock.advance(2_000);
+      await passAt(lastPass() + 2_000);
       assert.equal(await results.next(), 'ok');
       assert.deepEqual(
         (api.get(POLSTATUS('shop', 'web'))!.metadata.ownerReferences as { uid: string }[]).map((r) => r.uid),
@@ -288,14 +387,15 @@ describe('policy status aggregator', () => {
       clock.advance(0);
       await until(() => a.isHolder(), 'node-a holds the lease');
       const b = start('node-b', rb);
+      clock.advance(0);
+      await until(() => leaseCalls().some((r) => r.authorization === 'Bearer token-node-b'), 'node-b tried the lease');
       const input = { policies: [web(1, ['node-a'])] };
       a.update(input);
       b.update(input);
-      clock.advance(0);
+      await passAt(clock.now());
       assert.equal(await ra.next(), 'ok');
-      assert.equal(await rb.next(), 'skipped');
-      await until(() => leaseCalls().some((r) => r.authorization === 'Bearer token-node-b'), 'node-b tried the lease');
       await settle(20);
+      assert.deepEqual(rb.all, [], 'a non-holder runs no pass');
       assert.equal(b.isHolder(), false);
       assert.ok(statusWrites().length > 0);
       assert.ok(statusWrites().every((r) => r.authorization === 'Bearer token-node-a'), 'every status write came from the holder');
@@ -306,7 +406,7 @@ describe('policy status aggregator', () => {
       clock.advance(5_000);
       await until(() => b.isHolder(), 'node-b takes over the released lease');
       b.update({ policies: [web(2, ['node-a'])] });
-      clock.advance(0);
+      await passAt(clock.now());
       await until(() => statusWrites().length > before, 'node-b writes');
       assert.ok(statusWrites().slice(before).every((r) => r.authorization === 'Bearer token-node-b'));
       assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { observedGeneration: number }).observedGeneration, 2);
@@ -330,14 +430,14 @@ describe('policy status aggregator', () => {
       await until(() => a.isHolder(), 'node-a holds the lease');
       const denial = api.fail({ method: 'PATCH', path: /networkpolicystatuses/, status: 403, reason: 'Forbidden' });
       a.update({ policies: [web(1, [])] });
-      clock.advance(0);
+      await passAt(clock.now());
       assert.equal(await results.next(), 'error');
-      clock.advance(2_000); // the retry: backoff, but never sooner than the interval
+      await passAt(lastPass() + 2_000); // the retry: backoff, but never sooner than the interval
       assert.equal(await results.next(), 'error');
       assert.equal(logs.warnings().length, 1);
       assert.match(logs.warnings()[0].msg, /forbids the status write \(RBAC\)/);
       denial.times = 0;
-      clock.advance(2_000);
+      await passAt(lastPass() + 2_000);
       assert.equal(await results.next(), 'ok');
     });
   });

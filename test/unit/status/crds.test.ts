@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 import { load } from 'js-yaml';
 import { nodeObjectBody, nodeStatusBody, policyObjectBody, policyStatusBody } from '../../../src/status/bodies.ts';
 import { buildNodeStatus } from '../../../src/status/node-status.ts';
-import { buildPolicyStatus, realize } from '../../../src/status/policy-status.ts';
+import { buildPolicyStatus } from '../../../src/status/policy-status.ts';
 
 type Schema = {
   type?: string;
@@ -113,7 +113,7 @@ const nodeStatus = buildNodeStatus(
   T0,
 );
 const policyInput = { namespace: 'shop', name: 'web', uid: 'u-web', generation: 4, accepted: { ok: false, message: 'spec.ingress[0]: x' }, desiredNodes: ['a', 'b'] };
-const policyStatus = buildPolicyStatus(policyInput, realize(policyInput, new Map([['a', new Map([['u-web', 4]])]])), undefined, T0);
+const policyStatus = buildPolicyStatus(policyInput, { desired: 2, realized: 1, pending: ['b'] }, undefined, T0);
 
 describe('CRDs', () => {
   const cases = [
@@ -140,6 +140,31 @@ describe('CRDs', () => {
     assert.deepEqual(validate(nodeStatusBody('node-a', nodeStatus), schema), []);
   });
 
+  test('NodePolicyStatus accepts the largest status a node can send: every list full, every string at its cap', () => {
+    const schema = nodeCrd.spec.versions[0].schema.openAPIV3Schema;
+    const failing = Array.from({ length: 500 }, (_, i) => ({
+      namespace: 'n'.repeat(63),
+      name: `${i}`.padEnd(253, 'x'),
+      uid: `${i}`.padEnd(36, '-'),
+      generation: 9,
+      error: 'e'.repeat(5_000),
+    }));
+    const input = { synced: true, lastApply: { ok: false, message: 'm'.repeat(100_000) }, lastSyncTime: T0, counts: { localPods: 1, policies: 500, sets: 0, chains: 0, rules: 0 }, policies: failing };
+    assert.deepEqual(validate(nodeStatusBody('node-a', buildNodeStatus(input, undefined, T0)), schema), []);
+  });
+
+  test('NodePolicyStatus: every list has maxItems and every free string maxLength, so the object is bounded', () => {
+    const unbounded: string[] = [];
+    const walk = (s: Schema, path: string): void => {
+      if (s.type === 'array' && s.maxItems === undefined) unbounded.push(path);
+      if (s.type === 'string' && s.maxLength === undefined && s.enum === undefined && s.format !== 'date-time' && !/apiVersion|kind/.test(path)) unbounded.push(path);
+      for (const [k, v] of Object.entries(s.properties ?? {})) if (k !== 'metadata') walk(v, `${path}.${k}`);
+      if (s.items) walk(s.items, `${path}[]`);
+    };
+    walk(nodeCrd.spec.versions[0].schema.openAPIV3Schema, '');
+    assert.deepEqual(unbounded, []);
+  });
+
   test('NetworkPolicyStatus accepts exactly what the aggregator sends', () => {
     const schema = policyCrd.spec.versions[0].schema.openAPIV3Schema;
     const ref = { namespace: 'shop', name: 'web', uid: 'u-web' };
@@ -158,7 +183,7 @@ describe('CRDs', () => {
 
   const columns: { name: string; crd: Crd; object: unknown; expected: [string, string, unknown][] }[] = [
     {
-      name: 'NodePolicyStatus printer columns: Ready, Programmed, Degraded, Pods, Policies, Rules, Age',
+      name: 'NodePolicyStatus printer columns: Ready, Programmed, Degraded, Pods, Policies, Rules, Failing, Age',
       crd: nodeCrd,
       object: { ...nodeStatusBody('node-a', nodeStatus), metadata: { name: 'node-a', creationTimestamp: '2025-06-01T11:00:00Z' } },
       expected: [
@@ -168,6 +193,7 @@ describe('CRDs', () => {
         ['Pods', 'integer', 7],
         ['Policies', 'integer', 2],
         ['Rules', 'integer', 42],
+        ['Failing', 'integer', 1],
         ['Age', 'date', '2025-06-01T11:00:00Z'],
       ],
     },

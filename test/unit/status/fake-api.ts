@@ -1,5 +1,5 @@
-// Test helpers for the status writers: a loopback fake API server that stores objects and
-// records every request, a clock whose timers run only when a test advances it, a logger that
+// Test helpers for the status writers: a loopback fake API server that stores objects, records
+// every request and serves watches (with 410 Gone once its history is compacted), a clock whose timers run only when a test advances it, a logger that
 // keeps its lines, and a waiter for the writers' onWrite results.
 
 import { createServer } from 'node:http';
@@ -66,10 +66,28 @@ function mergePatch(target: unknown, patch: unknown): unknown {
   return out;
 }
 
+interface Watcher {
+  readonly prefix: string;
+  readonly plural: string;
+  readonly ns: string | null;
+  readonly res: ServerResponse;
+}
+
+interface HistoryEvent {
+  readonly rv: number;
+  readonly key: string;
+  readonly type: 'ADDED' | 'MODIFIED' | 'DELETED';
+  readonly object: Obj;
+}
+
 export class FakeApi {
   readonly requests: Recorded[] = [];
   readonly faults: Fault[] = [];
   private readonly store = new Map<string, Obj>();
+  private readonly history: HistoryEvent[] = [];
+  private readonly watchers = new Set<Watcher>();
+  /** Watches from a resourceVersion below this get 410 Gone. */
+  private oldest = 0;
   private rv = 100;
   private uidSeq = 0;
   private server: Server | null = null;
@@ -80,6 +98,8 @@ export class FakeApi {
   }
 
   async stop(): Promise<void> {
+    for (const w of this.watchers) w.res.destroy();
+    this.watchers.clear();
     this.server?.closeAllConnections();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
@@ -102,8 +122,55 @@ export class FakeApi {
     const p = parsePath(path);
     const o = structuredClone(obj) as Obj;
     o.metadata = { uid: `uid-${++this.uidSeq}`, creationTimestamp: '2025-01-01T00:00:00Z', ...o.metadata, resourceVersion: String(++this.rv) };
-    this.store.set(keyOf(p, p.name!), o);
+    const key = keyOf(p, p.name!);
+    const type = this.store.has(key) ? 'MODIFIED' : 'ADDED';
+    this.store.set(key, o);
+    this.record({ rv: this.rv, key, type, object: o });
     return o;
+  }
+
+  /** Deletes an object at its item path, as somebody else would. */
+  remove(path: string): void {
+    const p = parsePath(path);
+    const key = keyOf(p, p.name!);
+    const cur = this.store.get(key);
+    if (cur === undefined) throw new Error(`nothing at ${path}`);
+    this.store.delete(key);
+    this.record({ rv: ++this.rv, key, type: 'DELETED', object: { ...cur, metadata: { ...cur.metadata, resourceVersion: String(this.rv) } } });
+  }
+
+  /** Open watch streams. */
+  openWatches(): number {
+    return this.watchers.size;
+  }
+
+  /** Forgets the history and ends every watch: resuming from any resourceVersion served so far
+   *  gets 410 Gone (as if other kinds had moved etcd's revision on before the compaction). */
+  compact(): void {
+    this.oldest = ++this.rv;
+    this.history.length = 0;
+    for (const w of this.watchers) w.res.end();
+    this.watchers.clear();
+  }
+
+  private record(e: HistoryEvent): void {
+    this.history.push(e);
+    for (const w of this.watchers) if (watches(w, e.key)) w.res.write(`${JSON.stringify({ type: e.type, object: e.object })}\n`);
+  }
+
+  private watch(p: Parsed, url: URL, res: ServerResponse): void {
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    res.flushHeaders();
+    const from = Number(url.searchParams.get('resourceVersion') ?? '0');
+    if (from !== 0 && from < this.oldest) {
+      const gone = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410, message: `too old resource version: ${from}` };
+      res.end(`${JSON.stringify({ type: 'ERROR', object: gone })}\n`);
+      return;
+    }
+    const w: Watcher = { prefix: p.prefix, plural: p.plural, ns: p.ns, res };
+    this.watchers.add(w);
+    res.on('close', () => this.watchers.delete(w));
+    for (const e of this.history) if (e.rv > from && watches(w, e.key)) res.write(`${JSON.stringify({ type: e.type, object: e.object })}\n`);
   }
 
   get(path: string): Obj | undefined {
@@ -149,6 +216,7 @@ export class FakeApi {
 
     const p = parsePath(url.pathname);
     if (p.name === null) {
+      if (method === 'GET' && url.searchParams.get('watch') === 'true') return this.watch(p, url, res);
       if (method === 'GET') {
         const items = [...this.store.entries()]
           .filter(([k]) => k.startsWith(`${p.prefix}|`) && k.split('|')[2] === p.plural && (p.ns === null || k.split('|')[1] === p.ns))
@@ -203,13 +271,23 @@ export class FakeApi {
         if (!cur) return failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
         const pre = (body as { preconditions?: { uid?: string } } | undefined)?.preconditions?.uid;
         if (pre !== undefined && pre !== cur.metadata.uid) return failure(409, 'Conflict', 'precondition failed: uid');
-        this.store.delete(key);
+        this.remove(url.pathname);
         return send(200, { kind: 'Status', apiVersion: 'v1', status: 'Success' });
       }
       default:
         return failure(405, 'MethodNotAllowed', method);
     }
   }
+}
+
+function watches(w: Watcher, key: string): boolean {
+  const [prefix, ns, plural] = key.split('|');
+  return prefix === w.prefix && plural === w.plural && (w.ns === null || ns === w.ns);
+}
+
+/** Whether a request is a list (a GET of a collection, not a watch). */
+export function isList(r: Recorded): boolean {
+  return r.method === 'GET' && r.query.get('watch') !== 'true' && /\/(nodepolicystatuses|networkpolicystatuses)$/.test(r.path);
 }
 
 /** A clock whose timers run only when the test advances it. Starts at a fixed wall time. */

@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, test } from 'node:test';
 import { createNodeStatusReporter } from '../../../src/status/index.ts';
 import type { NodeStatusInput, NodeStatusReporter, PassResult } from '../../../src/status/index.ts';
 import { captureLog, FakeApi, FakeClock, Results, settle } from './fake-api.ts';
+import { DIGEST_BUCKETS, digestOf, encodeDigest } from '../../../src/status/realization.ts';
 
 const NODE = 'node-a';
 const T0 = Date.parse('2025-06-01T12:00:00Z');
@@ -96,8 +97,10 @@ describe('node status reporter', () => {
           { type: 'Degraded', status: 'False', lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'AsExpected', message: 'no problems' },
         ],
         lastSyncTime: '2025-06-01T12:00:00Z',
-        counts: { localPods: 2, policies: 1, sets: 2, chains: 5, rules: 40 },
-        policies: [{ namespace: 'shop', name: 'web', uid: 'u-web', generation: 2 }],
+        counts: { localPods: 2, policies: 1, sets: 2, chains: 5, rules: 40, failingPolicies: 0 },
+        failingPolicies: [],
+        failingPoliciesOmitted: 0,
+        policyDigest: { buckets: DIGEST_BUCKETS, digests: encodeDigest(digestOf([{ uid: 'u-web', generation: 2 }])) },
       },
     });
   });

@@ -3,6 +3,8 @@ import { describe, test } from 'node:test';
 import { buildNodeStatus, nodeConditionSpecs, nodeStatusNeedsWrite, parseNodeStatus } from '../../../src/status/node-status.ts';
 import type { NodeStatusInput } from '../../../src/status/node-status.ts';
 import { REASON_PATTERN } from '../../../src/status/conditions.ts';
+import { nodeStatusBody } from '../../../src/status/bodies.ts';
+import { DIGEST_BUCKETS, digestOf, encodeDigest } from '../../../src/status/realization.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const counts = { localPods: 3, policies: 2, sets: 4, chains: 9, rules: 40 };
@@ -84,7 +86,7 @@ describe('nodeConditionSpecs', () => {
 });
 
 describe('buildNodeStatus', () => {
-  test('builds the exact status JSON: policies sorted, timestamps in seconds', () => {
+  test('builds the exact status JSON: counts, failing policies, the digest of every enforced policy, timestamps in seconds', () => {
     const status = buildNodeStatus({ ...healthy, policies: [...healthy.policies, ...invalid(1)] }, undefined, T0 + 5_000);
     assert.equal(
       JSON.stringify(status),
@@ -101,12 +103,10 @@ describe('buildNodeStatus', () => {
           },
         ],
         lastSyncTime: '2025-06-01T12:00:00Z',
-        counts: { localPods: 3, policies: 2, sets: 4, chains: 9, rules: 40 },
-        policies: [
-          { namespace: 'default', name: 'deny', uid: 'u-deny', generation: 1 },
-          { namespace: 'ns', name: 'bad-0', uid: 'u-bad-0', generation: 1, error: 'spec.ingress[0].ports[0].port: must be 1-65535' },
-          { namespace: 'shop', name: 'web', uid: 'u-web', generation: 3 },
-        ],
+        counts: { localPods: 3, policies: 2, sets: 4, chains: 9, rules: 40, failingPolicies: 1 },
+        failingPolicies: [{ namespace: 'ns', name: 'bad-0', uid: 'u-bad-0', generation: 1, error: 'spec.ingress[0].ports[0].port: must be 1-65535' }],
+        failingPoliciesOmitted: 0,
+        policyDigest: { buckets: DIGEST_BUCKETS, digests: encodeDigest(digestOf([...healthy.policies, ...invalid(1)])) },
       }),
     );
   });
@@ -115,9 +115,41 @@ describe('buildNodeStatus', () => {
     assert.equal(Object.hasOwn(buildNodeStatus({ ...healthy, lastSyncTime: null }, undefined, T0), 'lastSyncTime'), false);
   });
 
+  test('lists the first 20 failing policies, sorted, and counts the rest', () => {
+    const status = buildNodeStatus({ ...healthy, policies: [...healthy.policies, ...invalid(25).reverse()] }, undefined, T0);
+    assert.equal(status.counts.failingPolicies, 25);
+    assert.equal(status.failingPoliciesOmitted, 5);
+    assert.deepEqual(status.failingPolicies.map((p) => p.name), invalid(25).map((p) => p.name).sort().slice(0, 20));
+  });
+
   test('reads back what it writes', () => {
     const status = buildNodeStatus({ ...healthy, policies: invalid(2) }, undefined, T0);
     assert.deepEqual(parseNodeStatus(JSON.parse(JSON.stringify(status))), status);
+  });
+});
+
+describe('the size of a NodePolicyStatus', () => {
+  // etcd refuses objects over 1.5 MB, and every NodePolicyStatus write goes to the aggregator's
+  // watch: the object must not grow with the policies the node enforces.
+  const BOUND = 64 * 1024;
+  const many = (n: number, bad: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      namespace: `namespace-${String(i % 500).padStart(40, '0')}`,
+      name: `policy-${String(i).padStart(200, 'x')}`,
+      uid: `0000${String(i).padStart(8, '0')}-aaaa-bbbb-cccc-dddddddddddd`,
+      generation: 1 + (i % 7),
+      ...(i < bad ? { error: `spec.ingress[0].from[${i}].ipBlock.cidr: ${'invalid CIDR '.repeat(60)}` } : {}),
+    }));
+
+  test(`20,000 policies on the node, 500 of them invalid: the status body stays under ${BOUND} bytes`, () => {
+    const input: NodeStatusInput = { ...healthy, counts: { ...counts, policies: 20_000 }, policies: many(20_000, 500) };
+    const bytes = Buffer.byteLength(JSON.stringify(nodeStatusBody('node-a', buildNodeStatus(input, undefined, T0))));
+    assert.ok(bytes < BOUND, `${bytes} bytes`);
+  });
+
+  test('the same bound holds with 20 policies as with 20,000 (it does not grow with the count)', () => {
+    const size = (n: number) => Buffer.byteLength(JSON.stringify(buildNodeStatus({ ...healthy, policies: many(n, 0) }, undefined, T0)));
+    assert.ok(size(20_000) - size(20) < 64, `${size(20)} vs ${size(20_000)} bytes`);
   });
 });
 
