@@ -186,8 +186,11 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
         localIps.delete(e.object.uid);
         continue;
       }
+      // An address new to this pod needs a scan even if it is bound: a re-created pod may
+      // reuse an address whose old port the periodic rescan has not seen go yet.
+      const before = localIps.get(e.object.uid) ?? [];
       localIps.set(e.object.uid, e.object.ips);
-      if (e.object.ips.some((ip) => !bound.has(ip))) fresh = true;
+      if (e.object.ips.some((ip) => !bound.has(ip) || !before.includes(ip))) fresh = true;
     }
     return fresh;
   };

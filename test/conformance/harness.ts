@@ -232,6 +232,23 @@ export class Conformance {
     await this.settle();
   }
 
+  /** Stops a node's agent (SIGTERM, as a rolling update does): its rules stay in the kernel. */
+  async stopAgent(node: string): Promise<void> {
+    const i = this.#agents.findIndex((a) => a.node === node);
+    if (i < 0) return;
+    await this.#agents[i].stop();
+    this.#agents.splice(i, 1);
+  }
+
+  /** Starts a node's agent: with `args`, with those flags instead of the harness's own (and
+   *  then settle() cannot wait for it: stop it, and start a normal one, before the next). */
+  startAgent(node: string, args?: readonly string[]): AgentProcess {
+    const netns = this.nodeNetns(node);
+    const agent = args ? new AgentProcess(node, netns, args) : this.#spawnAgent(node, netns);
+    this.#agents.push(agent);
+    return agent;
+  }
+
   agentErrors(): string[] {
     return this.#agents.flatMap((a) => a.errors.map((e) => `${a.node}: ${e}`));
   }

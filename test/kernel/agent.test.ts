@@ -56,7 +56,7 @@ describe('agent on a real kernel', () => {
     assert.equal((await fetch(url('/healthz'))).status, 200);
 
     const saved = await inNs(ns, 'iptables-save', ['-t', 'filter']);
-    assert.match(saved, /^-A FORWARD -m comment --comment "cali:hook" -j cali-FORWARD$/m);
+    assert.match(saved, /^-A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD$/m);
     assert.match(saved, /no policy allows ingress to db\/db-1/);
     assert.match(await inNs(ns, 'ip6tables-save', ['-t', 'filter']), /:cali-FORWARD/);
     assert.match(await inNs(ns, 'ipset', ['list', '-name']), /^cali40s:/m);

@@ -44,7 +44,7 @@ function bodies(chain: string, rules: readonly Rule[], comments: readonly string
   const { lines, hashes } = renderChain(chain, rules);
   assert.equal(hashes.length, lines.length);
   return lines.map((line, i) => {
-    const head = `-A ${chain} -m comment --comment "cali:${hashes[i]} ${comments[i]}" `;
+    const head = `-A ${chain} -m comment --comment "weir:${hashes[i]} ${comments[i]}" `;
     assert.ok(line.startsWith(head), `line ${i}: ${line}\n  does not start with ${head}`);
     return line.slice(head.length);
   });

@@ -18,7 +18,7 @@ describe('weir CLI', () => {
     assert.match(a.stdout, /^# ipset restore\ncreate cali40s:/);
     assert.match(a.stdout, /# iptables-restore --noflush \(IPv4\)\n\*filter\n:cali-FORWARD - \[0:0\]/);
     assert.match(a.stdout, /# ip6tables-restore --noflush \(IPv6\)\n\*filter/);
-    assert.match(a.stdout, /-I FORWARD 1 -m comment --comment "cali:hook" -j cali-FORWARD/);
+    assert.match(a.stdout, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD/);
     assert.equal(weir(['render', '--manifests', EXAMPLES, '--node-name', 'node-a']).stdout, a.stdout);
   });
 

@@ -109,3 +109,20 @@ test('a periodic rescan delivers binding changes alone, with the last delivered 
   assert.equal(rescan.revision, 'r1');
   assert.deepEqual(rescan.events, [{ kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.5', port: 'veth9' } }]);
 });
+
+test('a re-created pod reusing a bound address is scanned again, so it is bound to its new port', async () => {
+  let table = new Map([['10.244.1.5', 'veth1']]);
+  const scanner: PodInterfaceScanner = { scan: async () => new Map(table) };
+  const inner = manualSource();
+  const got: SourceBatch<CalcEvent>[] = [];
+  const src = withPodInterfaces(inner, { nodeName: 'node-a', scanner, log: silentLogger(), rescanMs: 60_000, unboundRescanMs: 60_000 });
+  await src.start((b) => got.push(b));
+  inner.push({ events: [{ kind: 'Pod', op: 'upsert', object: localPod('a', ['10.244.1.5']) }], synced: true, revision: 'r1' });
+  inner.push({ events: [{ kind: 'Pod', op: 'delete', uid: 'a' }], synced: true, revision: 'r2' });
+  await new Promise((r) => setTimeout(r, 5));
+  table = new Map([['10.244.1.5', 'veth2']]);
+  inner.push({ events: [{ kind: 'Pod', op: 'upsert', object: localPod('a2', ['10.244.1.5']) }], synced: true, revision: 'r3' });
+  await new Promise((r) => setTimeout(r, 5));
+  await src.stop();
+  assert.deepEqual(got.at(-1)!.events.slice(1), [{ kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.5', port: 'veth2' } }]);
+});
