@@ -1,4 +1,5 @@
-// node bench/ipblock-memory.bench.ts: what large ipBlock policies cost one agent. Prints
+// node bench/ipblock-memory.bench.ts: what large policies cost one agent (ipBlocks, and the
+// most rules a policy may compile to). Prints
 // measured figures; asserts nothing. Each case runs in a fresh child process, so its memory
 // figures are its own: compile (model + calc) and the agent's first write rendered by the real
 // dataplane against a recorder (no kernel), as `weir render` does.
@@ -75,6 +76,17 @@ const CASES: Record<string, () => unknown> = {
   'v6-1mb': () => fill(denyAllBut('::/0'), v6Hosts(), MB),
   'v4-1mb': () => fill(denyAllBut('0.0.0.0/0'), v4Hosts(), MB),
   'v4-allowlist-1mb': () => fill(allowList, v4Hosts(), MB),
+  // The most rules a policy may compile to: 100 peers times 100 named ports (each its own rule).
+  'rules-at-limit': () => ({
+    podSelector: {},
+    policyTypes: ['Ingress'],
+    ingress: [
+      {
+        from: Array.from({ length: 100 }, (_, i) => ({ podSelector: { matchLabels: { app: `a${i}` } } })),
+        ports: Array.from({ length: 100 }, (_, i) => ({ port: `p${i}` })),
+      },
+    ],
+  }),
 };
 
 // ---- one case, in this process ----------------------------------------------------------

@@ -244,12 +244,13 @@ function compileIpBlock(raw: unknown, path: string, tally: Tally, errors: Policy
   }
   const before = errors.length;
   checkKnownFields(raw, path, IPBLOCK_FIELDS, errors);
-  // False once the policy holds more prefixes than the limit: the rest is neither parsed nor kept.
-  const withinLimit = (p: string): boolean => {
+  // False once the policy holds more prefixes than the limit: the rest is neither parsed nor
+  // kept. The path is made only when needed: a large list would otherwise make one per entry.
+  const withinLimit = (p: () => string): boolean => {
     tally.prefixes++;
     if (tally.prefixes === LIMITS.ipBlockPrefixes + 1) {
       errors.push({
-        path: p,
+        path: p(),
         message: `the policy's ipBlocks hold more than ${LIMITS.ipBlockPrefixes} prefixes (cidr and except entries); Weir accepts at most ${LIMITS.ipBlockPrefixes} per policy`,
       });
     }
@@ -260,7 +261,7 @@ function compileIpBlock(raw: unknown, path: string, tally: Tally, errors: Policy
   const cidrText = raw.cidr;
   if (cidrText === undefined || cidrText === null) {
     errors.push({ path: `${path}.cidr`, message: 'required' });
-  } else if (!withinLimit(`${path}.cidr`)) {
+  } else if (!withinLimit(() => `${path}.cidr`)) {
     // reported once, above
   } else if (typeof cidrText !== 'string') {
     errors.push({ path: `${path}.cidr`, message: `must be a string, got ${describeValue(cidrText)}` });
@@ -278,19 +279,19 @@ function compileIpBlock(raw: unknown, path: string, tally: Tally, errors: Policy
     } else {
       for (let i = 0; i < rawExcept.length; i++) {
         const text: unknown = rawExcept[i];
-        const p = `${path}.except[${i}]`;
+        const p = () => `${path}.except[${i}]`;
         if (!withinLimit(p)) continue;
         if (typeof text !== 'string') {
-          errors.push({ path: p, message: `must be a string, got ${describeValue(text)}` });
+          errors.push({ path: p(), message: `must be a string, got ${describeValue(text)}` });
           continue;
         }
         const e = parseCidr(text);
         if ('error' in e) {
-          errors.push({ path: p, message: e.error });
+          errors.push({ path: p(), message: e.error });
         } else if (cidr !== null && e.family !== cidr.family) {
-          errors.push({ path: p, message: `IPv${e.family} except ${quote(text)} in an IPv${cidr.family} ipBlock` });
+          errors.push({ path: p(), message: `IPv${e.family} except ${quote(text)} in an IPv${cidr.family} ipBlock` });
         } else if (cidr !== null && !(e.prefix > cidr.prefix && cidrCovers(cidr, e))) {
-          errors.push({ path: p, message: `${quote(text)} must be strictly inside cidr ${quote(String(cidrText))}` });
+          errors.push({ path: p(), message: `${quote(text)} must be strictly inside cidr ${quote(String(cidrText))}` });
         } else {
           excepts.push(e);
         }
