@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { silentLogger } from '../../src/log.ts';
 import { createEventRecorder, createNodeStatusReporter, createPolicyStatusAggregator } from '../../src/status/index.ts';
+import type { RequestRecord } from '../../src/kube/client.ts';
 import type { NodeStatusInput, PassResult } from '../../src/status/index.ts';
 import { captureLog, Results, until } from '../unit/status/fake-api.ts';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
@@ -102,22 +103,41 @@ describe('status writers against a real API server', () => {
     assert.ok(managers.includes('weir-agent-node-a Apply status'), managers.join(', '));
 
     const table = await cp.kubectl(['get', 'nodepolicystatuses']);
-    assert.match(table, /^NAME\s+READY\s+PROGRAMMED\s+DEGRADED\s+PODS\s+POLICIES\s+RULES\s+AGE\n/);
-    assert.match(table, /\nnode-a\s+True\s+True\s+False\s+1\s+1\s+13\s+\S+/);
+    assert.match(table, /^NAME\s+READY\s+PROGRAMMED\s+DEGRADED\s+PODS\s+POLICIES\s+RULES\s+FAILING\s+AGE\n/);
+    assert.match(table, /\nnode-a\s+True\s+True\s+False\s+1\s+1\s+13\s+0\s+\S+/);
   });
 
-  test('the Lease holder writes the NetworkPolicyStatus and deletes orphans', async () => {
+  test('the Lease holder writes the NetworkPolicyStatus from the node digests, deletes orphans, and then only watches', async () => {
     await cp.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'gone', namespace: NS } }));
     const results = new Results<PassResult>();
-    const agg = createPolicyStatusAggregator({ kubeConfig: kc, identity: 'node-a', log: silentLogger(), minIntervalMs: 200, onWrite: results.push });
+    const requests: RequestRecord[] = [];
+    const agg = createPolicyStatusAggregator({ kubeConfig: kc, identity: 'node-a', log: silentLogger(), minIntervalMs: 200, onWrite: results.push, onRequest: (r) => void requests.push(r) });
+    const input = (generation: number) => ({
+      policies: [{ namespace: NS, name: 'web', uid: policy.uid, generation, accepted: { ok: true, message: '' }, desiredNodes: ['node-a'] }],
+    });
+    const realized = async () =>
+      (await getJson<{ status: { realized: string } }>(['get', 'networkpolicystatus', 'web', '-n', NS])).status.realized;
+    const lists = () => requests.filter((r) => r.method === 'GET' && !r.watch && r.path.startsWith('/apis/weir.dev/')).length;
     try {
       agg.start();
       await until(() => agg.isHolder(), 'node-a holds the lease', 10_000);
-      agg.update({
-        policies: [{ namespace: NS, name: 'web', uid: policy.uid, generation: policy.generation, accepted: { ok: true, message: '' }, desiredNodes: ['node-a'] }],
-      });
-      for (let r = await results.next(10_000); r !== 'ok'; r = await results.next(10_000));
-      assert.equal(await results.next(10_000), 'skipped', 'the next periodic pass finds nothing to change');
+      agg.update(input(policy.generation));
+      assert.equal(await results.next(10_000), 'ok');
+      assert.equal(await realized(), '1/1', "node-a's digest, as the API server stored it, proves the generation");
+      assert.equal(lists(), 2, 'one list of each kind');
+      await new Promise((r) => setTimeout(r, 1_500));
+      assert.deepEqual(results.all, ['ok'], 'no pass while nothing changes');
+
+      // A new generation is pending until node-a reports it; the report arrives by the watch.
+      agg.update(input(policy.generation + 1));
+      assert.equal(await results.next(10_000), 'ok');
+      assert.equal(await realized(), '0/1');
+      const reporter = createNodeStatusReporter({ kubeConfig: kc, nodeName: 'node-a', log: silentLogger(), minIntervalMs: 100 });
+      reporter.update({ ...nodeInput(13), policies: [{ namespace: NS, name: 'web', uid: policy.uid, generation: policy.generation + 1 }] });
+      assert.equal(await results.next(10_000), 'ok');
+      await reporter.stop();
+      assert.equal(await realized(), '1/1');
+      assert.equal(lists(), 2, 'still no list: the watch brought the change');
     } finally {
       await agg.stop();
     }
@@ -130,7 +150,7 @@ describe('status writers against a real API server', () => {
     ]);
     assert.deepEqual(obj.metadata.ownerReferences, [{ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', name: 'web', uid: policy.uid }]);
     assert.equal(obj.status.realized, '1/1');
-    assert.equal(obj.status.observedGeneration, policy.generation);
+    assert.equal(obj.status.observedGeneration, policy.generation + 1);
     assert.deepEqual(obj.status.conditions.map((c) => [c.type, c.status]), [['Accepted', 'True'], ['Enforced', 'True']]);
     assert.ok((obj.metadata.managedFields ?? []).some((m) => m.manager === 'weir-aggregator' && m.subresource === 'status'));
     await assert.rejects(cp.kubectl(['get', 'networkpolicystatus', 'gone', '-n', NS]), /NotFound|not found/);
