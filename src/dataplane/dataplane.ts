@@ -104,9 +104,9 @@ export interface Dataplane {
    * Before the first sync: in each family whose FORWARD holds no Weir hook (a fresh boot), writes
    * the hook and the chains of `desired` that name no set (the top and dispatch chains, which
    * then drop all traffic of the pod bridge). A node that already holds Weir's rules keeps them
-   * until the real state replaces them. Returns the families written.
+   * until the real state replaces them. Returns whether it wrote anything.
    */
-  guard(desired: DesiredDataplane): Promise<Family[]>;
+  guard(desired: DesiredDataplane): Promise<boolean>;
   /** Cheap drift check: false when a family's hook or any own chain differs from the record. */
   hookIntact(): Promise<boolean>;
   status(): DataplaneStatus;
@@ -341,7 +341,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         }
         needRead = true;
         if (written.length > 0) log.warn({ families: written }, 'no Weir rules on this node yet: pod traffic is dropped until the first full state is enforced');
-        return written;
+        return written.length > 0;
       });
     },
     hookIntact() {

@@ -328,7 +328,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
           chains6: { [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }], [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }] },
           top: names.forward,
         });
-        assert.deepEqual(await newDataplane(runner, backend).guard(skeleton), [4, 6]);
+        assert.equal(await newDataplane(runner, backend).guard(skeleton), true);
         const v4 = own(await filterLines(runner, backend, 4));
         assert.ok(v4.includes(`-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`), v4.join('\n'));
         assert.ok(v4.includes(`-A ${names.fromWorkloadDispatch} -i cni0 -m comment --comment "weir:HASH" -j DROP`), v4.join('\n'));
@@ -336,7 +336,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         const dp = newDataplane(runner, backend);
         await dp.apply(base());
         const before = await snapshot(runner, backend);
-        assert.deepEqual(await newDataplane(runner, backend).guard(skeleton), []);
+        assert.equal(await newDataplane(runner, backend).guard(skeleton), false);
         assert.deepEqual(await snapshot(runner, backend), before);
       });
     });
