@@ -229,12 +229,18 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     const realizations = w.tracker.update(input.policies, digests);
     let writes = 0;
     const seen = new Set<string>();
+    const todo: PolicyStatusInput[] = [];
     for (const p of [...input.policies].sort((a, b) => cmp(key(a.namespace, a.name), key(b.namespace, b.name)))) {
       const k = key(p.namespace, p.name);
       if (seen.has(k)) continue;
       seen.add(k);
+      todo.push(p);
+    }
+    // A few writes in flight: 20k statuses written one at a time take minutes on a new cluster.
+    await forEachLimited(todo, WRITES_IN_FLIGHT, async (p) => {
       // Lost the lease mid-pass: the new holder takes it from here.
-      if (!elector.isHolder()) return writes > 0 ? 'ok' : 'skipped';
+      if (!elector.isHolder()) return false;
+      const k = key(p.namespace, p.name);
       const old = w.stored.get(k);
       const r = realizations.get(p.uid) ?? { desired: 0, realized: 0, pending: [] };
       const next = buildPolicyStatus(p, r, old?.status?.conditions, clock.now());
@@ -258,7 +264,9 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
         remember(w, k, obj);
         writes++;
       }
-    }
+      return true;
+    });
+    if (!elector.isHolder()) return writes > 0 ? 'ok' : 'skipped';
     for (const [k, s] of [...w.stored]) {
       if (seen.has(k)) continue;
       if (!elector.isHolder()) break;
@@ -308,6 +316,28 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
       await client.close();
     },
   };
+}
+
+const WRITES_IN_FLIGHT = 8;
+
+/** Runs `fn` over `items` with at most `n` at a time, in order of start; stops starting new ones
+ *  when one returns false; rejects with the first failure once those in flight settle. */
+async function forEachLimited<T>(items: readonly T[], n: number, fn: (item: T) => Promise<boolean>): Promise<void> {
+  let next = 0;
+  let stop = false;
+  let failure: { err: unknown } | null = null;
+  const worker = async (): Promise<void> => {
+    while (!stop && next < items.length) {
+      try {
+        if (!(await fn(items[next++]))) stop = true;
+      } catch (err) {
+        stop = true;
+        failure ??= { err };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(n, items.length) }, worker));
+  if (failure !== null) throw (failure as { err: unknown }).err;
 }
 
 const key = (namespace: string, name: string): string => `${namespace}/${name}`;

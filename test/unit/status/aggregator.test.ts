@@ -216,19 +216,24 @@ describe('policy status aggregator', () => {
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
 
-      assert.deepEqual(statusWrites().map((r) => `${r.method} ${r.path}`), [
+      // Policies are written side by side; each one's object before its status; orphans last.
+      const order = statusWrites().map((r) => `${r.method} ${r.path}`);
+      assert.deepEqual([...order].sort(), [
+        `DELETE ${POLSTATUS('shop', 'gone')}`,
         `PATCH ${POLSTATUS('shop', 'bad')}`,
         `PATCH ${POLSTATUS('shop', 'bad')}/status`,
         `PATCH ${POLSTATUS('shop', 'web')}`,
         `PATCH ${POLSTATUS('shop', 'web')}/status`,
-        `DELETE ${POLSTATUS('shop', 'gone')}`,
       ]);
+      for (const name of ['bad', 'web']) assert.ok(order.indexOf(`PATCH ${POLSTATUS('shop', name)}`) < order.indexOf(`PATCH ${POLSTATUS('shop', name)}/status`));
+      assert.equal(order[4], `DELETE ${POLSTATUS('shop', 'gone')}`);
+      const deletion = statusWrites().find((r) => r.method === 'DELETE')!;
       for (const r of statusWrites().filter((w) => w.method === 'PATCH')) {
         assert.equal(r.contentType, 'application/apply-patch+yaml');
         assert.equal(r.query.get('fieldManager'), 'weir-aggregator');
         assert.equal(r.query.get('force'), 'true');
       }
-      assert.deepEqual(statusWrites()[4].body, { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { uid: orphan.metadata.uid } });
+      assert.deepEqual(deletion.body, { apiVersion: 'v1', kind: 'DeleteOptions', preconditions: { uid: orphan.metadata.uid } });
       assert.equal(api.get(POLSTATUS('shop', 'gone')), undefined);
 
       const webObj = api.get(POLSTATUS('shop', 'web'))!;
