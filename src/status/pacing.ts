@@ -1,23 +1,18 @@
-// When the next write may run: at most one per interval, later after failures. Pure; the
-// pacer and the event recorder apply it with their clock.
+// The status writers' schedule: their retry bounds, and when the next write may run for a
+// writer that keeps its own timer (the event recorder). The delays come from the one backoff
+// helper (src/backoff.ts); this file only speaks the writers' option names. Pure.
 
-export interface PacingOptions {
-  /** At least this long between two passes (the rate limit). */
-  readonly minIntervalMs: number;
-  /** The first retry delay after a failure; it doubles per consecutive failure... */
-  readonly retryMinMs: number;
-  /** ...up to this. */
-  readonly retryMaxMs: number;
-}
+import { backoffMs as backoff } from '../backoff.ts';
+import type { PacingOptions } from '../pacer.ts';
+
+export type { PacingOptions } from '../pacer.ts';
 
 export const DEFAULT_RETRY_MIN_MS = 1_000;
 export const DEFAULT_RETRY_MAX_MS = 60_000;
 
 /** The delay a run of `failures` consecutive failures asks for (0 without failures). */
 export function backoffMs(failures: number, o: Pick<PacingOptions, 'retryMinMs' | 'retryMaxMs'>): number {
-  if (failures <= 0) return 0;
-  // Capped exponent: 2 ** 1000 is Infinity, which min() handles, but stay in safe integers.
-  return Math.min(o.retryMaxMs, o.retryMinMs * 2 ** Math.min(failures - 1, 40));
+  return backoff(failures, { initialMs: o.retryMinMs, maxMs: o.retryMaxMs });
 }
 
 /** How long from `now` until the next pass may start, given when the last one started. */

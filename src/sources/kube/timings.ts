@@ -2,6 +2,8 @@
 // the retry backoff and the batching window. Ranges are picked at random per use so that the
 // agents of a cluster do not reconnect or relist in step.
 
+import { backoffMs } from '../../backoff.ts';
+
 export interface KubeTimings {
   /** timeoutSeconds asked of the server per watch, picked from [min, max]. */
   readonly watchTimeoutSeconds: readonly [number, number];
@@ -41,10 +43,9 @@ export function pickBetween(range: readonly [number, number], random: () => numb
   return min + (max - min) * random();
 }
 
-/** Delay before retry number `attempt` (1 = the first retry): the exponential step, capped, with
- *  "equal jitter" (between half and all of the step), so a crowd of agents spreads out while
- *  each still waits at least half the step. */
+/** Delay before retry number `attempt` (1 = the first retry; 0 counts as the first): the one
+ *  backoff (src/backoff.ts) with equal jitter, so a crowd of agents spreads out while each still
+ *  waits at least half the step. */
 export function backoffDelay(attempt: number, t: Pick<KubeTimings, 'backoffInitialMs' | 'backoffMaxMs'>, random: () => number): number {
-  const step = Math.min(t.backoffMaxMs, t.backoffInitialMs * 2 ** Math.max(0, attempt - 1));
-  return Math.round(step / 2 + (step / 2) * random());
+  return Math.round(backoffMs(Math.max(1, attempt), { initialMs: t.backoffInitialMs, maxMs: t.backoffMaxMs }, random));
 }

@@ -1,23 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { backoffMs, delayUntilNext } from '../../../src/status/pacing.ts';
+import { delayUntilNext } from '../../../src/status/pacing.ts';
 import { createPacer } from '../../../src/status/pacer.ts';
 import type { PassResult } from '../../../src/status/pacer.ts';
 import { FakeClock, microtasks } from './fake-api.ts';
 
 const O = { minIntervalMs: 1_000, retryMinMs: 500, retryMaxMs: 8_000 };
-
-describe('backoffMs', () => {
-  const cases = [
-    { name: 'no failure, no backoff', failures: 0, expected: 0 },
-    { name: 'first failure: the minimum', failures: 1, expected: 500 },
-    { name: 'doubles', failures: 2, expected: 1_000 },
-    { name: 'doubles again', failures: 4, expected: 4_000 },
-    { name: 'capped at the maximum', failures: 5, expected: 8_000 },
-    { name: 'stays capped for huge counts', failures: 10_000, expected: 8_000 },
-  ];
-  for (const c of cases) test(c.name, () => assert.equal(backoffMs(c.failures, O), c.expected));
-});
 
 describe('delayUntilNext', () => {
   const cases = [
@@ -83,6 +71,47 @@ describe('createPacer', () => {
     pacer.poke();
     await advance(1_000);
     assert.equal(starts.at(-1), 17_000, 'after a success the plain interval applies again');
+  });
+
+  test('a poke with a delay waits that long; an earlier poke wins', async () => {
+    const { pacer, starts, advance } = setup([]);
+    pacer.poke(5_000);
+    await advance(100);
+    pacer.poke(300);
+    pacer.poke(4_000);
+    await advance(299);
+    assert.deepEqual(starts, []);
+    await advance(1);
+    assert.deepEqual(starts, [400]);
+    await advance(10_000);
+    assert.deepEqual(starts, [400], 'the later requests were served by that pass');
+  });
+
+  test('after a failure, pokes do not cut the backoff short; it runs from the end of the failed pass', async () => {
+    const clock = new FakeClock(0);
+    const starts: number[] = [];
+    let calls = 0;
+    const pacer = createPacer({
+      clock,
+      minIntervalMs: 0,
+      retryMinMs: 1_000,
+      retryMaxMs: 8_000,
+      run: async () => {
+        starts.push(clock.now());
+        // Each pass takes 50 ms of the clock; the first two fail.
+        await new Promise<void>((resolve) => clock.setTimeout(resolve, 50));
+        if (++calls <= 2) throw new Error('refused');
+        return 'ok';
+      },
+      onResult: () => {},
+    });
+    const advance = (ms: number) => clock.advanceAsync(ms, microtasks);
+    pacer.poke();
+    for (let t = 0; t < 4_000; t += 10) {
+      pacer.poke();
+      await advance(10);
+    }
+    assert.deepEqual(starts.slice(0, 3), [0, 1_050, 3_100]);
   });
 
   test('stop cancels the pending pass', async () => {
