@@ -5,6 +5,8 @@ export type ErrorCode =
   | 'WEIR_CONFIG_INVALID'
   | 'WEIR_COMMAND_FAILED'
   | 'WEIR_COMMAND_MISSING'
+  | 'WEIR_COMMAND_TIMEOUT'
+  | 'WEIR_XTABLES_LOCK'
   | 'WEIR_RESTORE_FAILED'
   | 'WEIR_KERNEL_READ_FAILED'
   | 'WEIR_MANIFEST_PARSE'
@@ -35,14 +37,14 @@ export class ConfigError extends WeirError {
   }
 }
 
-/** A command (iptables, ipset, ...) exited non-zero or could not start. */
+/** A command (iptables, ipset, ...) exited non-zero, could not start, or hung and was killed. */
 export class CommandError extends WeirError {
   readonly command: string;
   readonly args: readonly string[];
   readonly exitCode: number | undefined;
   readonly stderr: string;
   constructor(
-    code: 'WEIR_COMMAND_FAILED' | 'WEIR_COMMAND_MISSING' | 'WEIR_KERNEL_READ_FAILED',
+    code: 'WEIR_COMMAND_FAILED' | 'WEIR_COMMAND_MISSING' | 'WEIR_COMMAND_TIMEOUT' | 'WEIR_KERNEL_READ_FAILED',
     command: string,
     args: readonly string[],
     exitCode: number | undefined,
@@ -50,7 +52,10 @@ export class CommandError extends WeirError {
     options?: WeirErrorOptions,
   ) {
     const tail = stderr.trim().split('\n').slice(-5).join('\n');
-    const what = code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)' : `exited with ${exitCode}`;
+    const what =
+      code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)'
+      : code === 'WEIR_COMMAND_TIMEOUT' ? 'did not finish in time and was killed'
+      : `exited with ${exitCode}`;
     super(code, `${command} ${args.join(' ')} ${what}${tail ? `: ${tail}` : ''}`, options);
     this.command = command;
     this.args = args;
@@ -76,6 +81,23 @@ export class RestoreError extends WeirError {
     this.family = family;
     this.line = line;
     this.lineText = lineText;
+    this.stderr = stderr;
+  }
+}
+
+/** Another program kept the xtables lock (legacy backend) through every bounded wait and
+ *  retry; nothing was written. */
+export class XtablesLockError extends WeirError {
+  readonly tool: string;
+  readonly family: 4 | 6 | undefined;
+  /** Tries made, the first included. */
+  readonly attempts: number;
+  readonly stderr: string;
+  constructor(tool: string, family: 4 | 6 | undefined, attempts: number, stderr: string, options?: WeirErrorOptions) {
+    super('WEIR_XTABLES_LOCK', `${tool}${family ? ` (IPv${family})` : ''} could not take the xtables lock in ${attempts} tries: ${stderr.trim().split('\n').pop() ?? ''}`, options);
+    this.tool = tool;
+    this.family = family;
+    this.attempts = attempts;
     this.stderr = stderr;
   }
 }

@@ -2,7 +2,8 @@
 // the backend binaries, retries transient xtables-lock failures, and parses save output just
 // enough to find chains, rules and comments.
 
-import { CommandError, RestoreError } from '../errors.ts';
+import { backoffMs } from '../backoff.ts';
+import { CommandError, RestoreError, XtablesLockError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
 import type { CommandRunner } from './runner.ts';
@@ -10,12 +11,21 @@ import type { CommandRunner } from './runner.ts';
 export type Backend = 'nft' | 'legacy';
 export type BackendChoice = Backend | 'auto';
 
-/** Retries after the first attempt; the delay doubles after each one. */
+/** What a restore does when another program holds the xtables lock (legacy backend). */
 export interface RetryPolicy {
+  /** Retries after the first attempt... */
   readonly attempts: number;
+  /** ...waiting this long before the first, doubling (the shared backoff)... */
   readonly delayMs: number;
+  /** ...up to this (default 5 s). */
+  readonly maxDelayMs?: number;
+  /** How long one attempt waits for the lock (`--wait=N`, whole seconds, default 5, as
+   *  kube-proxy). A bare `--wait` waits forever: a stuck holder would hang the loop unseen. */
+  readonly waitSeconds?: number;
 }
 export const DEFAULT_LOCK_RETRY: RetryPolicy = { attempts: 3, delayMs: 200 };
+export const DEFAULT_LOCK_WAIT_SECONDS = 5;
+const DEFAULT_LOCK_MAX_DELAY_MS = 5_000;
 
 export interface RetryInfo {
   readonly tool: string;
@@ -36,7 +46,8 @@ export function isTransient(exitCode: number, stderr: string): boolean {
 
 export interface Iptables {
   readonly backend: Backend;
-  /** Applies a filter-table payload atomically with `--noflush`; throws RestoreError. */
+  /** Applies a filter-table payload atomically with `--noflush`; throws RestoreError, or
+   *  XtablesLockError when the lock stayed held through every retry. */
   restore(family: Family, payload: string): Promise<void>;
   /** `iptables-save -t filter` output; throws CommandError (WEIR_KERNEL_READ_FAILED). */
   save(family: Family): Promise<string>;
@@ -55,20 +66,21 @@ export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
 
 export function createIptables(opts: IptablesOptions): Iptables {
   const retry = opts.retry ?? DEFAULT_LOCK_RETRY;
+  const backoff = { initialMs: retry.delayMs, maxMs: retry.maxDelayMs ?? DEFAULT_LOCK_MAX_DELAY_MS };
+  const args = ['--noflush', `--wait=${Math.max(1, Math.ceil(retry.waitSeconds ?? DEFAULT_LOCK_WAIT_SECONDS))}`];
   const wait = opts.sleep ?? sleep;
   return {
     backend: opts.backend,
     async restore(family, payload) {
       const cmd = tool(opts.backend, family, 'restore');
-      for (let attempt = 0; ; attempt++) {
-        const r = await opts.runner.run(cmd, ['--noflush', '--wait'], { input: payload });
+      for (let attempt = 1; ; attempt++) {
+        const r = await opts.runner.run(cmd, args, { input: payload });
         if (r.exitCode === 0) return;
-        if (attempt >= retry.attempts || !isTransient(r.exitCode, r.stderr)) {
-          throw new RestoreError(cmd, family, r.stderr, payload);
-        }
-        const delayMs = retry.delayMs * 2 ** attempt;
-        opts.log.warn({ cmd, family, attempt: attempt + 1, of: retry.attempts, delayMs, stderr: r.stderr.trim() }, 'xtables lock busy, retrying');
-        opts.onRetry?.({ tool: cmd, family, attempt: attempt + 1, delayMs });
+        if (!isTransient(r.exitCode, r.stderr)) throw new RestoreError(cmd, family, r.stderr, payload);
+        if (attempt > retry.attempts) throw new XtablesLockError(cmd, family, attempt, r.stderr);
+        const delayMs = backoffMs(attempt, backoff);
+        opts.log.warn({ cmd, family, attempt, of: retry.attempts, delayMs, stderr: r.stderr.trim() }, 'xtables lock busy, retrying');
+        opts.onRetry?.({ tool: cmd, family, attempt, delayMs });
         await wait(delayMs);
       }
     },

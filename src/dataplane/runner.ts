@@ -18,7 +18,7 @@ export interface RunResult {
 /**
  * Runs one command without a shell. Resolves with the exit code, whatever it is, so callers
  * can tell a lock timeout from a rejected payload; rejects with a CommandError only when the
- * command could not run to completion (missing binary, timeout, killed).
+ * command could not run to completion (missing binary, hung past the timeout, killed).
  */
 export interface CommandRunner {
   run(cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;
@@ -45,7 +45,8 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
         throw new CommandError('WEIR_COMMAND_MISSING', cmd, args, undefined, stderr);
       }
       if (r.timedOut) {
-        throw new CommandError('WEIR_COMMAND_FAILED', cmd, args, undefined, `${stderr}\ntimed out after ${timeout} ms`);
+        // A hung command (a lock nobody releases, a stuck kernel call) must not stall the loop.
+        throw new CommandError('WEIR_COMMAND_TIMEOUT', cmd, args, undefined, `${stderr}\ntimed out after ${timeout} ms`);
       }
       if (typeof r.exitCode !== 'number') {
         const why = r.signal ? `killed by ${r.signal}` : (r.originalMessage ?? r.message ?? 'did not run');

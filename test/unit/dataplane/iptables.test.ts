@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { CommandError, RestoreError } from '../../../src/errors.ts';
+import { CommandError, RestoreError, XtablesLockError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import {
   commentOf,
@@ -92,31 +92,42 @@ for (const c of transientCases) {
 
 const LOCK: RunResult = { stdout: '', stderr: 'Another app is currently holding the xtables lock.', exitCode: 4 };
 
-test('restore retries lock failures with doubling delays, logging and counting each attempt', async () => {
+test('restore bounds its wait for the xtables lock, then retries with the shared backoff, logging and counting each attempt', async () => {
   let n = 0;
-  const runner = recordingRunner(() => (++n <= 2 ? LOCK : { stdout: '', stderr: '', exitCode: 0 }));
+  const runner = recordingRunner(() => (++n <= 3 ? LOCK : { stdout: '', stderr: '', exitCode: 0 }));
   const slept: number[] = [];
   const retries: RetryInfo[] = [];
   const ipt = createIptables({
     runner,
     backend: 'legacy',
     log,
-    retry: { attempts: 3, delayMs: 50 },
+    retry: { attempts: 3, delayMs: 50, maxDelayMs: 80, waitSeconds: 2 },
     sleep: async (ms) => void slept.push(ms),
     onRetry: (i) => retries.push(i),
   });
   await ipt.restore(6, '*filter\nCOMMIT\n');
-  assert.equal(runner.calls.length, 3);
-  assert.deepEqual(slept, [50, 100]);
-  assert.deepEqual(retries.map((r) => [r.tool, r.family, r.attempt]), [['ip6tables-legacy-restore', 6, 1], ['ip6tables-legacy-restore', 6, 2]]);
-  assert.deepEqual(runner.calls[0].args, ['--noflush', '--wait']);
+  assert.equal(runner.calls.length, 4);
+  assert.deepEqual(slept, [50, 80, 80], 'doubling, capped');
+  assert.deepEqual(retries.map((r) => [r.tool, r.family, r.attempt]), [['ip6tables-legacy-restore', 6, 1], ['ip6tables-legacy-restore', 6, 2], ['ip6tables-legacy-restore', 6, 3]]);
+  // A bare --wait waits for the lock forever and hides contention; a bound turns it into a retry.
+  assert.deepEqual(runner.calls[0].args, ['--noflush', '--wait=2']);
   assert.equal(runner.calls[0].input, '*filter\nCOMMIT\n');
 });
 
-test('restore gives up after the configured retries with a RestoreError', async () => {
+test('the default lock wait is bounded', async () => {
+  const runner = recordingRunner();
+  await createIptables({ runner, backend: 'legacy', log }).restore(4, '*filter\nCOMMIT\n');
+  assert.match(runner.calls[0].args.join(' '), /^--noflush --wait=[1-9]\d*$/);
+});
+
+test('restore gives up after the configured retries with WEIR_XTABLES_LOCK naming the tries', async () => {
   const runner = recordingRunner(() => LOCK);
   const ipt = createIptables({ runner, backend: 'nft', log, retry: { attempts: 2, delayMs: 1 }, sleep: async () => {} });
-  await assert.rejects(ipt.restore(4, '*filter\nCOMMIT\n'), RestoreError);
+  const err = await ipt.restore(4, '*filter\nCOMMIT\n').then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+  assert.ok(err instanceof XtablesLockError);
+  assert.equal(err.code, 'WEIR_XTABLES_LOCK');
+  assert.equal(err.attempts, 3);
+  assert.match(err.message, /iptables-nft-restore \(IPv4\) could not take the xtables lock in 3 tries/);
   assert.equal(runner.calls.length, 3);
   assert.equal(runner.calls[0].cmd, 'iptables-nft-restore');
 });

@@ -1,3 +1,7 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandError } from '../../../src/errors.ts';
@@ -18,10 +22,28 @@ test('execaRunner feeds input on stdin', async () => {
   assert.equal((await execaRunner().run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
 });
 
-test('execaRunner kills a command that outlives the timeout', async () => {
-  const t0 = Date.now();
-  await assert.rejects(execaRunner({ timeoutMs: 100 }).run('sleep', ['5']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_FAILED' && /timed out/.test(e.stderr));
-  assert.ok(Date.now() - t0 < 4000);
+test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_TIMEOUT', async () => {
+  // A real process that never exits on its own: it stays blocked on a lock another process holds.
+  const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
+  const lock = join(dir, 'lock');
+  // Its own process group, so that flock and the sleep holding the lock end together.
+  const holder = spawn('flock', [lock, 'sleep', '30'], { stdio: 'ignore', detached: true });
+  try {
+    await new Promise((r) => setTimeout(r, 100));
+    const t0 = Date.now();
+    const err = await execaRunner({ timeoutMs: 200 }).run('flock', [lock, 'true']).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+    assert.ok(err instanceof CommandError);
+    assert.equal(err.code, 'WEIR_COMMAND_TIMEOUT');
+    assert.match(err.message, /flock .* did not finish in time and was killed/);
+    assert.match(err.stderr, /timed out after 200 ms/);
+    assert.ok(Date.now() - t0 < 3000, `returned after ${Date.now() - t0} ms`);
+    // The hung process is gone: the lock is still held by the holder alone.
+    const ps = await execaRunner().run('pgrep', ['-f', `^flock ${lock} true$`]);
+    assert.equal(ps.stdout, '');
+  } finally {
+    process.kill(-holder.pid!, 'SIGKILL');
+    await rm(dir, { recursive: true, force: true });
+  }
 });
 
 test('netnsRunner prefixes ip netns exec and passes input through', async () => {
