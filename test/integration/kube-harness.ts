@@ -18,6 +18,7 @@ import { startControlPlane, type ControlPlane } from './controlplane.ts';
 export type { Cell };
 const CRDS = fileURLToPath(new URL('../../crds/', import.meta.url));
 const RBAC = fileURLToPath(new URL('../../deploy/rbac.yaml', import.meta.url));
+const ADMISSION = fileURLToPath(new URL('../../deploy/admission-policy.yaml', import.meta.url));
 
 export interface AgentOptions {
   /** Extra flags, e.g. a short --watch-idle-timeout for the stall test. */
@@ -31,6 +32,9 @@ export class KubeIntegration {
   readonly cluster: Cluster;
   readonly agents: AgentProcess[] = [];
   readonly bridges = new Map<string, Bridge>();
+  /** Each node's agent kubeconfig: the service account of deploy/rbac.yaml, with a token bound
+   *  to that node's agent pod (as the kubelet mounts it), so the admission policy knows the node. */
+  readonly agentKubeconfigs = new Map<string, string>();
 
   private constructor(cp: ControlPlane, cluster: Cluster) {
     this.cp = cp;
@@ -38,7 +42,7 @@ export class KubeIntegration {
   }
 
   static async start(options: AgentOptions = {}): Promise<KubeIntegration> {
-    let opts = options;
+    const opts = options;
     const cp = await startControlPlane();
     let cluster: Cluster | undefined;
     let k: KubeIntegration | undefined;
@@ -50,9 +54,14 @@ export class KubeIntegration {
       });
       k = new KubeIntegration(cp, cluster);
       await k.#createObjects();
-      // Agents run as the service account of deploy/rbac.yaml, so the RBAC Weir ships is proven.
-      const agentKubeconfig = opts.kubeconfig ?? (await k.serviceAccountKubeconfig('weir', 'kube-system', 'agent.kubeconfig'));
-      opts = { ...opts, kubeconfig: agentKubeconfig };
+      // Agents run as the service account of deploy/rbac.yaml under deploy/admission-policy.yaml,
+      // so what Weir ships is proven.
+      if (opts.kubeconfig === undefined) {
+        for (const node of cluster.nodes) {
+          await k.apply(agentPod(node.name));
+          k.agentKubeconfigs.set(node.name, await k.serviceAccountKubeconfig('weir', 'kube-system', `agent-${node.name}.kubeconfig`, agentPodName(node.name)));
+        }
+      }
       const port = Number(new URL(cp.server).port);
       for (const node of cluster.nodes) k.bridges.set(node.name, await bridgeApiServer(node.netns, port));
       for (const node of cluster.nodes) k.startAgent(node.name, opts);
@@ -70,7 +79,8 @@ export class KubeIntegration {
 
   startAgent(node: string, opts: AgentOptions = {}): AgentProcess {
     const netns = this.cluster.nodes.find((n) => n.name === node)!.netns;
-    const a = new AgentProcess(node, netns, ['--kubeconfig', opts.kubeconfig ?? this.cp.kubeconfig, '--log-level', 'info', '--resync-interval', '5', ...(opts.args ?? [])]);
+    const kubeconfig = opts.kubeconfig ?? this.agentKubeconfigs.get(node) ?? this.cp.kubeconfig;
+    const a = new AgentProcess(node, netns, ['--kubeconfig', kubeconfig, '--log-level', 'info', '--resync-interval', '5', ...(opts.args ?? [])]);
     this.agents.push(a);
     return a;
   }
@@ -110,10 +120,11 @@ export class KubeIntegration {
     await this.cp.stop();
   }
 
-  /** Namespaces, Nodes and Pods of the conformance cast, created through the API. */
-  /** A kubeconfig for a service account (token from the TokenRequest API), written to a file. */
-  async serviceAccountKubeconfig(name: string, namespace: string, file: string): Promise<string> {
-    const token = (await this.kubectl(['create', 'token', name, '-n', namespace, '--duration=2h'])).trim();
+  /** A kubeconfig for a service account (token from the TokenRequest API), written to a file;
+   *  with boundPod, the token is bound to that pod of the same namespace and names its node. */
+  async serviceAccountKubeconfig(name: string, namespace: string, file: string, boundPod?: string): Promise<string> {
+    const bound = boundPod === undefined ? [] : ['--bound-object-kind', 'Pod', '--bound-object-name', boundPod];
+    const token = (await this.kubectl(['create', 'token', name, '-n', namespace, '--duration=2h', ...bound])).trim();
     const admin = JSON.parse(await this.kubectl(['config', 'view', '--raw', '-o', 'json'])) as { clusters: { cluster: Record<string, string> }[] };
     return this.writeFile(file, JSON.stringify({
       apiVersion: 'v1',
@@ -125,10 +136,11 @@ export class KubeIntegration {
     }));
   }
 
+  /** Namespaces, Nodes and Pods of the conformance cast, created through the API. */
   async #createObjects(): Promise<void> {
     await this.kubectl(['apply', '-f', CRDS]);
-    await this.kubectl(['apply', '-f', RBAC]);
     await this.kubectl(['wait', '--for=condition=Established', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', '--timeout=30s']);
+    await this.kubectl(['apply', '-f', RBAC, '-f', ADMISSION]);
     const nss = Object.entries(baseNamespaces()).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } }));
     const nodes = NODES.map((n) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: n.name }, spec: { podCIDRs: n.podCIDRs, podCIDR: n.podCIDRs[0] } }));
     await this.apply(...nss, ...nodes);
@@ -153,6 +165,18 @@ export class KubeIntegration {
     await writeFile(path, content);
     return path;
   }
+}
+
+const agentPodName = (node: string): string => `weir-agent-${node}`;
+
+/** The agent's own pod on a node, as its DaemonSet would make it (host network: never policed). */
+function agentPod(node: string): unknown {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: agentPodName(node), namespace: 'kube-system', labels: { app: 'weir-agent' } },
+    spec: { nodeName: node, serviceAccountName: 'weir', hostNetwork: true, containers: [{ name: 'agent', image: 'registry.invalid/weir' }] },
+  };
 }
 
 export function podObject(p: PodDef): unknown {
