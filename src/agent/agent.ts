@@ -3,10 +3,9 @@
 // loop ready; nothing is written before that batch says the source is synced.
 
 import { KubeConfig } from '@kubernetes/client-node';
-import { readFile } from 'node:fs/promises';
 import { Calculator, makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/index.ts';
-import { ConfigError, PreconditionError } from '../errors.ts';
+import { ConfigError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
@@ -15,9 +14,9 @@ import { createPodInterfaceScanner, withPodInterfaces } from '../sources/pod-int
 import type { Source } from '../sources/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
+import { preflight } from './preflight.ts';
 import { Reconciler } from './reconciler.ts';
 import { startReporting, type Reporting } from './reporting.ts';
-import type { NodeProblem } from '../status/index.ts';
 
 export interface AgentDeps {
   readonly log: Logger;
@@ -44,9 +43,11 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const clusterSource =
     deps.source ??
     (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
-  const problems = await preflight(runner, cfg, log);
-
   const names = makeNames(cfg.chainPrefix);
+  const lockRetry = { attempts: cfg.lockRetries, delayMs: cfg.lockRetryDelayMs, waitSeconds: cfg.lockWaitSeconds };
+  // Every retry on the xtables lock is counted (iptables.ts logs it).
+  const onRetry = (info: { tool: string }) => metrics.commandRetries.inc({ command: info.tool });
+  const { backend, problems } = await preflight({ runner, names, families: cfg.families, backend: cfg.backend, log, lockRetry, onRetry });
   // Each local pod's address is bound to its bridge port, learned from this node's kernel.
   const source = cfg.sourceBinding
     ? withPodInterfaces(clusterSource, {
@@ -70,18 +71,15 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     runner,
     names,
     families: cfg.families,
-    backend: cfg.backend,
+    backend,
     log,
-    lockRetry: { attempts: cfg.lockRetries, delayMs: cfg.lockRetryDelayMs },
+    lockRetry,
     onMetric: {
       step: (step, seconds, ok) => {
         metrics.applyDuration.observe({ step }, seconds);
         if (!ok) metrics.errors.inc({ reason: `dataplane_${step}` });
       },
-      retry: (info) => {
-        metrics.commandRetries.inc({ command: info.tool });
-        log.warn(info, 'xtables lock held; retrying');
-      },
+      retry: onRetry,
     },
   });
   // Chains or sets named like Weir's that Weir did not write (Felix's): refuse to run at all.
@@ -97,6 +95,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     retryMinMs: cfg.retryMinMs,
     retryMaxMs: cfg.retryMaxMs,
     resyncIntervalMs: cfg.resyncIntervalMs,
+    hookCheckIntervalMs: cfg.hookCheckIntervalMs,
     onPass: (outcome) => reporting?.onPass(outcome),
   });
   if (kubeConfig) {
@@ -115,13 +114,14 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   let server: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   if (cfg.metricsAddr) {
     server = await startHealthServer(cfg.metricsAddr, metrics.registry, {
-      healthy: () => true,
+      health: () => reconciler.health(),
       readiness: () => reconciler.readiness(),
     });
-    log.info({ addr: cfg.metricsAddr, port: server.port }, 'serving /metrics, /healthz and /readyz');
+    log.info({ addr: cfg.metricsAddr, host: server.host, port: server.port }, `serving /metrics, /healthz and /readyz on ${server.host}:${server.port}`);
   }
 
-  reconciler.start();
+  // The fail-closed skeleton on a fresh node: the only write before the source is synced.
+  await reconciler.start();
   try {
     await source.start((batch) => reconciler.onBatch(batch));
   } catch (err) {
@@ -174,31 +174,4 @@ function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logg
       if (e.type === 'error') log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
     },
   });
-}
-
-/** Fails early, with a clear message, when the host lacks what Weir needs. */
-async function preflight(runner: CommandRunner, cfg: AgentConfig, log: Logger): Promise<NodeProblem[]> {
-  const problems: NodeProblem[] = [];
-  const missing: string[] = [];
-  for (const [cmd, args] of [['ipset', ['version']], ['iptables-restore', ['--version']]] as const) {
-    const r = await runner.run(cmd, args).catch((err: unknown) => ({ exitCode: -1, stdout: '', stderr: String(err) }));
-    if (r.exitCode !== 0) missing.push(`${cmd}: ${r.stderr.trim().split('\n').pop() || `exit ${r.exitCode}`}`);
-  }
-  if (missing.length > 0) {
-    throw new PreconditionError(
-      `Weir needs iptables and ipset, run as root (CAP_NET_ADMIN):\n  - ${missing.join('\n  - ')}`,
-    );
-  }
-  // Same-node pods talk across the cni0 bridge; only with this sysctl do those frames
-  // traverse FORWARD, where Weir's chains are.
-  for (const f of cfg.families) {
-    const file = `/proc/sys/net/bridge/bridge-nf-call-${f === 4 ? 'iptables' : 'ip6tables'}`;
-    const v = await readFile(file, 'utf8').catch(() => 'missing');
-    if (v.trim() !== '1') {
-      const message = `${file} is ${v.trim()}, not 1: traffic between pods of the same node bypasses policy`;
-      log.warn({ file, value: v.trim() }, message);
-      problems.push({ reason: 'BrNetfilterDisabled', message });
-    }
-  }
-  return problems;
 }

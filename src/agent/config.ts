@@ -13,7 +13,7 @@ export interface AgentConfig {
   readonly manifestsDir: string;
   /** Out-of-cluster kubeconfig; empty means in-cluster configuration. */
   readonly kubeconfig: string;
-  /** HOST:PORT for /metrics, /healthz, /readyz; '' disables the server. */
+  /** HOST:PORT for /metrics, /healthz, /readyz (":PORT" is loopback); '' disables the server. */
   readonly metricsAddr: string;
   readonly chainPrefix: string;
   /** Mark bits Weir may use; must not overlap kube-proxy's 0x4000 and 0x8000. */
@@ -28,6 +28,9 @@ export interface AgentConfig {
   readonly retryMaxMs: number;
   /** Full read-back of the kernel to repair drift made by other programs. */
   readonly resyncIntervalMs: number;
+  /** A cheap read of Weir's FORWARD hook and chains between resyncs, so that a hook another
+   *  program removed is back within seconds; 0 turns it off. */
+  readonly hookCheckIntervalMs: number;
   /** A watch silent this long (not even a bookmark) is restarted. */
   readonly watchIdleTimeoutMs: number;
   /** Full relist of every watched kind, to repair missed events (randomised up to 2x). */
@@ -35,6 +38,9 @@ export interface AgentConfig {
   /** Retries of one iptables/ipset command when the xtables lock is held. */
   readonly lockRetries: number;
   readonly lockRetryDelayMs: number;
+  /** How long one iptables-restore waits for the xtables lock before it fails and is retried
+   *  (legacy backend; whole seconds). */
+  readonly lockWaitSeconds: number;
   /** The bridge local pods hang off (Flannel's cni0): traffic entering or leaving through it
    *  that belongs to no known local pod is dropped. */
   readonly podBridge: string;
@@ -64,10 +70,12 @@ export function defaultConfig(): AgentConfig {
     retryMinMs: 100,
     retryMaxMs: 10_000,
     resyncIntervalMs: 30_000,
+    hookCheckIntervalMs: 5_000,
     watchIdleTimeoutMs: 180_000,
     relistIntervalMs: 300_000,
     lockRetries: 5,
     lockRetryDelayMs: 200,
+    lockWaitSeconds: 5,
     podBridge: 'cni0',
     allowAction: 'ACCEPT',
     sourceBinding: true,
@@ -104,7 +112,7 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   }
   for (const [k, v] of [
     ['debounce', c.debounceMs], ['retry minimum', c.retryMinMs], ['retry maximum', c.retryMaxMs],
-    ['resync interval', c.resyncIntervalMs], ['watch idle timeout', c.watchIdleTimeoutMs], ['relist interval', c.relistIntervalMs], ['lock retry delay', c.lockRetryDelayMs], ['lock retries', c.lockRetries],
+    ['resync interval', c.resyncIntervalMs], ['hook check interval', c.hookCheckIntervalMs], ['watch idle timeout', c.watchIdleTimeoutMs], ['relist interval', c.relistIntervalMs], ['lock retry delay', c.lockRetryDelayMs], ['lock retries', c.lockRetries], ['lock wait', c.lockWaitSeconds],
   ] as const) {
     if (!Number.isFinite(v) || v < 0) problems.push(`${k} must be a non-negative number, got ${v}`);
   }

@@ -1,13 +1,19 @@
 // The reconcile loop. Source batches queue up; the loop feeds them to calc only while no
 // write is running (so the desired state is stable during an apply), then writes what they
-// dirtied. One apply at a time; bursts coalesce; failures back off; a timer resyncs.
+// dirtied. Every pass runs through one pacer, the loop's only timer: bursts coalesce, failures
+// back off however many batches arrive, and the periodic resync and hook check are requests to
+// that same pacer, so stop() cancels everything at once.
 
+import { backoffMs } from '../backoff.ts';
 import type { Calculator, DesiredDataplane, Dirty } from '../calc/index.ts';
-import type { CompiledPolicy } from '../model/types.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
-import type { CalcEvent } from '../model/types.ts';
+import { formatPolicyErrors, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
+import type { CalcEvent, CompiledPolicy } from '../model/types.ts';
+import { createPacer, type Clock, type Pacer } from '../pacer.ts';
 import type { SourceBatch } from '../sources/types.ts';
+
+export type { Clock } from '../pacer.ts';
 
 /** What the loop needs from the dataplane (dataplane/ provides it). */
 export interface DataplanePort {
@@ -17,19 +23,28 @@ export interface DataplanePort {
   /** Reads the kernel back, removes own stale objects and repairs drift, then applies. */
   resync(desired: DesiredDataplane): Promise<unknown>;
   status(): { sets: number; chains: number; rules: number };
+  /** A cheap read of FORWARD and the top chain per family: false when Weir's hook is missing
+   *  or misplaced, or the top chain was flushed or edited. */
+  hookIntact(): Promise<boolean>;
+  /** On a node that holds no Weir hook at all (a fresh boot), writes the fail-closed skeleton
+   *  (hook and top chain: traffic of pods Weir does not know yet is dropped); true if it wrote. */
+  guard(desired: DesiredDataplane): Promise<boolean>;
 }
 
-export interface Clock {
-  now(): number;
-  setTimeout(fn: () => void, ms: number): unknown;
-  clearTimeout(handle: unknown): void;
-}
-
+/** Monotonic time: intervals here must not jump with the wall clock. */
 export const systemClock: Clock = {
   now: () => performance.now(),
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
 };
+
+/** /healthz fails after this many resync intervals without a successful write. */
+export const UNHEALTHY_AFTER_RESYNC_INTERVALS = 3;
+/** The same bound when the periodic resync is off. */
+export const DEFAULT_UNHEALTHY_AFTER_MS = 90_000;
+/** Arrival times kept for the event-to-enforced histogram while writes fail: the oldest ones
+ *  (the longest waits); later batches of the same write are not observed. */
+export const MAX_UNAPPLIED = 1_000;
 
 export interface ReconcilerOptions {
   readonly calc: Calculator;
@@ -39,7 +54,13 @@ export interface ReconcilerOptions {
   readonly debounceMs: number;
   readonly retryMinMs: number;
   readonly retryMaxMs: number;
+  /** Full read-back of the kernel; 0 turns it off. */
   readonly resyncIntervalMs: number;
+  /** How often the hook is checked once synced; 0 or absent turns it off. */
+  readonly hookCheckIntervalMs?: number;
+  /** /healthz fails when a write has been wanted this long without one succeeding; default
+   *  UNHEALTHY_AFTER_RESYNC_INTERVALS resync intervals. */
+  readonly unhealthyAfterMs?: number;
   readonly clock?: Clock;
   /** Called after every write attempt (status reporting hangs here; it must not block). */
   readonly onPass?: (outcome: PassOutcome) => void;
@@ -52,49 +73,93 @@ export interface PassOutcome {
   readonly policyChanges: readonly { key: string; policy: CompiledPolicy | null }[];
 }
 
+/** Why the loop is or is not ready. Codes only: the details (payload lines, policy names,
+ *  addresses in stderr) stay in the logs, never in an HTTP body. */
+export type ReadyReason = 'Ready' | 'NotSynced' | 'ApplyFailed' | 'ChangesPending';
+
+export interface Readiness {
+  readonly ready: boolean;
+  /** The source revision the kernel holds. */
+  readonly revision: string;
+  readonly reason: ReadyReason;
+  /** The error code of the last failed write (ApplyFailed only). */
+  readonly error?: string;
+}
+
+export type HealthReason = 'Ok' | 'NoWriteSucceeded' | 'WriteHung';
+
+export interface Health {
+  readonly healthy: boolean;
+  readonly reason: HealthReason;
+  /** The error code of the last failed write, if any. */
+  readonly error?: string;
+}
+
 export class Reconciler {
   readonly #o: ReconcilerOptions;
   readonly #clock: Clock;
+  readonly #pacer: Pacer;
+  readonly #unhealthyAfterMs: number;
   #queue: SourceBatch<CalcEvent>[] = [];
-  /** Arrival times of batches taken into calc but not yet in the kernel. */
-  #unapplied: number[] = [];
+  /** Arrival times of queued batches, then of batches taken into calc but not yet in the
+   *  kernel; both bounded by MAX_UNAPPLIED. */
   #arrivals: number[] = [];
+  #unapplied: number[] = [];
   /** Policy changes taken into calc since the last write attempt, for onPass. */
   #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
   #synced = false;
   #latestRevision = '';
   #appliedRevision = '';
-  #lastError: string | null = null;
+  #lastError: { code: string; message: string } | null = null;
   #needResync = true;
-  #failures = 0;
-  #timer: unknown = null;
-  #resyncTimer: unknown = null;
-  #running: Promise<void> | null = null;
-  #stopped = false;
+  #nextResyncAt: number | null = null;
+  #nextHookCheckAt: number | null = null;
+  /** Since when a write has been wanted without one succeeding (null: nothing owed). */
+  #owedSince: number | null = null;
+  #writeStartedAt: number | null = null;
   #idleWaiters: (() => void)[] = [];
 
   constructor(o: ReconcilerOptions) {
     this.#o = o;
     this.#clock = o.clock ?? systemClock;
+    this.#unhealthyAfterMs =
+      o.unhealthyAfterMs ?? (o.resyncIntervalMs > 0 ? UNHEALTHY_AFTER_RESYNC_INTERVALS * o.resyncIntervalMs : DEFAULT_UNHEALTHY_AFTER_MS);
+    this.#pacer = createPacer({
+      clock: this.#clock,
+      minIntervalMs: 0,
+      retryMinMs: o.retryMinMs,
+      retryMaxMs: o.retryMaxMs,
+      run: () => this.#pass(),
+      onResult: () => {
+        if (this.#isIdle()) for (const w of this.#idleWaiters.splice(0)) w();
+      },
+    });
   }
 
-  start(): void {
-    this.#armResync();
+  /** Writes the fail-closed skeleton on a fresh node; the only write before the source is
+   *  synced. A failure is logged and does not stop the loop: the first resync writes it all. */
+  async start(): Promise<void> {
+    const { calc, dataplane, log, metrics } = this.#o;
+    try {
+      await dataplane.guard(calc.desired); // it says itself when it wrote
+    } catch (err) {
+      const code = codeOf(err);
+      metrics.errors.inc({ reason: code });
+      log.warn({ err, code }, 'could not write the fail-closed skeleton; the first resync after the source is synced will write everything');
+    }
   }
 
   async stop(): Promise<void> {
-    this.#stopped = true;
-    if (this.#timer !== null) this.#clock.clearTimeout(this.#timer);
-    if (this.#resyncTimer !== null) this.#clock.clearTimeout(this.#resyncTimer);
-    this.#timer = this.#resyncTimer = null;
-    await this.#running;
+    await this.#pacer.stop();
   }
 
   onBatch(batch: SourceBatch<CalcEvent>): void {
+    const now = this.#clock.now();
     this.#queue.push(batch);
-    this.#arrivals.push(this.#clock.now());
+    if (this.#arrivals.length < MAX_UNAPPLIED) this.#arrivals.push(now);
     this.#latestRevision = batch.revision;
-    this.#schedule(this.#o.debounceMs);
+    if (this.#synced || batch.synced) this.#owedSince ??= now;
+    this.#pacer.poke(this.#o.debounceMs);
   }
 
   /** The source has delivered its first complete view. */
@@ -102,121 +167,177 @@ export class Reconciler {
     return this.#synced;
   }
 
-  readiness(): { ready: boolean; revision: string; reason: string } {
+  readiness(): Readiness {
     const revision = this.#appliedRevision;
-    if (!this.#synced) return { ready: false, revision, reason: 'waiting for the first full state from the source' };
-    if (this.#lastError) return { ready: false, revision, reason: `last apply failed: ${this.#lastError}` };
-    if (this.#queue.length > 0 || revision !== this.#latestRevision) return { ready: false, revision, reason: 'changes pending' };
-    return { ready: true, revision, reason: 'kernel holds the latest state' };
+    if (!this.#synced) return { ready: false, revision, reason: 'NotSynced' };
+    if (this.#lastError) return { ready: false, revision, reason: 'ApplyFailed', error: this.#lastError.code };
+    if (this.#queue.length > 0 || revision !== this.#latestRevision) return { ready: false, revision, reason: 'ChangesPending' };
+    return { ready: true, revision, reason: 'Ready' };
   }
 
-  /** Resolves when nothing is queued, scheduled or running (tests, render, shutdown). */
+  /** Fails when writes are owed and none has succeeded for the bound: every try failed, or one
+   *  hangs. A restart is then the remedy (kubelet's liveness probe). */
+  health(): Health {
+    const now = this.#clock.now();
+    const error = this.#lastError ? { error: this.#lastError.code } : {};
+    if (this.#writeStartedAt !== null && now - this.#writeStartedAt > this.#unhealthyAfterMs) return { healthy: false, reason: 'WriteHung', ...error };
+    if (this.#owedSince !== null && now - this.#owedSince > this.#unhealthyAfterMs) return { healthy: false, reason: 'NoWriteSucceeded', ...error };
+    return { healthy: true, reason: 'Ok' };
+  }
+
+  /** Resolves when nothing is queued, running or waiting for a retry (tests, shutdown). */
   whenIdle(): Promise<void> {
     if (this.#isIdle()) return Promise.resolve();
     return new Promise((resolve) => this.#idleWaiters.push(resolve));
   }
 
   #isIdle(): boolean {
-    return this.#timer === null && this.#running === null && (this.#queue.length === 0 || !this.#synced);
+    return !this.#pacer.busy() && (!this.#synced ? true : this.#queue.length === 0 && !this.#needResync);
   }
 
-  #schedule(delayMs: number): void {
-    if (this.#stopped || this.#timer !== null) return;
-    this.#timer = this.#clock.setTimeout(() => {
-      this.#timer = null;
-      if (this.#running) return; // the running pass reschedules when it ends
-      this.#running = this.#pass().finally(() => {
-        this.#running = null;
-        if (this.#queue.length > 0 && this.#synced) this.#schedule(0);
-        if (this.#isIdle()) for (const w of this.#idleWaiters.splice(0)) w();
-      });
-    }, delayMs);
-  }
-
-  #armResync(): void {
-    if (this.#stopped || this.#o.resyncIntervalMs <= 0) return;
-    this.#resyncTimer = this.#clock.setTimeout(() => {
-      this.#needResync = true;
-      this.#schedule(0);
-      this.#armResync();
-    }, this.#o.resyncIntervalMs);
-  }
-
-  async #pass(): Promise<void> {
-    const { calc, dataplane, log, metrics } = this.#o;
+  async #pass(): Promise<'ok' | 'skipped'> {
     const batches = this.#queue.splice(0);
-    this.#unapplied.push(...this.#arrivals.splice(0));
-    if (batches.length > 0) {
-      const t0 = this.#clock.now();
-      let events = 0;
-      for (const b of batches) {
-        const dirty = calc.applyEvents(b.events);
-        dataplane.markDirty(dirty);
-        events += b.events.length;
-        for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
-        if (b.synced) this.#synced = true;
-      }
-      const changes = calc.takePolicyChanges();
-      this.#policyChanges.push(...changes);
-      for (const { key, policy } of changes) {
-        if (policy && policy.errors.length > 0) {
-          metrics.errors.inc({ reason: 'WEIR_POLICY_INVALID' });
-          log.warn(
-            { code: 'WEIR_POLICY_INVALID', policy: key, generation: policy.generation, errors: policy.errors },
-            `policy ${key} is invalid and adds no allowance; the pods it selects stay isolated: ${policy.errors.map((e) => `${e.path}: ${e.message}`).join('; ')}`,
-          );
-        }
-      }
-      metrics.calcDuration.observe((this.#clock.now() - t0) / 1000);
-      log.debug({ events, batches: batches.length, ms: round(this.#clock.now() - t0) }, 'model updated');
-    }
+    for (const at of this.#arrivals.splice(0)) if (this.#unapplied.length < MAX_UNAPPLIED) this.#unapplied.push(at);
+    if (batches.length > 0) this.#compute(batches);
     // Nothing is written before the source has delivered its first full view of the world.
-    if (!this.#synced) return;
+    if (!this.#synced) return 'skipped';
+    const now = this.#clock.now();
+    if (this.#nextResyncAt !== null && now >= this.#nextResyncAt) this.#needResync = true;
+    if (!this.#needResync && this.#nextHookCheckAt !== null && now >= this.#nextHookCheckAt) await this.#checkHook();
+    if (batches.length === 0 && !this.#needResync) {
+      this.#askForPeriodic();
+      return 'skipped';
+    }
     const revision = batches.length > 0 ? batches[batches.length - 1].revision : this.#latestRevision;
+    return this.#write(revision);
+  }
+
+  #compute(batches: readonly SourceBatch<CalcEvent>[]): void {
+    const { calc, dataplane, log, metrics } = this.#o;
+    const t0 = this.#clock.now();
+    let events = 0;
+    for (const b of batches) {
+      const dirty = calc.applyEvents(b.events);
+      dataplane.markDirty(dirty);
+      events += b.events.length;
+      for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
+      if (b.synced) this.#synced = true;
+    }
+    const changes = calc.takePolicyChanges();
+    this.#policyChanges.push(...changes);
+    for (const { key, policy } of changes) {
+      if (policy && policy.errors.length > 0) {
+        metrics.errors.inc({ reason: 'WEIR_POLICY_INVALID' });
+        log.warn(
+          { code: 'WEIR_POLICY_INVALID', policy: key, generation: policy.generation, errors: policy.errors },
+          `policy ${key} is invalid and ${INVALID_POLICY_EFFECT}: ${formatPolicyErrors(policy.errors)}`,
+        );
+      }
+    }
+    metrics.calcDuration.observe((this.#clock.now() - t0) / 1000);
+    log.debug({ events, batches: batches.length, ms: round(this.#clock.now() - t0) }, 'model updated');
+  }
+
+  /** Another program may delete or move the hook at any time; a resync puts it back. */
+  async #checkHook(): Promise<void> {
+    const { dataplane, log, metrics } = this.#o;
+    this.#nextHookCheckAt = null;
+    let intact: boolean;
+    try {
+      intact = await dataplane.hookIntact();
+      if (!intact) {
+        metrics.driftRepairs.inc({ what: 'hook' });
+        log.warn({ what: 'hook' }, "Weir's FORWARD hook or chains were removed or changed by another program; resyncing now");
+      }
+    } catch (err) {
+      const code = codeOf(err);
+      metrics.errors.inc({ reason: code });
+      log.warn({ err, code }, "could not check Weir's FORWARD hook; resyncing to be sure");
+      intact = false;
+    }
+    const now = this.#clock.now();
+    if (intact) {
+      this.#nextHookCheckAt = now + (this.#o.hookCheckIntervalMs ?? 0);
+    } else {
+      // The resync of this same pass repairs it; its success schedules the next check.
+      this.#needResync = true;
+      this.#owedSince ??= now;
+    }
+  }
+
+  async #write(revision: string): Promise<'ok'> {
+    const { calc, dataplane, log, metrics } = this.#o;
     const resync = this.#needResync;
     const t0 = this.#clock.now();
+    this.#owedSince ??= t0;
+    this.#writeStartedAt = t0;
+    let stats: unknown;
     try {
-      const stats = resync ? await dataplane.resync(calc.desired) : await dataplane.apply(calc.desired);
-      this.#needResync = false;
-      this.#failures = 0;
-      this.#lastError = null;
-      this.#appliedRevision = revision;
-      const ms = this.#clock.now() - t0;
-      for (const at of this.#unapplied.splice(0)) metrics.enforceLatency.observe((this.#clock.now() - at) / 1000);
-      metrics.applyDuration.observe({ step: resync ? 'resync' : 'total' }, ms / 1000);
-      metrics.applies.inc({ result: 'ok' });
-      const st = dataplane.status();
-      metrics.sets.set(st.sets);
-      metrics.chains.set(st.chains);
-      metrics.rules.set(st.rules);
-      metrics.localPods.set(calc.localPodCount);
-      const reports = calc.policyReports();
-      const invalid = reports.filter((r) => r.errors.length > 0).length;
-      metrics.policies.set({ state: 'valid' }, reports.length - invalid);
-      metrics.policies.set({ state: 'invalid' }, invalid);
-      log.info({ resync, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : 'applied changes');
-      this.#o.onPass?.({ ok: true, policyChanges: this.#policyChanges.splice(0) });
+      stats = resync ? await dataplane.resync(calc.desired) : await dataplane.apply(calc.desired);
     } catch (err) {
-      this.#failures++;
+      this.#writeStartedAt = null;
       this.#needResync = true; // after a failure, trust only what the kernel says it holds
-      this.#lastError = err instanceof Error ? err.message : String(err);
-      const code = (err as { code?: string }).code ?? 'UNKNOWN';
+      const code = codeOf(err);
+      this.#lastError = { code, message: err instanceof Error ? err.message : String(err) };
       metrics.errors.inc({ reason: code });
       metrics.applies.inc({ result: 'error' });
-      const delay = Math.min(this.#o.retryMaxMs, this.#o.retryMinMs * 2 ** (this.#failures - 1));
-      log.error({ err, code, attempt: this.#failures, retryInMs: delay }, 'dataplane apply failed; will retry');
-      this.#o.onPass?.({ ok: false, error: this.#lastError, policyChanges: this.#policyChanges.splice(0) });
-      this.#scheduleRetry(delay);
+      const attempt = this.#pacer.failures() + 1;
+      const retryInMs = backoffMs(attempt, { initialMs: this.#o.retryMinMs, maxMs: this.#o.retryMaxMs });
+      log.error({ err, code, attempt, retryInMs }, 'dataplane apply failed; will retry');
+      this.#report({ ok: false, error: this.#lastError.message, policyChanges: this.#policyChanges.splice(0) });
+      throw err; // the pacer retries after the backoff
     }
+    const now = this.#clock.now();
+    this.#writeStartedAt = null;
+    this.#needResync = false;
+    this.#lastError = null;
+    this.#appliedRevision = revision;
+    this.#owedSince = null;
+    const { resyncIntervalMs, hookCheckIntervalMs = 0 } = this.#o;
+    // A resync has just put the hook back, so the next check is an interval away; a plain
+    // apply must not push a due check back, or a steady stream of changes would starve it.
+    if (resync) {
+      this.#nextResyncAt = resyncIntervalMs > 0 ? now + resyncIntervalMs : null;
+      this.#nextHookCheckAt = hookCheckIntervalMs > 0 ? now + hookCheckIntervalMs : null;
+    }
+    const ms = now - t0;
+    for (const at of this.#unapplied.splice(0)) metrics.enforceLatency.observe((now - at) / 1000);
+    metrics.applyDuration.observe({ step: resync ? 'resync' : 'total' }, ms / 1000);
+    metrics.applies.inc({ result: 'ok' });
+    const st = dataplane.status();
+    metrics.sets.set(st.sets);
+    metrics.chains.set(st.chains);
+    metrics.rules.set(st.rules);
+    metrics.localPods.set(calc.localPodCount);
+    const reports = calc.policyReports();
+    const invalid = reports.filter((r) => r.errors.length > 0).length;
+    metrics.policies.set({ state: 'valid' }, reports.length - invalid);
+    metrics.policies.set({ state: 'invalid' }, invalid);
+    log.info({ resync, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : 'applied changes');
+    this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
+    this.#askForPeriodic();
+    return 'ok';
   }
 
-  #scheduleRetry(delayMs: number): void {
-    if (this.#stopped) return;
-    this.#timer = this.#clock.setTimeout(() => {
-      this.#timer = null;
-      this.#schedule(0);
-    }, delayMs);
+  /** Asks the pacer for the next periodic pass: the resync or the hook check, whichever is due first. */
+  #askForPeriodic(): void {
+    const due = [this.#nextResyncAt, this.#nextHookCheckAt].filter((t): t is number => t !== null);
+    if (due.length > 0) this.#pacer.poke(Math.min(...due) - this.#clock.now());
   }
+
+  #report(outcome: PassOutcome): void {
+    try {
+      this.#o.onPass?.(outcome);
+    } catch (err) {
+      // Reporting is a side channel: it must never turn a write into a failure.
+      this.#o.log.warn({ err }, 'status reporting failed');
+    }
+  }
+}
+
+function codeOf(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : 'UNKNOWN';
 }
 
 function round(ms: number): number {

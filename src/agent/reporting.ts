@@ -7,7 +7,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import type { Calculator } from '../calc/index.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
-import type { CompiledPolicy } from '../model/types.ts';
+import { formatPolicyErrors, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
 import {
   createEventRecorder,
   createNodeStatusReporter,
@@ -37,10 +37,6 @@ export interface Reporting {
   stop(): Promise<void>;
 }
 
-export function errorText(p: CompiledPolicy): string {
-  return p.errors.map((e) => `${e.path}: ${e.message}`).join('; ');
-}
-
 export function startReporting(d: ReportingDeps): Reporting {
   const written = (kind: string) => (result: string) => d.metrics.statusWrites.inc({ kind, result });
   const node = createNodeStatusReporter({ kubeConfig: d.kubeConfig, nodeName: d.nodeName, log: d.log, onWrite: written('NodePolicyStatus') });
@@ -66,7 +62,7 @@ export function startReporting(d: ReportingDeps): Reporting {
         name: p.name,
         uid: p.uid,
         generation: p.generation,
-        accepted: p.errors.length === 0 ? { ok: true, message: 'the policy is valid and supported' } : { ok: false, message: errorText(p) },
+        accepted: p.errors.length === 0 ? { ok: true, message: 'the policy is valid and supported' } : { ok: false, message: formatPolicyErrors(p.errors) },
         desiredNodes: cluster.nodesEnforcing(p),
       });
     }
@@ -82,7 +78,7 @@ export function startReporting(d: ReportingDeps): Reporting {
       for (const r of reports) {
         if (r.localPods === 0) continue;
         const [namespace, name] = [r.key.slice(0, r.key.indexOf('/')), r.key.slice(r.key.indexOf('/') + 1)];
-        enforced.push({ namespace, name, uid: r.uid, generation: r.generation, ...(r.errors.length > 0 ? { error: r.errors.map((e) => `${e.path}: ${e.message}`).join('; ') } : {}) });
+        enforced.push({ namespace, name, uid: r.uid, generation: r.generation, ...(r.errors.length > 0 ? { error: formatPolicyErrors(r.errors) } : {}) });
       }
       node.update({
         synced: d.synced(),
@@ -98,7 +94,7 @@ export function startReporting(d: ReportingDeps): Reporting {
         if (!policy) continue;
         const ref = { namespace: policy.namespace, name: policy.name, uid: policy.uid };
         if (policy.errors.length > 0 && aggregator.isHolder()) {
-          events.record(ref, 'Warning', 'PolicyRejected', `not enforced as written (the pods it selects stay isolated): ${errorText(policy)}`);
+          events.record(ref, 'Warning', 'PolicyRejected', `invalid: it ${INVALID_POLICY_EFFECT}: ${formatPolicyErrors(policy.errors)}`);
         }
         if (!outcome.ok) events.record(ref, 'Warning', 'ApplyFailed', `node ${d.nodeName} could not apply this change yet (will retry): ${outcome.error ?? ''}`);
       }

@@ -7,6 +7,7 @@ import { createDataplane, recordingRunner } from '../dataplane/index.ts';
 import type { AgentConfig } from '../agent/config.ts';
 import { markBits } from '../agent/config.ts';
 import type { Logger } from '../log.ts';
+import { INVALID_POLICY_EFFECT, policyErrorLines } from '../model/policy-errors.ts';
 import { createManifestSource } from '../sources/index.ts';
 import type { SourceBatch } from '../sources/types.ts';
 
@@ -49,7 +50,7 @@ export function formatRendered(r: Rendered): string {
   if (r.iptables[6] !== undefined) parts.push(`# ip6tables-restore --noflush (IPv6)\n${r.iptables[6]}`);
   const invalid = r.policies.filter((p) => p.errors.length > 0);
   for (const p of invalid) {
-    parts.push(`# policy ${p.key} is invalid and adds no allowance (pods it selects stay isolated):\n${p.errors.map((e) => `#   ${e.path}: ${e.message}`).join('\n')}\n`);
+    parts.push(`# policy ${p.key} is invalid and ${INVALID_POLICY_EFFECT}:\n${policyErrorLines(p.errors).map((l) => `#   ${l}`).join('\n')}\n`);
   }
   return parts.join('\n');
 }

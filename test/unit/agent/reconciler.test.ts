@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { Reconciler, type Clock, type DataplanePort } from '../../../src/agent/reconciler.ts';
+import { MAX_UNAPPLIED, Reconciler, type Clock, type DataplanePort, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
 import type { DesiredDataplane, Dirty } from '../../../src/calc/index.ts';
+import { RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
-import { createMetrics } from '../../../src/metrics/index.ts';
+import { createMetrics, type Metrics } from '../../../src/metrics/index.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
 import { newCalc, policy } from '../calc/fixtures.ts';
 
@@ -23,64 +24,98 @@ class FakeClock implements Clock {
   clearTimeout(h: unknown) {
     this.timers = this.timers.filter((x) => x.id !== h);
   }
-  /** Advances time, running due timers and letting their promises settle. */
+  pending() {
+    return this.timers.length;
+  }
+  /** Advances time, running due timers in order and letting the work they start settle. */
   async advance(ms: number) {
     const end = this.t + ms;
+    await settle();
     for (;;) {
-      this.timers.sort((a, b) => a.at - b.at);
+      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
       const next = this.timers[0];
       if (!next || next.at > end) break;
       this.timers.shift();
       this.t = next.at;
       next.fn();
-      for (let i = 0; i < 20; i++) await Promise.resolve();
+      await settle();
     }
     this.t = end;
   }
 }
 
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+type Call = { kind: 'apply' | 'resync' | 'hookIntact' | 'guard'; at: number };
+
+/** The dataplane seen by the loop: writes take `writeMs` of fake time and fail, hang or
+ *  succeed as the test says; the hook is intact until the test removes it, and a resync puts
+ *  it back. */
 class FakeDataplane implements DataplanePort {
-  calls: ('apply' | 'resync')[] = [];
-  dirtyMarks = 0;
-  failNext = 0;
-  markDirty(_d: Dirty) {
-    this.dirtyMarks++;
+  calls: Call[] = [];
+  failWrites = 0;
+  failWith: () => Error = () => new Error('iptables-restore: line 3 failed');
+  writeMs = 0;
+  hang = false;
+  hook: boolean | 'throw' = true;
+  guardDoes: boolean | 'throw' = false;
+  readonly #clock: FakeClock;
+  constructor(clock: FakeClock) {
+    this.#clock = clock;
   }
-  async apply(_d: DesiredDataplane) {
-    return this.#run('apply');
+  markDirty(_d: Dirty) {}
+  apply(_d: DesiredDataplane) {
+    return this.#write('apply');
   }
-  async resync(_d: DesiredDataplane) {
-    return this.#run('resync');
+  resync(_d: DesiredDataplane) {
+    return this.#write('resync');
   }
   status() {
     return { sets: 0, chains: 0, rules: 0 };
   }
-  #run(kind: 'apply' | 'resync') {
-    this.calls.push(kind);
-    if (this.failNext > 0) {
-      this.failNext--;
-      throw new Error('iptables-restore: line 3 failed');
+  async hookIntact() {
+    this.calls.push({ kind: 'hookIntact', at: this.#clock.t });
+    if (this.hook === 'throw') throw new Error('iptables-save: boom');
+    return this.hook;
+  }
+  async guard(_d: DesiredDataplane) {
+    this.calls.push({ kind: 'guard', at: this.#clock.t });
+    if (this.guardDoes === 'throw') throw new Error('iptables-restore: cannot write the skeleton');
+    return this.guardDoes;
+  }
+  writes(kind?: 'apply' | 'resync') {
+    return this.calls.filter((c) => (kind ? c.kind === kind : c.kind === 'apply' || c.kind === 'resync'));
+  }
+  async #write(kind: 'apply' | 'resync') {
+    this.calls.push({ kind, at: this.#clock.t });
+    if (this.hang) return new Promise<never>(() => {});
+    if (this.writeMs > 0) await new Promise<void>((resolve) => this.#clock.setTimeout(resolve, this.writeMs));
+    if (this.failWrites > 0) {
+      this.failWrites--;
+      throw this.failWith();
     }
+    if (kind === 'resync' && this.hook === false) this.hook = true;
     return {};
   }
 }
 
-function setup(resyncIntervalMs = 0) {
+function setup(o: Partial<ReconcilerOptions> = {}) {
   const clock = new FakeClock();
-  const dataplane = new FakeDataplane();
+  const dataplane = new FakeDataplane(clock);
+  const metrics = createMetrics({ defaultMetrics: false });
   const r = new Reconciler({
     calc: newCalc(),
     dataplane,
     log: silentLogger(),
-    metrics: createMetrics({ defaultMetrics: false }),
+    metrics,
     debounceMs: 20,
     retryMinMs: 100,
     retryMaxMs: 400,
-    resyncIntervalMs,
+    resyncIntervalMs: 0,
     clock,
+    ...o,
   });
-  r.start();
-  return { clock, dataplane, r };
+  return { clock, dataplane, metrics, r };
 }
 
 const batch = (revision: string, synced = true, name = revision): SourceBatch => ({
@@ -89,17 +124,23 @@ const batch = (revision: string, synced = true, name = revision): SourceBatch =>
   revision,
 });
 
+async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors', labels: Record<string, string>): Promise<number> {
+  const got = await m[name].get();
+  return got.values.find((v) => Object.entries(labels).every(([k, x]) => (v.labels as Record<string, unknown>)[k] === x))?.value ?? 0;
+}
+
 describe('reconcile loop', () => {
   test('writes nothing before the source has delivered its first full state', async () => {
     const { clock, dataplane, r } = setup();
     r.onBatch(batch('r1', false));
     await clock.advance(1000);
-    assert.deepEqual(dataplane.calls, []);
+    assert.deepEqual(dataplane.writes(), []);
     assert.equal(r.readiness().ready, false);
+    assert.equal(r.readiness().reason, 'NotSynced');
     r.onBatch(batch('r2', true));
     await clock.advance(1000);
-    assert.deepEqual(dataplane.calls, ['resync'], 'the first write reads the kernel back');
-    assert.deepEqual(r.readiness(), { ready: true, revision: 'r2', reason: 'kernel holds the latest state' });
+    assert.deepEqual(dataplane.writes().map((c) => c.kind), ['resync'], 'the first write reads the kernel back');
+    assert.deepEqual(r.readiness(), { ready: true, revision: 'r2', reason: 'Ready' });
   });
 
   test('a burst inside the debounce window becomes one write', async () => {
@@ -108,35 +149,223 @@ describe('reconcile loop', () => {
     await clock.advance(100);
     for (let i = 0; i < 10; i++) r.onBatch(batch(`b${i}`));
     await clock.advance(100);
-    assert.deepEqual(dataplane.calls, ['resync', 'apply']);
+    assert.deepEqual(dataplane.writes().map((c) => c.kind), ['resync', 'apply']);
     assert.equal(r.readiness().revision, 'b9');
   });
 
   test('a failed write is retried with doubling backoff, as a resync, and readiness says why', async () => {
     const { clock, dataplane, r } = setup();
-    dataplane.failNext = 3;
+    dataplane.failWrites = 3;
     r.onBatch(batch('r1'));
     await clock.advance(20);
-    assert.equal(dataplane.calls.length, 1);
-    assert.match(r.readiness().reason, /last apply failed: iptables-restore: line 3 failed/);
+    assert.equal(dataplane.writes().length, 1);
+    assert.deepEqual(r.readiness(), { ready: false, revision: '', reason: 'ApplyFailed', error: 'UNKNOWN' });
     await clock.advance(99);
-    assert.equal(dataplane.calls.length, 1, 'not before the first backoff of 100 ms');
+    assert.equal(dataplane.writes().length, 1, 'not before the first backoff of 100 ms');
     await clock.advance(1);
-    assert.equal(dataplane.calls.length, 2);
+    assert.equal(dataplane.writes().length, 2);
     await clock.advance(200);
-    assert.equal(dataplane.calls.length, 3, 'second backoff 200 ms');
+    assert.equal(dataplane.writes().length, 3, 'second backoff 200 ms');
     await clock.advance(400);
-    assert.equal(dataplane.calls.length, 4, 'capped at 400 ms');
-    assert.deepEqual(dataplane.calls, ['resync', 'resync', 'resync', 'resync']);
+    assert.equal(dataplane.writes().length, 4, 'capped at 400 ms');
+    assert.deepEqual(dataplane.writes().map((c) => c.kind), ['resync', 'resync', 'resync', 'resync']);
     assert.equal(r.readiness().ready, true);
   });
 
-  test('the resync timer reads the kernel back periodically', async () => {
-    const { clock, dataplane, r } = setup(1000);
+  test('the periodic resync reads the kernel back', async () => {
+    const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
     r.onBatch(batch('r1'));
     await clock.advance(20);
     await clock.advance(2000);
-    assert.deepEqual(dataplane.calls, ['resync', 'resync', 'resync']);
+    assert.deepEqual(dataplane.writes().map((c) => [c.kind, c.at]), [['resync', 20], ['resync', 1020], ['resync', 2020]]);
     await r.stop();
   });
 });
+
+describe('backoff while events keep arriving', () => {
+  // The case of the issue: every write fails, and a batch arrives every 30 ms, also while a
+  // write runs. Each batch asks for a pass; none may cut the backoff short.
+  test('with every write failing and a batch every 30 ms for 3 s, writes are spaced by the backoff', async () => {
+    const { clock, dataplane, r } = setup({ retryMinMs: 1000, retryMaxMs: 10_000 });
+    dataplane.failWrites = Infinity;
+    dataplane.writeMs = 25; // so that batches also arrive while a write runs
+    for (let t = 0; t < 3000; t += 30) {
+      r.onBatch(batch(`r${t}`, true, `p${t}`));
+      await clock.advance(30);
+    }
+    const starts = dataplane.writes().map((c) => c.at);
+    assert.deepEqual(starts, [20, 1045], 'the first write after the debounce, the next one backoff (1 s) after its end');
+    await clock.advance(100);
+    assert.deepEqual(dataplane.writes().map((c) => c.at), [20, 1045, 3070], 'then 2 s after the second');
+    await stopWhileAdvancing(clock, r);
+  });
+
+  test('stop() cancels every timer: no pass, retry, resync or hook check runs after it', async () => {
+    const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000, hookCheckIntervalMs: 500, retryMinMs: 1000 });
+    await r.start();
+    r.onBatch(batch('r1'));
+    await clock.advance(100);
+    dataplane.failWrites = Infinity;
+    dataplane.writeMs = 50;
+    r.onBatch(batch('r2'));
+    await clock.advance(65); // the write runs from 120 to 170
+    r.onBatch(batch('r3')); // asks for a pass at 185, while the write still runs
+    await clock.advance(5); // the write has failed: a retry is due at 1170
+    await stopWhileAdvancing(clock, r);
+    assert.equal(clock.pending(), 0, 'no timer left');
+    const calls = dataplane.calls.length;
+    r.onBatch(batch('r4'));
+    await clock.advance(60_000);
+    assert.equal(dataplane.calls.length, calls, 'nothing ran after stop()');
+    assert.equal(clock.pending(), 0);
+  });
+
+  test('while writes fail, the arrival times kept for the latency histogram stay bounded', async () => {
+    const { clock, dataplane, metrics, r } = setup({ retryMinMs: 1000, retryMaxMs: 1000 });
+    dataplane.failWrites = Infinity;
+    r.onBatch(batch('r0', true, 'p'));
+    await clock.advance(20);
+    const n = 5 * MAX_UNAPPLIED;
+    for (let i = 1; i <= n; i++) {
+      r.onBatch(batch(`r${i}`, true, 'p'));
+      if (i % 500 === 0) await clock.advance(1000);
+    }
+    dataplane.failWrites = 0;
+    await clock.advance(2000);
+    assert.equal(r.readiness().ready, true);
+    const got = await metrics.enforceLatency.get();
+    const count = got.values.find((v) => v.metricName === 'weir_event_to_enforced_seconds_count')?.value;
+    assert.ok(count !== undefined && count <= MAX_UNAPPLIED && count > 0, `observed ${count} of ${n + 1} batches`);
+  });
+});
+
+describe('health and readiness', () => {
+  test('/healthz fails once no write has succeeded for three resync intervals, and recovers with the next success', async () => {
+    const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000, retryMinMs: 100, retryMaxMs: 400 });
+    r.onBatch(batch('r1'));
+    await clock.advance(1500);
+    assert.deepEqual(r.health(), { healthy: true, reason: 'Ok' });
+    dataplane.failWith = () => new RestoreError('iptables-nft-restore', 4, 'line 2 failed', '*filter\n-A cali-x -s 10.9.8.7/32 -j ACCEPT\n');
+    dataplane.failWrites = Infinity;
+    r.onBatch(batch('r2'));
+    const failingFrom = clock.t;
+    await clock.advance(3000);
+    assert.equal(r.health().healthy, true, 'three intervals have not passed yet');
+    await clock.advance(1);
+    assert.deepEqual(r.health(), { healthy: false, reason: 'NoWriteSucceeded', error: 'WEIR_RESTORE_FAILED' });
+    assert.ok(clock.t - failingFrom > 3000);
+    dataplane.failWrites = 0;
+    await clock.advance(400);
+    assert.deepEqual(r.health(), { healthy: true, reason: 'Ok' });
+  });
+
+  test('/healthz fails while a write hangs', async () => {
+    const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
+    dataplane.hang = true;
+    r.onBatch(batch('r1'));
+    await clock.advance(3000);
+    assert.equal(r.health().healthy, true);
+    await clock.advance(1);
+    assert.deepEqual(r.health(), { healthy: false, reason: 'NoWriteSucceeded' }, 'a write has been owed since the batch came');
+    await clock.advance(20);
+    assert.deepEqual(r.health(), { healthy: false, reason: 'WriteHung' }, 'and the one write started has run for the whole bound');
+  });
+
+  test('/healthz stays ok on an idle node, and before the source is synced', async () => {
+    const { clock, r } = setup({ resyncIntervalMs: 0 });
+    r.onBatch(batch('r0', false));
+    await clock.advance(3_600_000);
+    assert.equal(r.health().healthy, true, 'not synced: nothing is owed yet');
+    r.onBatch(batch('r1'));
+    await clock.advance(3_600_000);
+    assert.equal(r.health().healthy, true);
+  });
+
+  test('readiness carries codes only, never the text of the error (payload lines, addresses)', async () => {
+    const { clock, dataplane, r } = setup();
+    dataplane.failWith = () => new RestoreError('iptables-nft-restore', 4, 'Error occurred at line: 2', '*filter\n-A cali-pi-secret -s 10.9.8.7/32 -m comment --comment "cali:x ns/db" -j MARK\nCOMMIT\n');
+    dataplane.failWrites = 1;
+    r.onBatch(batch('r1'));
+    await clock.advance(20);
+    const body = JSON.stringify({ ready: r.readiness(), health: r.health() });
+    assert.deepEqual(r.readiness(), { ready: false, revision: '', reason: 'ApplyFailed', error: 'WEIR_RESTORE_FAILED' });
+    for (const secret of ['10.9.8.7', 'cali-pi-secret', 'ns/db', 'line']) assert.ok(!body.includes(secret), `${secret} in ${body}`);
+  });
+});
+
+describe('the hook check and the start-up guard', () => {
+  test('a hook found missing is repaired by a resync at once, counted and only then checked again', async () => {
+    const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 5000 });
+    r.onBatch(batch('r1'));
+    await clock.advance(20);
+    await clock.advance(10_000);
+    assert.deepEqual(dataplane.calls.map((c) => [c.kind, c.at]), [['resync', 20], ['hookIntact', 5020], ['hookIntact', 10_020]]);
+    dataplane.hook = false;
+    await clock.advance(5000);
+    assert.deepEqual(dataplane.calls.slice(3).map((c) => [c.kind, c.at]), [['hookIntact', 15_020], ['resync', 15_020]]);
+    assert.equal(dataplane.hook, true);
+    assert.equal(await counterValue(metrics, 'driftRepairs', { what: 'hook' }), 1);
+    await clock.advance(5000);
+    assert.deepEqual(dataplane.calls.slice(5).map((c) => [c.kind, c.at]), [['hookIntact', 20_020]]);
+    await r.stop();
+  });
+
+  test('under a constant stream of batches, a hook deleted at any moment is repaired within 10 s', async () => {
+    for (const deletedAt of [1_000, 7_777, 12_345]) {
+      const { clock, dataplane, r } = setup({ hookCheckIntervalMs: 5000, resyncIntervalMs: 30_000 });
+      dataplane.writeMs = 5;
+      let repairedAt: number | null = null;
+      for (let t = 0; t < 30_000; t += 30) {
+        if (t === Math.floor(deletedAt / 30) * 30) dataplane.hook = false;
+        r.onBatch(batch(`r${t}`, true, `p${t % 300}`));
+        await clock.advance(30);
+        if (repairedAt === null && t >= deletedAt && dataplane.hook === true) repairedAt = clock.t;
+      }
+      assert.ok(repairedAt !== null && repairedAt - deletedAt <= 10_000, `deleted at ${deletedAt}, repaired at ${repairedAt}`);
+      await stopWhileAdvancing(clock, r);
+    }
+  });
+
+  test('a hook check that fails is answered with a resync', async () => {
+    const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 1000 });
+    r.onBatch(batch('r1'));
+    await clock.advance(20);
+    dataplane.hook = 'throw';
+    await clock.advance(1000);
+    assert.deepEqual(dataplane.calls.map((c) => [c.kind, c.at]), [['resync', 20], ['hookIntact', 1020], ['resync', 1020]]);
+    assert.equal(await counterValue(metrics, 'errors', { reason: 'UNKNOWN' }), 1);
+    await r.stop();
+  });
+
+  test('start() runs the guard once and nothing else is written before the source is synced; the hook is not checked before', async () => {
+    const { clock, dataplane, r } = setup({ hookCheckIntervalMs: 1000, resyncIntervalMs: 1000 });
+    dataplane.guardDoes = true;
+    await r.start();
+    r.onBatch(batch('r0', false));
+    await clock.advance(60_000);
+    assert.deepEqual(dataplane.calls.map((c) => c.kind), ['guard']);
+    r.onBatch(batch('r1'));
+    await clock.advance(20);
+    assert.deepEqual(dataplane.calls.map((c) => c.kind), ['guard', 'resync']);
+    await r.stop();
+  });
+
+  test('a guard that fails is logged and does not stop the loop', async () => {
+    const { clock, dataplane, metrics, r } = setup();
+    dataplane.guardDoes = 'throw';
+    await r.start();
+    r.onBatch(batch('r1'));
+    await clock.advance(20);
+    assert.deepEqual(dataplane.calls.map((c) => c.kind), ['guard', 'resync']);
+    assert.equal(r.readiness().ready, true);
+    assert.equal(await counterValue(metrics, 'errors', { reason: 'UNKNOWN' }), 1);
+  });
+});
+
+/** stop() waits for a running write, which in these tests waits for fake time. */
+async function stopWhileAdvancing(clock: FakeClock, r: Reconciler): Promise<void> {
+  let stopped = false;
+  const p = r.stop().then(() => (stopped = true));
+  for (let i = 0; i < 100 && !stopped; i++) await clock.advance(10);
+  await p;
+}

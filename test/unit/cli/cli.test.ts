@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { parse, toConfig } from '../../../src/cli/flags.ts';
+import { ConfigError } from '../../../src/errors.ts';
 
 const MAIN = fileURLToPath(new URL('../../../src/cli/main.ts', import.meta.url));
 const EXAMPLES = fileURLToPath(new URL('../../../examples/', import.meta.url));
@@ -59,6 +61,14 @@ describe('weir CLI', () => {
     const r = weir(['agent', '--node-name', 'n'], { KUBERNETES_SERVICE_HOST: '' });
     assert.equal(r.status, 2);
     assert.match(r.stderr, /pass --kubeconfig or --manifests/);
+  });
+
+  test('--hook-check-interval is in seconds like the other intervals, 5 by default, and 0 turns the check off', () => {
+    const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
+    assert.equal(cfgOf([]).hookCheckIntervalMs, 5000);
+    assert.equal(cfgOf(['--hook-check-interval', '2']).hookCheckIntervalMs, 2000);
+    assert.equal(cfgOf([], { WEIR_HOOK_CHECK_INTERVAL: '0' }).hookCheckIntervalMs, 0);
+    assert.throws(() => cfgOf(['--hook-check-interval=-1']), (e: unknown) => e instanceof ConfigError && /--hook-check-interval \(WEIR_HOOK_CHECK_INTERVAL\) must be a non-negative number/.test(e.message));
   });
 
   test('an unknown command or flag is a clear error', () => {
