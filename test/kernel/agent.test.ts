@@ -78,6 +78,16 @@ describe('agent on a real kernel', () => {
     assert.match(await inNs(ns, 'iptables-save', ['-t', 'filter']), /db\/deny-ingress-renamed ingress|no policy allows ingress to db\/db-1/);
   });
 
+  test('a FORWARD hook deleted by another program is back within 10 s, counted as a drift repair', async () => {
+    const hook = /^-A FORWARD (-m comment --comment "\w+:hook" -j cali-FORWARD)$/m.exec(await inNs(ns, 'iptables-save', ['-t', 'filter']))![1];
+    await inNs(ns, 'iptables', ['-D', 'FORWARD', ...hook.split(' ').map((w) => w.replaceAll('"', ''))]);
+    assert.doesNotMatch(await inNs(ns, 'iptables-save', ['-t', 'filter']), /^-A FORWARD .*:hook/m);
+    const t0 = performance.now();
+    await poll('the hook back', 10_000, async () => (/^-A FORWARD -m comment --comment "\w+:hook" -j cali-FORWARD$/m.test(await inNs(ns, 'iptables-save', ['-t', 'filter'])) ? true : undefined));
+    console.log(`hook repaired ${(performance.now() - t0).toFixed(0)} ms after it was deleted (check every 5 s)`);
+    assert.ok((await metric(agent!.port!, /^weir_drift_repairs_total\{what="hook"\} (\d+)/)) >= 1);
+  });
+
   test('/readyz reports a failed write with a reason code, never the payload or stderr, and recovers once the kernel allows it', async () => {
     // A foreign rule jumping to one of our policy chains makes deleting that chain impossible.
     const saved = await inNs(ns, 'iptables-save', ['-t', 'filter']);
