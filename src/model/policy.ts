@@ -1,6 +1,7 @@
 // NetworkPolicy spec -> CompiledPolicy. The spec is untrusted (manifest mode reads files
-// directly), so every field is checked and every error reported with its path. An invalid
-// policy keeps no rules: its pods stay isolated in the directions it names (fail closed).
+// directly), so every field is checked and every error reported with its path; errors the
+// source found outside the spec (RawNetworkPolicy.errors) count the same. An invalid policy
+// keeps no rules: its pods stay isolated in the directions it names (fail closed).
 
 import { aggregateCidrs, cidrCovers, formatCidr, parseCidr, prefixSet } from './cidr.ts';
 import type { Cidr } from './cidr.ts';
@@ -64,11 +65,13 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
     uid: raw.uid,
     generation: raw.generation,
   };
-  const errors: PolicyError[] = [];
+  // What the source found wrong outside the spec comes first: the policy is then invalid,
+  // yet its spec is still read, so it isolates exactly what it would have.
+  const errors: PolicyError[] = [...(raw.errors ?? [])];
   const spec = raw.spec;
   if (!isPlainObject(spec)) {
     errors.push({ path: 'spec', message: `must be an object, got ${describeValue(spec)}` });
-    return { ...meta, podSelector: null, ingress: [], egress: [], errors };
+    return { ...meta, podSelector: null, ingress: [], egress: [], errors: capped(errors) };
   }
   checkKnownFields(spec, 'spec', SPEC_FIELDS, errors);
 
@@ -99,11 +102,13 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
   };
 }
 
-/** The first LIMITS.errors errors, and how many more: a status or a log line stays readable. */
+/** The first LIMITS.errors errors, and how many more, counted at the top-level field (spec,
+ *  metadata) where the listing stopped: a status or a log line stays readable. */
 function capped(errors: PolicyError[]): PolicyError[] {
   if (errors.length <= LIMITS.errors) return errors;
   const more = errors.length - LIMITS.errors;
-  return [...errors.slice(0, LIMITS.errors), { path: 'spec', message: `${more} more errors not listed (at most ${LIMITS.errors} are)` }];
+  const field = /^[^.[]*/.exec(errors[LIMITS.errors].path)?.[0] || 'spec';
+  return [...errors.slice(0, LIMITS.errors), { path: field, message: `${more} more errors not listed (at most ${LIMITS.errors} are)` }];
 }
 
 /** policyTypes, or its default: Ingress always, Egress only when spec.egress has rules.

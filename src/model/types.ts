@@ -70,6 +70,9 @@ export interface RawNetworkPolicy {
   readonly generation: number;
   /** The spec exactly as received; validated by compilePolicy. */
   readonly spec: unknown;
+  /** Problems a source found outside the spec (metadata, apiVersion), each at its field path
+   *  (`metadata.labels.version`, `apiVersion`). Any makes the policy invalid, like a bad spec. */
+  readonly errors?: readonly PolicyError[];
 }
 
 export type ObjectKind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';

@@ -692,3 +692,53 @@ describe('compilePolicy limits: what one policy may cost every agent is bounded'
     assert.deepEqual(p.errors[LIMITS.errors], { path: 'spec', message: `150 more errors not listed (at most ${LIMITS.errors} are)` });
   });
 });
+
+describe('compilePolicy reports the problems a source found outside the spec as errors of the policy', () => {
+  const labelError = { path: 'metadata.labels.version', message: 'must be a string, got the number 2 (quote it in YAML)' };
+  const versionError = { path: 'apiVersion', message: '"networking.k8s.io/v2" is not networking.k8s.io/v1' };
+  const withErrors = (spec: unknown, errors: PolicyError[]) => compilePolicy({ namespace: NS, name: 'p', uid: 'uid-1', generation: 3, spec, errors });
+  const open = { podSelector: { matchLabels: { app: 'b' } }, policyTypes: ['Ingress', 'Egress'], ingress: [{}], egress: [{}] };
+
+  it('a sound spec with a metadata or apiVersion error is invalid: it isolates what it selects and allows nothing', () => {
+    assert.deepEqual(withErrors(open, [labelError, versionError]), {
+      key: 'prod/p',
+      namespace: NS,
+      name: 'p',
+      uid: 'uid-1',
+      generation: 3,
+      podSelector: appB,
+      ingress: [],
+      egress: [],
+      errors: [labelError, versionError],
+    });
+    // Only the directions the spec names are isolated, as for an invalid spec.
+    const ingressOnly = withErrors({ podSelector: {}, ingress: [{}] }, [labelError]);
+    assert.deepEqual([ingressOnly.ingress, ingressOnly.egress, ingressOnly.errors], [[], null, [labelError]]);
+  });
+
+  it('lists them first, then the errors of the spec, each at its own path', () => {
+    assert.deepEqual(withErrors({ podSelector: {}, ingres: [{}] }, [versionError]).errors, [
+      versionError,
+      { path: 'spec.ingres', message: 'unknown field; expected podSelector, policyTypes, ingress or egress' },
+    ]);
+    assert.deepEqual(withErrors('nope', [labelError]).errors, [labelError, { path: 'spec', message: 'must be an object, got "nope"' }]);
+  });
+
+  it('an empty list is no error: the policy compiles as without it', () => {
+    assert.deepEqual(withErrors(open, []), compile(open));
+    assert.deepEqual(compile(open).errors, []);
+  });
+
+  it(`counts them in the ${LIMITS.errors} errors listed; the rest are counted at the field where listing stopped`, () => {
+    const labels = (n: number) => Array.from({ length: n }, (_, i) => ({ path: `metadata.labels.l${i}`, message: 'must be a string, got the number 1 (quote it in YAML)' }));
+    const badSpec = { podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '10.0.0.0/8', except: Array.from({ length: 250 }, () => 'nonsense') } }] }] };
+    const some = withErrors(badSpec, labels(60));
+    assert.equal(some.errors.length, LIMITS.errors + 1);
+    assert.deepEqual(some.errors.slice(0, 60), labels(60));
+    assert.equal(some.errors[60].path, 'spec.ingress[0].from[0].ipBlock.except[0]');
+    assert.deepEqual(some.errors[LIMITS.errors], { path: 'spec', message: `210 more errors not listed (at most ${LIMITS.errors} are)` });
+    const many = withErrors('nope', labels(150));
+    assert.deepEqual(many.errors, [...labels(LIMITS.errors), { path: 'metadata', message: `51 more errors not listed (at most ${LIMITS.errors} are)` }]);
+    assert.deepEqual([many.podSelector, many.ingress, many.egress], [null, [], []]);
+  });
+});
