@@ -12,8 +12,8 @@ import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from '../kube/c
 import type { RequestRecord } from '../kube/client.ts';
 import { buildNodeStatus, nodeStatusNeedsWrite, parseNodeStatus } from './node-status.ts';
 import type { NodeStatus, NodeStatusInput } from './node-status.ts';
-import { createPacer } from './pacer.ts';
-import type { PassResult } from './pacer.ts';
+import { createPacer } from '../pacer.ts';
+import type { PassResult } from '../pacer.ts';
 import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
 
 export interface NodeStatusReporterOptions {

@@ -179,7 +179,7 @@ describe('an agent whose manifest directory cannot be read at start', () => {
     assert.equal(await nodeState(), earlier, 'the node holds what the earlier run left');
     assert.ok(!lines.some((l) => /"msg":"(applied changes|resynced dataplane)"/.test(l)), lines.join('\n'));
     const waiting = await readyz();
-    assert.deepEqual([waiting.status, waiting.ready, waiting.reason], [503, false, 'waiting for the first full state from the source']);
+    assert.deepEqual([waiting.status, waiting.ready, waiting.reason], [503, false, 'NotSynced']);
 
     await chmod(dir, 0o755);
     const changed = await revisionOf();

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { delayUntilNext } from '../../../src/status/pacing.ts';
-import { createPacer } from '../../../src/status/pacer.ts';
-import type { PassResult } from '../../../src/status/pacer.ts';
+import { createPacer } from '../../../src/pacer.ts';
+import type { PassResult } from '../../../src/pacer.ts';
 import { FakeClock, microtasks } from './fake-api.ts';
 
 const O = { minIntervalMs: 1_000, retryMinMs: 500, retryMaxMs: 8_000 };
