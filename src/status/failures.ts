@@ -26,7 +26,7 @@ export function createFailureLog(log: Logger, writer: string, grant: string): Fa
       if (err instanceof KubeApiError && err.status === 403) {
         log.warn(
           { writer, error, grant },
-          `${writer}: the API server forbids the status write (RBAC); enforcement continues, status is not reported until the service account is granted: ${grant}`,
+          `${writer}: the API server forbids the status write (RBAC, or an admission policy); enforcement continues, status is not reported until the service account is granted: ${grant}`,
         );
       } else {
         log.warn({ writer, error }, `${writer}: status write failed; enforcement continues, retrying with backoff`);

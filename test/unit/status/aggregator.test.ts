@@ -440,7 +440,7 @@ describe('policy status aggregator', () => {
       await passAt(lastPass() + 2_000); // the retry: backoff, but never sooner than the interval
       assert.equal(await results.next(), 'error');
       assert.equal(logs.warnings().length, 1);
-      assert.match(logs.warnings()[0].msg, /forbids the status write \(RBAC\)/);
+      assert.match(logs.warnings()[0].msg, /forbids the status write \(RBAC, or an admission policy\)/);
       denial.times = 0;
       await passAt(lastPass() + 2_000);
       assert.equal(await results.next(), 'ok');

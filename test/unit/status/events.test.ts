@@ -124,6 +124,6 @@ describe('event recorder', () => {
     }
     for (let i = 0; i < 5; i++) assert.equal(await results.next(), 'error');
     assert.equal(logs.warnings().length, 1);
-    assert.match(logs.warnings()[0].msg, /forbids the status write \(RBAC\)/);
+    assert.match(logs.warnings()[0].msg, /forbids the status write \(RBAC, or an admission policy\)/);
   });
 });

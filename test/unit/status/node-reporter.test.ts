@@ -203,7 +203,7 @@ describe('node status reporter', () => {
 
     const warnings = logs.warnings();
     assert.equal(warnings.length, 1, `one warning, got ${JSON.stringify(warnings)}`);
-    assert.match(warnings[0].msg, /forbids the status write \(RBAC\); enforcement continues/);
+    assert.match(warnings[0].msg, /forbids the status write \(RBAC, or an admission policy\); enforcement continues/);
     assert.match(String(warnings[0].grant), /nodepolicystatuses\/status/);
 
     denial.times = 0;
