@@ -71,7 +71,7 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
   const spec = raw.spec;
   if (!isPlainObject(spec)) {
     errors.push({ path: 'spec', message: `must be an object, got ${describeValue(spec)}` });
-    return { ...meta, podSelector: null, ingress: [], egress: [], errors: capped(errors) };
+    return { ...meta, podSelector: null, ingress: [], egress: [], errors: capPolicyErrors(errors) };
   }
   checkKnownFields(spec, 'spec', SPEC_FIELDS, errors);
 
@@ -91,7 +91,7 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
   const egress = compileRules(spec.egress, 'spec.egress', 'to', raw.namespace, tally, errors);
 
   if (errors.length > 0) {
-    return { ...meta, podSelector, ingress: directions.ingress ? [] : null, egress: directions.egress ? [] : null, errors: capped(errors) };
+    return { ...meta, podSelector, ingress: directions.ingress ? [] : null, egress: directions.egress ? [] : null, errors: capPolicyErrors(errors) };
   }
   return {
     ...meta,
@@ -104,7 +104,7 @@ export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
 
 /** The first LIMITS.errors errors, and how many more, counted at the top-level field (spec,
  *  metadata) where the listing stopped: a status or a log line stays readable. */
-function capped(errors: PolicyError[]): PolicyError[] {
+export function capPolicyErrors(errors: readonly PolicyError[]): readonly PolicyError[] {
   if (errors.length <= LIMITS.errors) return errors;
   const more = errors.length - LIMITS.errors;
   const field = /^[^.[]*/.exec(errors[LIMITS.errors].path)?.[0] || 'spec';

@@ -8,7 +8,8 @@ import { WeirError } from '../errors.ts';
 import { canonicalCidr, canonicalIp } from '../model/cidr.ts';
 import { NAMESPACE_NAME_LABEL } from '../model/cluster.ts';
 import { PROTOCOLS } from '../model/types.ts';
-import type { ContainerPort, Labels, Namespace, Node, Pod, Protocol, RawNetworkPolicy } from '../model/types.ts';
+import { describeValue } from '../model/selector.ts';
+import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawNetworkPolicy } from '../model/types.ts';
 
 /** Receives problems that do not stop the conversion (an invalid IP that is dropped). */
 export type ConvertWarning = (message: string) => void;
@@ -22,35 +23,65 @@ function isRecord(v: unknown): v is Rec {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** Reads fields of one object, collecting every problem instead of stopping at the first. */
+/** What was found, for a message: YAML reads `2`, `true` and `2024-01-01` as no string. */
+function describe(v: unknown): string {
+  if (typeof v === 'number') return `the number ${v}`;
+  if (v instanceof Date) return Number.isNaN(v.getTime()) ? 'a date' : `the date ${v.toISOString()}`;
+  return describeValue(v);
+}
+
+/** A value YAML reads as another type than the string meant: quoting it makes it one. */
+function quotable(v: unknown): boolean {
+  return v === null || typeof v === 'number' || typeof v === 'boolean' || v instanceof Date;
+}
+
+/** A field path ('' for the whole object) and what is wrong there; a NetworkPolicy's become
+ *  its errors as they are. */
+type Problem = PolicyError;
+
+/** One problem as a message of Pod, Namespace or Node ("metadata.name is missing"). */
+function problemText(p: Problem): string {
+  return `${p.path === '' ? 'the object' : p.path} ${p.message}`;
+}
+
+/** Reads fields of one object, collecting every problem (a field path and what is wrong with
+ *  it) instead of stopping at the first. */
 class Reader {
-  readonly problems: string[] = [];
+  readonly problems: Problem[] = [];
+
+  problem(path: string, message: string): void {
+    this.problems.push({ path, message });
+  }
 
   record(v: unknown, path: string): Rec {
     if (v === undefined || v === null) return {};
     if (isRecord(v)) return v;
-    this.problems.push(`${path} must be an object`);
+    this.problem(path, `must be an object, got ${describe(v)}`);
     return {};
   }
 
   array(v: unknown, path: string): readonly unknown[] {
     if (v === undefined || v === null) return [];
     if (Array.isArray(v)) return v;
-    this.problems.push(`${path} must be a list`);
+    this.problem(path, `must be a list, got ${describe(v)}`);
     return [];
   }
 
   string(v: unknown, path: string, fallback: string): string {
     if (v === undefined || v === null) return fallback;
     if (typeof v === 'string') return v;
-    this.problems.push(`${path} must be a string`);
+    this.notString(v, path);
     return fallback;
+  }
+
+  notString(v: unknown, path: string): void {
+    this.problem(path, `must be a string, got ${describe(v)}${quotable(v) ? ' (quote it in YAML)' : ''}`);
   }
 
   boolean(v: unknown, path: string): boolean {
     if (v === undefined || v === null) return false;
     if (typeof v === 'boolean') return v;
-    this.problems.push(`${path} must be true or false`);
+    this.problem(path, `must be true or false, got ${describe(v)}`);
     return false;
   }
 
@@ -61,10 +92,15 @@ class Reader {
     for (const key of Object.keys(rec).sort()) {
       const value = rec[key];
       if (typeof value === 'string') out[key] = value;
-      else this.problems.push(`${path}.${key} must be a string (quote it in YAML)`);
+      else this.notString(value, keyPath(path, key));
     }
     return out;
   }
+}
+
+/** `metadata.labels.version`; a key with dots or slashes in brackets, so the path stays one. */
+function keyPath(path: string, key: string): string {
+  return /^[A-Za-z0-9_-]+$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
 }
 
 interface Meta {
@@ -83,18 +119,18 @@ interface Meta {
  *  namespace/name. */
 function readMeta(r: Reader, obj: unknown, namespaced: boolean): { root: Rec; md: Rec; meta: Meta } {
   if (!isRecord(obj)) {
-    r.problems.push('the object is not a mapping');
+    r.problem('', `must be a mapping, got ${describe(obj)}`);
     return { root: {}, md: {}, meta: { name: '', namespace: '', uid: '', labels: {}, nameReadable: false, namespaceReadable: !namespaced } };
   }
-  if (obj.metadata === undefined || obj.metadata === null) r.problems.push('metadata is missing');
+  if (obj.metadata === undefined || obj.metadata === null) r.problem('metadata', 'is missing');
   const mdReadable = obj.metadata === undefined || obj.metadata === null || isRecord(obj.metadata);
   const md = r.record(obj.metadata, 'metadata');
   let name = '';
   if (md.name === undefined || md.name === null) {
-    if (isRecord(obj.metadata)) r.problems.push('metadata.name is missing');
+    if (isRecord(obj.metadata)) r.problem('metadata.name', 'is missing');
   } else {
     name = r.string(md.name, 'metadata.name', '');
-    if (typeof md.name === 'string' && name === '') r.problems.push('metadata.name is empty');
+    if (typeof md.name === 'string' && name === '') r.problem('metadata.name', 'is empty');
   }
   let namespace = '';
   let namespaceReadable = mdReadable;
@@ -109,9 +145,9 @@ function readMeta(r: Reader, obj: unknown, namespaced: boolean): { root: Rec; md
   return { root: obj, md, meta: { name, namespace, uid, labels, nameReadable: name !== '', namespaceReadable: namespaced ? namespaceReadable : true } };
 }
 
-function fail(kind: string, meta: Pick<Meta, 'name' | 'namespace'>, problems: readonly string[]): never {
+function fail(kind: string, meta: Pick<Meta, 'name' | 'namespace'>, problems: readonly Problem[]): never {
   const ref = meta.name === '' ? '(unnamed)' : meta.namespace === '' ? meta.name : `${meta.namespace}/${meta.name}`;
-  throw new WeirError('WEIR_MANIFEST_OBJECT', `${kind} ${ref}: ${problems.join('; ')}`);
+  throw new WeirError('WEIR_MANIFEST_OBJECT', `${kind} ${ref}: ${problems.map(problemText).join('; ')}`);
 }
 
 export function toPod(obj: unknown, warn: ConvertWarning = ignore): Pod {
@@ -177,11 +213,11 @@ function readPorts(r: Reader, spec: Rec): ContainerPort[] {
         const name = r.string(port.name, `${ppath}.name`, '');
         const number = port.containerPort;
         if (typeof number !== 'number' || !Number.isInteger(number) || number < 1 || number > 65535) {
-          r.problems.push(`${ppath}.containerPort must be an integer from 1 to 65535`);
+          r.problem(`${ppath}.containerPort`, `must be an integer from 1 to 65535, got ${describe(number)}`);
         }
         const protocol = r.string(port.protocol, `${ppath}.protocol`, 'TCP');
         if (!(PROTOCOLS as readonly string[]).includes(protocol)) {
-          r.problems.push(`${ppath}.protocol must be one of ${PROTOCOLS.join(', ')}`);
+          r.problem(`${ppath}.protocol`, `must be one of ${PROTOCOLS.join(', ')}, got ${describe(protocol)}`);
         }
         if (r.problems.length === before) {
           ports.push({ name, port: number as number, protocol: protocol as Protocol });
@@ -228,15 +264,13 @@ export function namespaceNameOf(obj: unknown): string | null {
 
 /** A NetworkPolicy as the model is to see it, however broken its metadata. */
 export interface PolicyReading {
-  /** For the model. When `problems` is not empty its spec carries them (see carryProblems):
+  /** For the model. Every problem found outside the spec is in its `errors`, at its field path:
    *  the model then reads it as invalid, so it allows nothing and the pods it selects stay
    *  isolated in the directions it names. */
   readonly policy: RawNetworkPolicy;
   /** metadata.namespace cannot be read: `policy.namespace` is '' and the policy may have
    *  isolated pods of any namespace. */
   readonly anyNamespace: boolean;
-  /** Every problem found outside the spec, each naming its field. */
-  readonly problems: readonly string[];
 }
 
 /**
@@ -244,48 +278,39 @@ export interface PolicyReading {
  * metadata is broken, but the pods it was written to isolate exist, so it fails closed the way
  * an invalid spec does. `unreadableName` stands in for a name that cannot be read (or whose
  * namespace cannot); it must not be a valid Kubernetes name, so it never replaces a real
- * policy. `extraProblems`: what the caller found wrong around the object (its apiVersion).
+ * policy. `sourceErrors`: what the caller found wrong around the object (its apiVersion);
+ * they come first.
  */
-export function readNetworkPolicy(obj: unknown, unreadableName: string, extraProblems: readonly string[] = []): PolicyReading {
+export function readNetworkPolicy(obj: unknown, unreadableName: string, sourceErrors: readonly PolicyError[] = []): PolicyReading {
   const r = new Reader();
-  r.problems.push(...extraProblems);
+  r.problems.push(...sourceErrors);
   const { root, md, meta } = readMeta(r, obj, true);
   let generation = 1;
   if (md.generation !== undefined && md.generation !== null) {
     if (typeof md.generation === 'number' && Number.isInteger(md.generation) && md.generation >= 1) {
       generation = md.generation;
     } else {
-      r.problems.push('metadata.generation must be a positive integer');
+      r.problem('metadata.generation', `must be a positive integer, got ${describe(md.generation)}`);
     }
   }
   const identified = meta.nameReadable && meta.namespaceReadable;
   const name = identified ? meta.name : unreadableName;
   const uid = identified ? meta.uid : `${meta.namespace}/${name}`;
-  // The spec goes through as received: compilePolicy validates it and reports precise paths.
-  const spec = r.problems.length === 0 ? root.spec : carryProblems(root.spec, r.problems);
-  return { policy: { namespace: meta.namespace, name, uid, generation, spec }, anyNamespace: !meta.namespaceReadable, problems: r.problems };
+  // The spec goes through as received, even beside errors: compilePolicy reports precise
+  // paths and still reads podSelector and policyTypes, so the policy isolates exactly what it
+  // would have. A whole object that is no mapping has its error at "(object)" (never from a
+  // manifest: parse.ts skips what is no mapping; an API object always is one).
+  const errors = r.problems.map((p) => (p.path === '' ? { ...p, path: '(object)' } : p));
+  const policy: RawNetworkPolicy = { namespace: meta.namespace, name, uid, generation, spec: root.spec, ...(errors.length > 0 ? { errors } : {}) };
+  return { policy, anyNamespace: !meta.namespaceReadable };
 }
 
 /** For the kube source, where the API server guarantees name and namespace: a policy whose
  *  identity cannot be read throws WEIR_MANIFEST_OBJECT; any other problem is carried. */
 export function toNetworkPolicy(obj: unknown): RawNetworkPolicy {
-  const { policy, anyNamespace, problems } = readNetworkPolicy(obj, '');
-  if (anyNamespace || policy.name === '') fail('NetworkPolicy', policy, problems);
+  const { policy, anyNamespace } = readNetworkPolicy(obj, '');
+  if (anyNamespace || policy.name === '') fail('NetworkPolicy', policy, policy.errors ?? []);
   return policy;
-}
-
-/**
- * The model has no place for problems found outside the spec, so they travel inside it: each
- * becomes a spec field compilePolicy does not know, reported as "spec.(problem)". That makes
- * the policy invalid (no allowance) while podSelector and policyTypes are still read, so it
- * isolates exactly what it would have. A spec that is not a mapping is invalid already (and
- * isolates every pod of its namespace both ways).
- */
-function carryProblems(spec: unknown, problems: readonly string[]): unknown {
-  if (!isRecord(spec)) return spec;
-  const out: Rec = { ...spec };
-  for (const p of problems) out[`(${p})`] = true;
-  return out;
 }
 
 function sortKeys(labels: Record<string, string>): Labels {

@@ -5,6 +5,9 @@
 import { basename } from 'node:path';
 import { loadAll, YAMLException } from 'js-yaml';
 import { ManifestObjectError, ManifestParseError, WeirError } from '../../errors.ts';
+import { capPolicyErrors } from '../../model/policy.ts';
+import { formatPolicyErrors } from '../../model/policy-errors.ts';
+import type { PolicyError } from '../../model/types.ts';
 import { namespaceNameOf, readNetworkPolicy, toNamespace, toNode, toPod } from '../convert.ts';
 import type { ModelUpsert } from '../view.ts';
 import type { ManifestItem } from './merge.ts';
@@ -101,20 +104,23 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
     const error = new ManifestObjectError(file, where, `${detail}; ${outcome}`);
     out.problems.push({ level: 'warn', message: error.message, error });
   };
-  const versionProblems =
-    apiVersion === wanted ? [] : [apiVersion === undefined ? `apiVersion is missing (expected ${wanted})` : `apiVersion ${JSON.stringify(apiVersion)} is not ${wanted}`];
+  const versionError: PolicyError | null =
+    apiVersion === wanted
+      ? null
+      : { path: 'apiVersion', message: apiVersion === undefined ? `is missing (expected ${wanted})` : `${JSON.stringify(apiVersion)} is not ${wanted}` };
 
   if (kind === 'NetworkPolicy') {
-    const { policy, anyNamespace, problems } = readNetworkPolicy(rec, `(unreadable metadata: ${basename(file)} ${where})`, versionProblems);
-    if (problems.length > 0) {
+    const { policy, anyNamespace } = readNetworkPolicy(rec, `(unreadable metadata: ${basename(file)} ${where})`, versionError === null ? [] : [versionError]);
+    if (policy.errors !== undefined && policy.errors.length > 0) {
       const scope = anyNamespace ? ' in every namespace' : '';
-      report(`NetworkPolicy ${policy.namespace || '(namespace unreadable)'}/${policy.name}: ${problems.join('; ')}`, `kept as invalid: it allows nothing, and the pods it selects stay isolated${scope}`);
+      // Worded as the policy's status will word them; capped the same way.
+      report(`NetworkPolicy ${policy.namespace || '(namespace unreadable)'}/${policy.name}: ${formatPolicyErrors(capPolicyErrors(policy.errors))}`, `kept as invalid: it allows nothing, and the pods it selects stay isolated${scope}`);
     }
     out.items.push(anyNamespace ? { kind: 'AnyNamespacePolicy', policy } : { kind: 'NetworkPolicy', op: 'upsert', object: policy });
     return;
   }
   const warn = (message: string) => out.problems.push({ level: 'warn', message: `${file}: ${where}: ${message}` });
-  let failure = versionProblems.length > 0 ? `${kind}: ${versionProblems[0]}` : '';
+  let failure = versionError !== null ? `${kind}: apiVersion ${versionError.message}` : '';
   if (failure === '') {
     try {
       out.items.push(convert(kind, rec, warn));

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { WeirError } from '../../../src/errors.ts';
 import { namespaceNameOf, readNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
 import { compilePolicy } from '../../../src/model/policy.ts';
-import type { Pod } from '../../../src/model/types.ts';
+import type { Pod, PolicyError } from '../../../src/model/types.ts';
 
 const podDefaults: Omit<Pod, 'uid' | 'namespace' | 'name'> = {
   labels: {},
@@ -114,7 +114,7 @@ test('conversion errors list every problem of the object at once', async (t) => 
     },
     { name: 'pod with a string hostNetwork', convert: () => toPod({ metadata: { name: 'p' }, spec: { hostNetwork: 'yes' } }), expected: [/spec\.hostNetwork must be true or false/] },
     { name: 'namespace with an empty name', convert: () => toNamespace({ metadata: { name: '' } }), expected: [/^Namespace \(unnamed\): metadata\.name is empty/] },
-    { name: 'node that is not a mapping', convert: () => toNode(['x']), expected: [/not a mapping/] },
+    { name: 'node that is not a mapping', convert: () => toNode(['x']), expected: [/^Node \(unnamed\): the object must be a mapping, got a list/] },
     { name: 'namespace with a label that is not a string', convert: () => toNamespace({ metadata: { name: 'n', labels: { tier: 1 } } }), expected: [/^Namespace n: metadata\.labels\.tier must be a string/] },
     { name: 'node with annotations that are a list', convert: () => toNode({ metadata: { name: 'n', annotations: ['a'] } }), expected: [/^Node n: metadata\.annotations must be an object/] },
     {
@@ -167,45 +167,55 @@ test('toNetworkPolicy passes the spec through and defaults namespace, uid and ge
   assert.deepEqual([fromApi.uid, fromApi.generation, fromApi.namespace], ['u-9', 4, 'a']);
 });
 
-test('readNetworkPolicy keeps a policy with broken metadata, carrying the problems into its spec so the model rejects it', async (t) => {
+test('readNetworkPolicy keeps a policy with broken metadata, its problems as policy errors at their own paths, so the model rejects it', async (t) => {
   const spec = { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Egress'], egress: [{}] };
-  const cases: { name: string; metadata: unknown; namespace: string; anyNamespace: boolean; problems: RegExp[]; named: boolean }[] = [
-    { name: 'a numeric label', metadata: { name: 'np', namespace: 'a', labels: { v: 2 } }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.labels\.v must be a string/], named: true },
-    { name: 'a bad generation', metadata: { name: 'np', namespace: 'a', generation: 0 }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.generation must be a positive integer$/], named: true },
-    { name: 'a numeric uid', metadata: { name: 'np', namespace: 'a', uid: 5 }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.uid must be a string$/], named: true },
-    { name: 'a name that is a list', metadata: { name: ['np'], namespace: 'a' }, namespace: 'a', anyNamespace: false, problems: [/^metadata\.name must be a string$/], named: false },
-    { name: 'no metadata: the default namespace, no name', metadata: undefined, namespace: 'default', anyNamespace: false, problems: [/^metadata is missing$/], named: false },
-    { name: 'a namespace that is a mapping', metadata: { name: 'np', namespace: { a: 1 } }, namespace: '', anyNamespace: true, problems: [/^metadata\.namespace must be a string$/], named: false },
-    { name: 'metadata that is a string', metadata: 'np', namespace: '', anyNamespace: true, problems: [/^metadata must be an object$/], named: false },
+  const version = { path: 'apiVersion', message: '"v9" is not networking.k8s.io/v1' };
+  const cases: { name: string; metadata: unknown; namespace: string; anyNamespace: boolean; errors: PolicyError[]; named: boolean }[] = [
+    { name: 'a numeric label', metadata: { name: 'np', namespace: 'a', labels: { v: 2 } }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.labels.v', message: 'must be a string, got the number 2 (quote it in YAML)' }], named: true },
+    {
+      name: 'a label whose key is no plain name',
+      metadata: { name: 'np', namespace: 'a', labels: { 'app.kubernetes.io/on': true } },
+      namespace: 'a',
+      anyNamespace: false,
+      errors: [{ path: 'metadata.labels["app.kubernetes.io/on"]', message: 'must be a string, got true (quote it in YAML)' }],
+      named: true,
+    },
+    { name: 'a bad generation', metadata: { name: 'np', namespace: 'a', generation: 0 }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.generation', message: 'must be a positive integer, got the number 0' }], named: true },
+    { name: 'a numeric uid', metadata: { name: 'np', namespace: 'a', uid: 5 }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.uid', message: 'must be a string, got the number 5 (quote it in YAML)' }], named: true },
+    { name: 'a name that is a list', metadata: { name: ['np'], namespace: 'a' }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.name', message: 'must be a string, got a list' }], named: false },
+    { name: 'no metadata: the default namespace, no name', metadata: undefined, namespace: 'default', anyNamespace: false, errors: [{ path: 'metadata', message: 'is missing' }], named: false },
+    { name: 'a namespace that is a mapping', metadata: { name: 'np', namespace: { a: 1 } }, namespace: '', anyNamespace: true, errors: [{ path: 'metadata.namespace', message: 'must be a string, got an object' }], named: false },
+    { name: 'metadata that is a string', metadata: 'np', namespace: '', anyNamespace: true, errors: [{ path: 'metadata', message: 'must be an object, got "np"' }], named: false },
   ];
   for (const c of cases) {
     await t.test(c.name, () => {
-      const r = readNetworkPolicy({ metadata: c.metadata, spec }, '(stand-in)', ['apiVersion "v9" is not networking.k8s.io/v1']);
+      const r = readNetworkPolicy({ metadata: c.metadata, spec }, '(stand-in)', [version]);
       assert.equal(r.anyNamespace, c.anyNamespace);
       assert.equal(r.policy.namespace, c.namespace);
       assert.equal(r.policy.name, c.named ? 'np' : '(stand-in)');
-      assert.equal(r.problems[0], 'apiVersion "v9" is not networking.k8s.io/v1');
-      assert.equal(r.problems.length, 1 + c.problems.length, r.problems.join('; '));
-      c.problems.forEach((re, i) => assert.match(r.problems[i + 1], re));
+      assert.deepEqual(r.policy.errors, [version, ...c.errors]);
+      assert.equal(r.policy.spec, spec, 'the spec goes through as received');
       // What the model makes of it: invalid, isolating what the spec selects in the directions
-      // it names, allowing nothing; every problem is in its errors.
+      // it names, allowing nothing; its errors are exactly these, at their own paths.
       const compiled = compilePolicy({ ...r.policy, namespace: c.namespace || 'a' });
-      assert.equal(compiled.errors.length, r.problems.length);
-      for (const p of r.problems) assert.ok(compiled.errors.some((e) => e.path.includes(p)), p);
+      assert.deepEqual(compiled.errors, [version, ...c.errors]);
       assert.deepEqual([compiled.podSelector?.key, compiled.ingress, compiled.egress], ['app in (db)', null, []]);
     });
   }
-  await t.test('a sound policy passes through untouched', () => {
+  await t.test('a sound policy passes through untouched, with no errors field', () => {
     const r = readNetworkPolicy({ metadata: { name: 'np', namespace: 'a' }, spec }, '(stand-in)');
-    assert.deepEqual(r, { policy: { namespace: 'a', name: 'np', uid: 'a/np', generation: 1, spec }, anyNamespace: false, problems: [] });
+    assert.deepEqual(r, { policy: { namespace: 'a', name: 'np', uid: 'a/np', generation: 1, spec }, anyNamespace: false });
     assert.equal(r.policy.spec, spec);
   });
 });
 
 test('toNetworkPolicy carries metadata problems like readNetworkPolicy when name and namespace are readable', () => {
-  const np = toNetworkPolicy({ metadata: { name: 'np', namespace: 'a', annotations: { n: 1 } }, spec: { podSelector: {} } });
-  assert.deepEqual([np.namespace, np.name], ['a', 'np']);
-  assert.deepEqual(compilePolicy(np).errors.map((e) => e.path), ['spec.(metadata.annotations.n must be a string (quote it in YAML))']);
+  const spec = { podSelector: {} };
+  const np = toNetworkPolicy({ metadata: { name: 'np', namespace: 'a', annotations: { n: 1 } }, spec });
+  assert.deepEqual([np.namespace, np.name, np.spec], ['a', 'np', spec]);
+  const errors = [{ path: 'metadata.annotations.n', message: 'must be a string, got the number 1 (quote it in YAML)' }];
+  assert.deepEqual(np.errors, errors);
+  assert.deepEqual(compilePolicy(np).errors, errors);
 });
 
 test('namespaceNameOf reads the name of a Namespace that does not convert, if it can', () => {

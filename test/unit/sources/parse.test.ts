@@ -5,7 +5,7 @@ import { extractObjects, parseManifest } from '../../../src/sources/manifests/pa
 import { objectRef } from '../../../src/sources/view.ts';
 import type { ModelUpsert } from '../../../src/sources/view.ts';
 import { compilePolicy } from '../../../src/model/policy.ts';
-import type { CompiledPolicy } from '../../../src/model/types.ts';
+import type { CompiledPolicy, PolicyError } from '../../../src/model/types.ts';
 
 const load = (file: string, text: string) => extractObjects(file, parseManifest(file, text));
 /** The model objects a file yields, in file order. */
@@ -176,33 +176,49 @@ function assertFailsClosed(r: ReturnType<typeof load>, namespace: string): void 
   assert.deepEqual([p.ingress, p.egress], [[], []], 'isolated both ways, nothing allowed');
 }
 
-test('a NetworkPolicy whose metadata cannot be read still isolates what it selects, allows nothing, and is warned about with file and field', async (t) => {
-  const cases: { name: string; metadata: string; field: RegExp }[] = [
-    { name: 'a label value written as an unquoted number', metadata: 'metadata:\n  name: p\n  namespace: x\n  labels: {version: 2}\n', field: /metadata\.labels\.version must be a string/ },
-    { name: 'labels written as a list', metadata: 'metadata: {name: p, namespace: x, labels: [a]}\n', field: /metadata\.labels must be an object/ },
-    { name: 'an annotation that is a list', metadata: 'metadata: {name: p, namespace: x, annotations: {note: [a]}}\n', field: /metadata\.annotations\.note must be a string/ },
-    { name: 'a generation of 0', metadata: 'metadata: {name: p, namespace: x, generation: 0}\n', field: /metadata\.generation must be a positive integer/ },
-    { name: 'a name written as a number', metadata: 'metadata: {name: 12, namespace: x}\n', field: /metadata\.name must be a string/ },
-    { name: 'no name', metadata: 'metadata: {namespace: x}\n', field: /metadata\.name is missing/ },
+test('a NetworkPolicy whose metadata cannot be read still isolates what it selects, allows nothing, and reports the field as a policy error', async (t) => {
+  const cases: { name: string; metadata: string; error: PolicyError }[] = [
+    { name: 'a label value written as an unquoted number', metadata: 'metadata:\n  name: p\n  namespace: x\n  labels: {version: 2}\n', error: { path: 'metadata.labels.version', message: 'must be a string, got the number 2 (quote it in YAML)' } },
+    { name: 'labels written as a list', metadata: 'metadata: {name: p, namespace: x, labels: [a]}\n', error: { path: 'metadata.labels', message: 'must be an object, got a list' } },
+    { name: 'an annotation that is a list', metadata: 'metadata: {name: p, namespace: x, annotations: {note: [a]}}\n', error: { path: 'metadata.annotations.note', message: 'must be a string, got a list' } },
+    { name: 'a generation of 0', metadata: 'metadata: {name: p, namespace: x, generation: 0}\n', error: { path: 'metadata.generation', message: 'must be a positive integer, got the number 0' } },
+    { name: 'a name written as a number', metadata: 'metadata: {name: 12, namespace: x}\n', error: { path: 'metadata.name', message: 'must be a string, got the number 12 (quote it in YAML)' } },
+    { name: 'no name', metadata: 'metadata: {namespace: x}\n', error: { path: 'metadata.name', message: 'is missing' } },
   ];
   for (const c of cases) {
     await t.test(c.name, () => {
       const r = load('/m/p.yaml', `apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n${c.metadata}${OPEN_SPEC}`);
       assertFailsClosed(r, 'x');
+      // The model's error is the field itself, not a stand-in spec field.
+      assert.deepEqual(compiledPolicies(r)[0].errors, [c.error]);
       const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
-      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: ') && c.field.test(m)), warns.join('\n'));
+      const line = `${c.error.path}: ${c.error.message}`;
+      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: NetworkPolicy x/') && m.includes(line)), `${line} not in\n${warns.join('\n')}`);
     });
   }
 });
 
-test('a NetworkPolicy of another apiVersion still isolates what it selects, allows nothing, and is warned about', async (t) => {
+test('a NetworkPolicy of another apiVersion still isolates what it selects, allows nothing, and reports apiVersion as a policy error', async (t) => {
   for (const apiVersion of ['networking.k8s.io/v2', 'networking.k8s.io/v1beta1', 'extensions/v1beta1', 'crd.projectcalico.org/v1', null]) {
     await t.test(String(apiVersion), () => {
       const head = apiVersion === null ? '' : `apiVersion: ${apiVersion}\n`;
       const r = load('/m/p.yaml', `${head}kind: NetworkPolicy\nmetadata: {name: p, namespace: x}\n${OPEN_SPEC}`);
       assertFailsClosed(r, 'x');
+      const error = { path: 'apiVersion', message: apiVersion === null ? 'is missing (expected networking.k8s.io/v1)' : `"${apiVersion}" is not networking.k8s.io/v1` };
+      assert.deepEqual(compiledPolicies(r)[0].errors, [error]);
       const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
-      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: ') && /apiVersion/.test(m)), warns.join('\n'));
+      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: NetworkPolicy x/p: ') && m.includes(`${error.path}: ${error.message}`)), warns.join('\n'));
     });
   }
+});
+
+test('the warning about a NetworkPolicy with many unreadable labels lists as many as its status would, and counts the rest', () => {
+  const labels = Array.from({ length: 150 }, (_, i) => `    l${String(i).padStart(3, '0')}: ${i}\n`).join('');
+  const r = load('/m/p.yaml', `apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: p\n  namespace: x\n  labels:\n${labels}${OPEN_SPEC}`);
+  assertFailsClosed(r, 'x');
+  const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
+  assert.equal(warns.length, 1);
+  assert.equal((warns[0].match(/must be a string/g) ?? []).length, 100);
+  assert.ok(warns[0].includes('metadata.labels.l099: must be a string, got the number 99 (quote it in YAML); metadata: 50 more errors not listed (at most 100 are); kept as invalid'), warns[0]);
+  assert.deepEqual(compiledPolicies(r)[0].errors.at(-1), { path: 'metadata', message: '50 more errors not listed (at most 100 are)' });
 });
