@@ -52,7 +52,8 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
     await c.expect(policy, 'agent stopped: its rules hold');
     const agent = c.startAgent('node-a', NEVER_SYNCS);
     try {
-      await agent.waitFor((r) => r.msg === 'agent started', 10_000, 'agent started');
+      // Running, and trying its source in vain: long past the point where a guard would write.
+      await agent.waitFor((r) => typeof r.msg === 'string' && r.msg.includes('list failed'), 10_000, 'a failed list');
       await c.expect(policy, 'new agent not synced: the old rules still hold, nothing opened or closed');
     } finally {
       await c.stopAgent('node-a');
