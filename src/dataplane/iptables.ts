@@ -192,13 +192,6 @@ export function commentOf(spec: string): string | undefined {
   return m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : m[2];
 }
 
-/** The Weir hash in a rule comment `<prefix>:<hash> ...`, or undefined if it is not ours. */
-export function ownHash(spec: string, prefix: string): string | undefined {
-  const c = commentOf(spec);
-  if (c === undefined || !c.startsWith(`${prefix}:`)) return undefined;
-  return c.slice(prefix.length + 1).split(' ')[0];
-}
-
 /** The target of `-j X` / `-g X` in a rule spec. */
 export function targetOf(spec: string): string | undefined {
   return /(?:^|\s)-[jg] (\S+)/.exec(spec)?.[1];

@@ -8,12 +8,12 @@ import {
   detectBackend,
   hintedInMangle,
   isTransient,
-  ownHash,
   parseSave,
   targetOf,
   type RetryInfo,
 } from '../../../src/dataplane/iptables.ts';
 import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
+import { ownRuleHash } from '../../../src/dataplane/render.ts';
 
 const log = silentLogger();
 
@@ -60,17 +60,18 @@ test('parseSave ignores empty output (no table at all)', () => {
 });
 
 const commentCases: { name: string; spec: string; comment: string | undefined; hash: string | undefined }[] = [
-  { name: 'quoted own comment with text', spec: '-p tcp -m comment --comment "cali:AbCdEfGhIjKlMn_- policy ns/x" -j ACCEPT', comment: 'cali:AbCdEfGhIjKlMn_- policy ns/x', hash: 'AbCdEfGhIjKlMn_-' },
-  { name: 'unquoted own comment', spec: '-m comment --comment cali:0123456789abcdef -j DROP', comment: 'cali:0123456789abcdef', hash: '0123456789abcdef' },
+  { name: 'quoted own comment with text', spec: '-p tcp -m comment --comment "weir:AbCdEfGhIjKlMn_- policy ns/x" -j ACCEPT', comment: 'weir:AbCdEfGhIjKlMn_- policy ns/x', hash: 'AbCdEfGhIjKlMn_-' },
+  { name: 'unquoted own comment', spec: '-m comment --comment weir:0123456789abcdef -j DROP', comment: 'weir:0123456789abcdef', hash: '0123456789abcdef' },
+  { name: "Felix's comment of the same shape", spec: '-m comment --comment "cali:AbCdEfGhIjKlMn_-" -j ACCEPT', comment: 'cali:AbCdEfGhIjKlMn_-', hash: undefined },
   { name: 'escaped quote inside', spec: '-m comment --comment "a \\"b\\" c" -j DROP', comment: 'a "b" c', hash: undefined },
   { name: 'foreign comment', spec: '-m comment --comment kubernetes -j ACCEPT', comment: 'kubernetes', hash: undefined },
-  { name: 'another prefix that starts the same', spec: '-m comment --comment "calico:xyz" -j ACCEPT', comment: 'calico:xyz', hash: undefined },
+  { name: 'another mark that starts the same', spec: '-m comment --comment "weird:xyz" -j ACCEPT', comment: 'weird:xyz', hash: undefined },
   { name: 'no comment', spec: '-j DROP', comment: undefined, hash: undefined },
 ];
 for (const c of commentCases) {
-  test(`commentOf / ownHash: ${c.name}`, () => {
+  test(`commentOf / ownRuleHash: ${c.name}`, () => {
     assert.equal(commentOf(c.spec), c.comment);
-    assert.equal(ownHash(c.spec, 'cali'), c.hash);
+    assert.equal(ownRuleHash(commentOf(c.spec)), c.hash);
   });
 }
 
