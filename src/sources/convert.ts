@@ -23,16 +23,14 @@ function isRecord(v: unknown): v is Rec {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** What was found, for a message: YAML reads `2`, `true` and `2024-01-01` as no string. */
+/** What was found, for a message: YAML reads an unquoted `2` as a number. */
 function describe(v: unknown): string {
-  if (typeof v === 'number') return `the number ${v}`;
-  if (v instanceof Date) return Number.isNaN(v.getTime()) ? 'a date' : `the date ${v.toISOString()}`;
-  return describeValue(v);
+  return typeof v === 'number' ? `the number ${v}` : describeValue(v);
 }
 
 /** A value YAML reads as another type than the string meant: quoting it makes it one. */
 function quotable(v: unknown): boolean {
-  return v === null || typeof v === 'number' || typeof v === 'boolean' || v instanceof Date;
+  return v === null || typeof v === 'number' || typeof v === 'boolean';
 }
 
 /** A field path ('' for the whole object) and what is wrong there; a NetworkPolicy's become
