@@ -70,17 +70,28 @@ export interface Codec<T> {
 export interface ListWatchTimings {
   /** timeoutSeconds asked of the server per watch, picked from [min, max]. */
   readonly watchTimeoutSeconds: readonly [number, number];
-  /** A watch that receives nothing, not even a bookmark, for this long is restarted. */
+  /** A watch that receives nothing, not even a bookmark, for this long is restarted. The API
+   *  server bookmarks idle watches about once a minute, so three minutes means it is stuck. */
   readonly watchdogMs: number;
   /** Interval of the full relist that repairs missed events, picked from [min, max]. */
   readonly relistMs: readonly [number, number];
   /** A watch that ran this long counts as healthy: the next failure starts the backoff afresh. */
   readonly healthyWatchMs: number;
-  /** Limit on one list page request. */
+  /** Limit on one list page request (a list call hanging forever has no watchdog otherwise). */
   readonly listTimeoutMs: number;
   /** Objects per list page (limit/continue). */
   readonly pageSize: number;
 }
+
+/** Every list+watch loop's schedule unless its owner says otherwise (relists every 5-10 min). */
+export const DEFAULT_LIST_WATCH_TIMINGS: ListWatchTimings = {
+  watchTimeoutSeconds: [300, 600],
+  watchdogMs: 180_000,
+  relistMs: [300_000, 600_000],
+  healthyWatchMs: 30_000,
+  listTimeoutMs: 60_000,
+  pageSize: 500,
+};
 
 export interface ReflectorDeps<K extends string = string> {
   readonly client: KubeClient;

@@ -10,7 +10,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { APPLY_PATCH, createKubeClient, isStatus } from '../kube/client.ts';
 import type { KubeClient, RequestRecord } from '../kube/client.ts';
 import { createReflector, isRecord, rawRefOf } from '../kube/reflector.ts';
-import type { Codec, ListWatchTimings } from '../kube/reflector.ts';
+import { DEFAULT_LIST_WATCH_TIMINGS, type Codec, type ListWatchTimings } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';
 import {
   AGGREGATOR_FIELD_MANAGER,
@@ -79,14 +79,7 @@ export const DEFAULT_AGGREGATOR_MIN_INTERVAL_MS = 2_000;
 
 /** The watches of the holder. The relist is a rare safety net (the watch delivers every change;
  *  410 relists at once): at 1,000 nodes a relist reads every NodePolicyStatus. */
-export const DEFAULT_AGGREGATOR_WATCH_TIMINGS: ListWatchTimings = {
-  watchTimeoutSeconds: [300, 600],
-  watchdogMs: 180_000,
-  relistMs: [1_800_000, 3_600_000],
-  healthyWatchMs: 30_000,
-  listTimeoutMs: 60_000,
-  pageSize: 500,
-};
+export const DEFAULT_AGGREGATOR_WATCH_TIMINGS: ListWatchTimings = { ...DEFAULT_LIST_WATCH_TIMINGS, relistMs: [1_800_000, 3_600_000] };
 
 const GRANT = 'list, watch nodepolicystatuses.weir.dev; list, watch, create, patch, delete networkpolicystatuses.weir.dev; patch networkpolicystatuses/status';
 const LEASE_GRANT = 'get, create, update on leases.coordination.k8s.io in the lease namespace';
