@@ -48,7 +48,9 @@ async function main(): Promise<void> {
   let members = 0;
   for (const s of calc.desired.sets.values()) members += s.members.size;
   const rules = [4, 6].reduce((n, f) => n + [...calc.desired.chains[f as 4 | 6].values()].reduce((m, r) => m + r.length, 0), 0);
-  console.log(`\ncold compile: ${fmt(coldCompile)} ms  (local pods ${calc.localPodCount}, sets ${calc.desired.sets.size}, members ${members}, chains ${calc.desired.chains[4].size}+${calc.desired.chains[6].size}, rules ${rules})`);
+  console.log(
+    `\ncold compile: ${fmt(coldCompile)} ms  (local pods ${calc.localPodCount}, sets ${calc.desired.sets.size}, members ${members}, chains ${calc.desired.chains[4].size}+${calc.desired.chains[6].size}, rules ${rules})`,
+  );
 
   // The kernel side runs in a namespace of our own: this process was started inside it (see
   // the end of the file), so commands run directly, as in an agent on a node.
@@ -110,7 +112,6 @@ async function main(): Promise<void> {
   }
   console.log(`render of the full payloads: ${fmt(renderMs)} ms`);
 
-
   console.log('targets: incremental compute < 2 ms, one-pod change applied < 50 ms, cold start < 3000 ms, RSS < 400 MB');
 }
 
@@ -132,7 +133,7 @@ function describeDirty(d: Dirty): string {
 function changeKinds(): [string, (i: number) => ModelEvent[]][] {
   const nodes = Math.max(1, Math.round(size.pods / size.localPods));
   const fresh = size.pods + 1000;
-  const localIndex = (i: number) => (fresh + i * nodes) - ((fresh + i * nodes) % nodes); // lands on node-0
+  const localIndex = (i: number) => fresh + i * nodes - ((fresh + i * nodes) % nodes); // lands on node-0
   const remoteIndex = (i: number) => localIndex(i) + 1;
   const peerPod = (i: number) => makePod(i * nodes + 7, size); // a remote pod in some namespace
   const localNsPolicy = (i: number) => {
@@ -144,21 +145,30 @@ function changeKinds(): [string, (i: number) => ModelEvent[]][] {
     ['pod delete (local)', (i) => [{ kind: 'Pod', op: 'delete', uid: `uid-${localIndex(i)}` }]],
     ['pod add (remote)', (i) => [{ kind: 'Pod', op: 'upsert', object: makePod(remoteIndex(i), size) }]],
     ['pod delete (remote)', (i) => [{ kind: 'Pod', op: 'delete', uid: `uid-${remoteIndex(i)}` }]],
-    ['pod label change (remote)', (i) => {
-      const p = peerPod(i);
-      return [{ kind: 'Pod', op: 'upsert', object: { ...p, labels: { ...p.labels, tier: i % 2 ? 'api' : 'web' } } }];
-    }],
-    ['pod label change (local)', (i) => {
-      const p = makePod((i % size.localPods) * nodes, size);
-      return [{ kind: 'Pod', op: 'upsert', object: { ...p, labels: { ...p.labels, tier: i % 2 ? 'db' : 'api' } } }];
-    }],
+    [
+      'pod label change (remote)',
+      (i) => {
+        const p = peerPod(i);
+        return [{ kind: 'Pod', op: 'upsert', object: { ...p, labels: { ...p.labels, tier: i % 2 ? 'api' : 'web' } } }];
+      },
+    ],
+    [
+      'pod label change (local)',
+      (i) => {
+        const p = makePod((i % size.localPods) * nodes, size);
+        return [{ kind: 'Pod', op: 'upsert', object: { ...p, labels: { ...p.labels, tier: i % 2 ? 'db' : 'api' } } }];
+      },
+    ],
     ['namespace label change', (i) => [{ kind: 'Namespace', op: 'upsert', object: makeNamespace((i * 37) % size.namespaces, { env: i % 2 ? 'prod' : 'dev', bench: String(i) }) }]],
     ['policy add', (i) => [{ kind: 'NetworkPolicy', op: 'upsert', object: { ...makePolicy(size.policies + i, size), namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}` } }]],
-    ['policy update', (i) => {
-      const p = makePolicy(size.policies + i, size);
-      const spec = { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { tier: i % 2 ? 'web' : 'db' } } }], ports: [{ port: 80 + (i % 3) }] }] };
-      return [{ kind: 'NetworkPolicy', op: 'upsert', object: { ...p, namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}`, generation: 2, spec } }];
-    }],
+    [
+      'policy update',
+      (i) => {
+        const p = makePolicy(size.policies + i, size);
+        const spec = { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { tier: i % 2 ? 'web' : 'db' } } }], ports: [{ port: 80 + (i % 3) }] }] };
+        return [{ kind: 'NetworkPolicy', op: 'upsert', object: { ...p, namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}`, generation: 2, spec } }];
+      },
+    ],
     ['policy delete', (i) => [{ kind: 'NetworkPolicy', op: 'delete', namespace: `ns-${localNsPolicy(i)}`, name: `bench-${i}` }]],
   ];
 }

@@ -52,7 +52,9 @@ async function measure(k: KubeIntegration, label: string, change: (i: number) =>
     await new Promise((r) => setTimeout(r, 30)); // let the next change be a change of its own
   }
   const f = (x: number) => x.toFixed(1).padStart(7);
-  console.log(`${label.padEnd(22)} kubectl->enforced p50 ${f(pct(fromKubectl, 50))} p99 ${f(pct(fromKubectl, 99))}   API write->enforced p50 ${f(pct(fromApi, 50))} p99 ${f(pct(fromApi, 99))}  (ms, n=${CHANGES})`);
+  console.log(
+    `${label.padEnd(22)} kubectl->enforced p50 ${f(pct(fromKubectl, 50))} p99 ${f(pct(fromKubectl, 99))}   API write->enforced p50 ${f(pct(fromApi, 50))} p99 ${f(pct(fromApi, 99))}  (ms, n=${CHANGES})`,
+  );
 }
 
 let kubectlPath = '';
@@ -65,10 +67,12 @@ async function main(): Promise<void> {
     // Warm kubectl's discovery cache.
     await kubectl(k, ['get', 'networkpolicies', '-A']);
     const policy = (i: number) =>
-      JSON.stringify(policyObject('alpha', 'bench', {
-        podSelector: { matchLabels: { app: 'web' } },
-        ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 1000 + (i % 500) }] }],
-      }));
+      JSON.stringify(
+        policyObject('alpha', 'bench', {
+          podSelector: { matchLabels: { app: 'web' } },
+          ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 1000 + (i % 500) }] }],
+        }),
+      );
     await measure(k, 'policy apply', (i) => [['apply', '-f', '-'], policy(i)]);
     // a2 moves in and out of the peer set of the policy above: a set member change on node-a.
     await measure(k, 'pod label change', (i) => [['label', 'pod', 'a2', '-n', 'alpha', `app=${i % 2 ? 'db' : 'cache'}`, '--overwrite']]);

@@ -53,8 +53,7 @@ async function aggregatorChild(): Promise<void> {
   const policies = JSON.parse(await readFile(process.env.WEIR_BENCH_INPUT!, 'utf8')) as PolicyStatusInput[];
   const requests: Record<string, number> = {};
   const passes: Record<string, number> = {};
-  const kindOf = (r: RequestRecord) =>
-    r.path.includes('/leases') ? 'lease' : r.watch ? 'watch' : r.method === 'GET' ? (/statuses$/.test(r.path) ? 'list' : 'get') : 'write';
+  const kindOf = (r: RequestRecord) => (r.path.includes('/leases') ? 'lease' : r.watch ? 'watch' : r.method === 'GET' ? (/statuses$/.test(r.path) ? 'list' : 'get') : 'write');
   const agg = createPolicyStatusAggregator({
     kubeConfig: kc,
     identity: 'node-00000',
@@ -86,9 +85,11 @@ async function aggregatorChild(): Promise<void> {
 /** Runs `fn` over `items`, `n` at a time. */
 async function pool<T>(items: readonly T[], n: number, fn: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: n }, async () => {
-    while (next < items.length) await fn(items[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: n }, async () => {
+      while (next < items.length) await fn(items[next++]);
+    }),
+  );
 }
 
 const nodeName = (i: number) => `node-${String(i).padStart(5, '0')}`;
@@ -109,24 +110,36 @@ async function main(): Promise<void> {
     const random = rng(7);
 
     // The cluster: namespaces, nodes, policies.
-    await pool(Array.from({ length: NAMESPACES }, (_, i) => `bench-${i}`), 16, async (name) => {
-      await client.send({ method: 'POST', path: '/api/v1/namespaces', body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
-    });
+    await pool(
+      Array.from({ length: NAMESPACES }, (_, i) => `bench-${i}`),
+      16,
+      async (name) => {
+        await client.send({ method: 'POST', path: '/api/v1/namespaces', body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
+      },
+    );
     const nodeUids: string[] = [];
-    await pool(Array.from({ length: NODES }, (_, i) => i), 16, async (i) => {
-      const o = (await client.send({ method: 'POST', path: '/api/v1/nodes', body: { apiVersion: 'v1', kind: 'Node', metadata: { name: nodeName(i) } } })) as { metadata: { uid: string } };
-      nodeUids[i] = o.metadata.uid;
-    });
+    await pool(
+      Array.from({ length: NODES }, (_, i) => i),
+      16,
+      async (i) => {
+        const o = (await client.send({ method: 'POST', path: '/api/v1/nodes', body: { apiVersion: 'v1', kind: 'Node', metadata: { name: nodeName(i) } } })) as { metadata: { uid: string } };
+        nodeUids[i] = o.metadata.uid;
+      },
+    );
     const policies: PolicyStatusInput[] = [];
-    await pool(Array.from({ length: POLICIES }, (_, i) => i), 32, async (i) => {
-      const namespace = `bench-${i % NAMESPACES}`;
-      const name = `policy-${i}`;
-      const body = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace }, spec: { podSelector: { matchLabels: { app: name } }, policyTypes: ['Ingress'] } };
-      const o = (await client.send({ method: 'POST', path: `/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies`, body })) as { metadata: { uid: string; generation: number } };
-      const desired = new Set([nodeName(0)]);
-      while (desired.size < Math.min(NODES, SPREAD + 1)) desired.add(nodeName(Math.floor(random() * NODES)));
-      policies[i] = { namespace, name, uid: o.metadata.uid, generation: o.metadata.generation, accepted: { ok: true, message: '' }, desiredNodes: [...desired].sort() };
-    });
+    await pool(
+      Array.from({ length: POLICIES }, (_, i) => i),
+      32,
+      async (i) => {
+        const namespace = `bench-${i % NAMESPACES}`;
+        const name = `policy-${i}`;
+        const body = { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace }, spec: { podSelector: { matchLabels: { app: name } }, policyTypes: ['Ingress'] } };
+        const o = (await client.send({ method: 'POST', path: `/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies`, body })) as { metadata: { uid: string; generation: number } };
+        const desired = new Set([nodeName(0)]);
+        while (desired.size < Math.min(NODES, SPREAD + 1)) desired.add(nodeName(Math.floor(random() * NODES)));
+        policies[i] = { namespace, name, uid: o.metadata.uid, generation: o.metadata.generation, accepted: { ok: true, message: '' }, desiredNodes: [...desired].sort() };
+      },
+    );
     console.log(`cluster: ${NAMESPACES} namespaces, ${NODES} nodes, ${POLICIES} NetworkPolicies (${since()})`);
 
     // What each node enforces, and its NodePolicyStatus as its reporter writes it.
@@ -145,7 +158,11 @@ async function main(): Promise<void> {
       );
       await client.send({ method: 'PATCH', path: nodeStatusPath(node, 'status'), query: q, body: nodeStatusBody(node, status), contentType: APPLY_PATCH });
     };
-    await pool(Array.from({ length: NODES }, (_, i) => i), 8, (i) => writeNode(i, true));
+    await pool(
+      Array.from({ length: NODES }, (_, i) => i),
+      8,
+      (i) => writeNode(i, true),
+    );
     console.log(`${NODES} NodePolicyStatus objects written (${since()})`);
 
     // Object sizes as the API server serves them.
@@ -164,9 +181,7 @@ async function main(): Promise<void> {
       }
       cont = page.metadata.continue ?? '';
     } while (cont !== '');
-    console.log(
-      `NodePolicyStatus size: largest ${largest.bytes} bytes (${largest.node}, enforcing ${enforced.get(largest.node)!.size} policies); all ${NODES}: ${(total / 2 ** 20).toFixed(1)} MiB`,
-    );
+    console.log(`NodePolicyStatus size: largest ${largest.bytes} bytes (${largest.node}, enforcing ${enforced.get(largest.node)!.size} policies); all ${NODES}: ${(total / 2 ** 20).toFixed(1)} MiB`);
 
     // The aggregator.
     const input = join(work, 'input.json');
@@ -192,11 +207,16 @@ async function main(): Promise<void> {
       });
     const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
     const report = (label: string, a: Stats, b: Stats, seconds: number) => {
-      const req = Object.fromEntries(Object.keys({ ...a.requests, ...b.requests }).sort().map((k) => [k, (b.requests[k] ?? 0) - (a.requests[k] ?? 0)]));
+      const req = Object.fromEntries(
+        Object.keys({ ...a.requests, ...b.requests })
+          .sort()
+          .map((k) => [k, (b.requests[k] ?? 0) - (a.requests[k] ?? 0)]),
+      );
       const n = Object.values(req).reduce((x, y) => x + y, 0);
       console.log(
-        `  ${label.padEnd(9)} ${seconds.toFixed(1).padStart(6)} s  requests ${String(n).padStart(6)} (${(n / seconds).toFixed(1)}/s: ${Object.entries(req).map(([k, v]) => `${k} ${v}`).join(', ')})  ` +
-          `CPU ${((b.cpuMs - a.cpuMs) / 1000).toFixed(1)} s (${((100 * (b.cpuMs - a.cpuMs)) / 1000 / seconds).toFixed(0)}%)  RSS ${b.rssMb.toFixed(0)} MiB`,
+        `  ${label.padEnd(9)} ${seconds.toFixed(1).padStart(6)} s  requests ${String(n).padStart(6)} (${(n / seconds).toFixed(1)}/s: ${Object.entries(req)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')})  ` + `CPU ${((b.cpuMs - a.cpuMs) / 1000).toFixed(1)} s (${((100 * (b.cpuMs - a.cpuMs)) / 1000 / seconds).toFixed(0)}%)  RSS ${b.rssMb.toFixed(0)} MiB`,
       );
     };
     const zero: Stats = { requests: {}, cpuMs: 0, rssMb: 0, passes: {} };

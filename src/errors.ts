@@ -52,10 +52,7 @@ export class CommandError extends WeirError {
     options?: WeirErrorOptions,
   ) {
     const tail = stderr.trim().split('\n').slice(-5).join('\n');
-    const what =
-      code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)'
-      : code === 'WEIR_COMMAND_TIMEOUT' ? 'did not finish in time and was killed'
-      : `exited with ${exitCode}`;
+    const what = code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)' : code === 'WEIR_COMMAND_TIMEOUT' ? 'did not finish in time and was killed' : `exited with ${exitCode}`;
     super(code, `${command} ${args.join(' ')} ${what}${tail ? `: ${tail}` : ''}`, options);
     this.command = command;
     this.args = args;

@@ -40,9 +40,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const metrics = deps.metrics ?? createMetrics();
   // Construction does no I/O, so a wrong source configuration is reported before anything runs.
   const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg);
-  const clusterSource =
-    deps.source ??
-    (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
+  const clusterSource = deps.source ?? (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
   const names = makeNames(cfg.chainPrefix);
   const lockRetry = { attempts: cfg.lockRetries, delayMs: cfg.lockRetryDelayMs, waitSeconds: cfg.lockWaitSeconds };
   // Every retry on the xtables lock is counted (iptables.ts logs it).

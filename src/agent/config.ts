@@ -111,8 +111,16 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
     problems.push(`log level "${c.logLevel}" must be one of fatal, error, warn, info, debug, trace, silent`);
   }
   for (const [k, v] of [
-    ['debounce', c.debounceMs], ['retry minimum', c.retryMinMs], ['retry maximum', c.retryMaxMs],
-    ['resync interval', c.resyncIntervalMs], ['hook check interval', c.hookCheckIntervalMs], ['watch idle timeout', c.watchIdleTimeoutMs], ['relist interval', c.relistIntervalMs], ['lock retry delay', c.lockRetryDelayMs], ['lock retries', c.lockRetries], ['lock wait', c.lockWaitSeconds],
+    ['debounce', c.debounceMs],
+    ['retry minimum', c.retryMinMs],
+    ['retry maximum', c.retryMaxMs],
+    ['resync interval', c.resyncIntervalMs],
+    ['hook check interval', c.hookCheckIntervalMs],
+    ['watch idle timeout', c.watchIdleTimeoutMs],
+    ['relist interval', c.relistIntervalMs],
+    ['lock retry delay', c.lockRetryDelayMs],
+    ['lock retries', c.lockRetries],
+    ['lock wait', c.lockWaitSeconds],
   ] as const) {
     if (!Number.isFinite(v) || v < 0) problems.push(`${k} must be a non-negative number, got ${v}`);
   }

@@ -38,7 +38,10 @@ export async function preflight(o: PreflightOptions): Promise<PreflightResult> {
 
 async function requireTools(runner: CommandRunner): Promise<void> {
   const missing: string[] = [];
-  for (const [cmd, args] of [['ipset', ['version']], ['iptables-restore', ['--version']]] as const) {
+  for (const [cmd, args] of [
+    ['ipset', ['version']],
+    ['iptables-restore', ['--version']],
+  ] as const) {
     const r = await runner.run(cmd, args).catch((err: unknown) => ({ exitCode: -1, stdout: '', stderr: String(err) }));
     if (r.exitCode !== 0) missing.push(`${cmd}: ${r.stderr.trim().split('\n').pop() || `exit ${r.exitCode}`}`);
   }

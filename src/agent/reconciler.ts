@@ -122,8 +122,7 @@ export class Reconciler {
   constructor(o: ReconcilerOptions) {
     this.#o = o;
     this.#clock = o.clock ?? systemClock;
-    this.#unhealthyAfterMs =
-      o.unhealthyAfterMs ?? (o.resyncIntervalMs > 0 ? UNHEALTHY_AFTER_RESYNC_INTERVALS * o.resyncIntervalMs : DEFAULT_UNHEALTHY_AFTER_MS);
+    this.#unhealthyAfterMs = o.unhealthyAfterMs ?? (o.resyncIntervalMs > 0 ? UNHEALTHY_AFTER_RESYNC_INTERVALS * o.resyncIntervalMs : DEFAULT_UNHEALTHY_AFTER_MS);
     this.#pacer = createPacer({
       clock: this.#clock,
       minIntervalMs: 0,

@@ -8,14 +8,7 @@ import type { Calculator } from '../calc/index.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
 import { formatPolicyErrors, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
-import {
-  createEventRecorder,
-  createNodeStatusReporter,
-  createPolicyStatusAggregator,
-  type EnforcedPolicy,
-  type NodeProblem,
-  type PolicyStatusInput,
-} from '../status/index.ts';
+import { createEventRecorder, createNodeStatusReporter, createPolicyStatusAggregator, type EnforcedPolicy, type NodeProblem, type PolicyStatusInput } from '../status/index.ts';
 import type { PassOutcome } from './reconciler.ts';
 
 export interface ReportingDeps {

@@ -59,7 +59,13 @@ class ActiveSet implements DesiredSet {
   readonly members: Members;
   constructor(name: string, family: Family, type: SetType, spec: SetSpec) {
     const counts = this.counts;
-    this.members = { has: (m) => counts.has(m), get size() { return counts.size; }, [Symbol.iterator]: () => counts.keys() };
+    this.members = {
+      has: (m) => counts.has(m),
+      get size() {
+        return counts.size;
+      },
+      [Symbol.iterator]: () => counts.keys(),
+    };
     this.name = name;
     this.family = family;
     this.type = type;
@@ -248,7 +254,7 @@ export class Calculator {
       if (was === is) continue;
       for (const pod of this.#cluster.podsIn(ns)) {
         if (!selectorMatches(peer.podSelector, pod.labels)) continue;
-        for (const m of podMembers(pod, set)) (is ? this.#addMember(set, m) : this.#removeMember(set, m));
+        for (const m of podMembers(pod, set)) is ? this.#addMember(set, m) : this.#removeMember(set, m);
       }
     }
   }
@@ -474,10 +480,12 @@ export class Calculator {
         if (this.#cfg.sourceBinding) matches.push({ kind: 'bridgePortIn', port: port! });
         fromRules.push({ matches, action: { kind: 'goto', chain: names.fromWorkload(uid) } });
       }
-      const toRules = ordered.map(({ uid, ip }): Rule => ({
-        matches: [{ kind: 'addr', dir: 'dst', cidr: hostCidr(ip) }],
-        action: { kind: 'goto', chain: names.toWorkload(uid) },
-      }));
+      const toRules = ordered.map(
+        ({ uid, ip }): Rule => ({
+          matches: [{ kind: 'addr', dir: 'dst', cidr: hostCidr(ip) }],
+          action: { kind: 'goto', chain: names.toWorkload(uid) },
+        }),
+      );
       this.#setChain(f, from, [...fromRules, bucketTailRule('from')]);
       this.#setChain(f, to, [...toRules, bucketTailRule('to')]);
     }
@@ -492,10 +500,12 @@ export class Calculator {
       const blocks = [...this.#blockPods.keys()].filter((b) => familyOf(b) === f).sort(compare);
       const failClosed = { podBridge: this.#cfg.podBridge ?? '', podCIDRs: this.#podCIDRs.filter((c) => familyOf(c) === f) };
       const top = (dir: 'from' | 'to'): Rule[] => [
-        ...blocks.map((block): Rule => ({
-          matches: [{ kind: 'addr', dir: dir === 'from' ? 'src' : 'dst', cidr: block }],
-          action: { kind: 'goto', chain: names.dispatchBucket(dir, block) },
-        })),
+        ...blocks.map(
+          (block): Rule => ({
+            matches: [{ kind: 'addr', dir: dir === 'from' ? 'src' : 'dst', cidr: block }],
+            action: { kind: 'goto', chain: names.dispatchBucket(dir, block) },
+          }),
+        ),
         ...dispatchTailRules(dir, failClosed),
       ];
       this.#setChain(f, names.fromWorkloadDispatch, top('from'));

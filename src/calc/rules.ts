@@ -55,9 +55,7 @@ function numericPortMatches(ports: readonly PortMatch[]): Match[] {
       out.push({ kind: 'proto', protocol });
       continue;
     }
-    const ranges: PortRange[] = mine
-      .map((p) => ({ from: p.port!, to: p.endPort ?? p.port! }))
-      .sort((a, b) => a.from - b.from || a.to - b.to);
+    const ranges: PortRange[] = mine.map((p) => ({ from: p.port!, to: p.endPort ?? p.port! })).sort((a, b) => a.from - b.from || a.to - b.to);
     out.push({ kind: 'proto', protocol, dports: mergeRanges(ranges) });
   }
   return out;
@@ -97,13 +95,7 @@ function plainBlocksMatches(family: Family, cidrs: readonly string[], dir: 'src'
  * sets the accept bit; the workload chain returns once the bit is set. `useSet` returns the
  * name of the set for a spec (the caller acquires it); it is called in rule order.
  */
-export function policyChainRules(
-  policy: CompiledPolicy,
-  direction: Direction,
-  family: Family,
-  marks: MarkBits,
-  useSet: (spec: SetSpec) => string,
-): Rule[] {
+export function policyChainRules(policy: CompiledPolicy, direction: Direction, family: Family, marks: MarkBits, useSet: (spec: SetSpec) => string): Rule[] {
   const rules = (direction === 'ingress' ? policy.ingress : policy.egress) ?? [];
   const peerDir = direction === 'ingress' ? 'src' : 'dst';
   const allow = { kind: 'setMark', value: marks.accept, mask: marks.accept } as const;

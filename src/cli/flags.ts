@@ -17,11 +17,11 @@ export const FLAGS = {
   backend: { type: 'string', help: 'iptables backend: auto, nft or legacy (default auto: follow kube-proxy hint chains)' },
   'pod-bridge': { type: 'string', help: 'bridge the local pods hang off (default cni0): traffic through it that belongs to no known local pod is dropped' },
   'allow-action': { type: 'string', help: 'ACCEPT (default) or RETURN: what happens to a connection policy allows; RETURN lets later FORWARD rules still apply' },
-  'source-binding': { type: 'string', help: 'on (default) or off: bind each local pod\'s address to its bridge port (needs CAP_SYS_ADMIN and /var/run/netns)' },
+  'source-binding': { type: 'string', help: "on (default) or off: bind each local pod's address to its bridge port (needs CAP_SYS_ADMIN and /var/run/netns)" },
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
   'debounce-ms': { type: 'string', help: 'quiet time before a write, so bursts coalesce (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
-  'hook-check-interval': { type: 'string', help: 'seconds between cheap checks of Weir\'s FORWARD hook and chains, which resync at once when another program changed them (default 5; 0: off)' },
+  'hook-check-interval': { type: 'string', help: "seconds between cheap checks of Weir's FORWARD hook and chains, which resync at once when another program changed them (default 5; 0: off)" },
   'watch-idle-timeout': { type: 'string', help: 'seconds a watch may stay silent (not even a bookmark) before it is restarted (default 180)' },
   'relist-interval': { type: 'string', help: 'seconds between full relists that repair missed watch events (default 300, randomised up to 2x)' },
   examples: { type: 'string', help: 'demo only: the manifests directory to load (default: the examples/ shipped with Weir)' },
@@ -42,20 +42,19 @@ export interface Parsed {
 }
 
 export function parse(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed {
-  const options = Object.fromEntries(Object.entries(FLAGS).map(([k, v]) => [k, { type: v.type }])) as Record<
-    FlagName,
-    { type: 'string' | 'boolean' }
-  >;
-  let parsed;
-  try {
-    parsed = parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
-  } catch (err) {
-    throw new ConfigError([(err as Error).message]);
-  }
+  const options = Object.fromEntries(Object.entries(FLAGS).map(([k, v]) => [k, { type: v.type }])) as Record<FlagName, { type: 'string' | 'boolean' }>;
+  const parsed = (() => {
+    try {
+      return parseArgs({ args: [...argv], options, allowPositionals: true, strict: true });
+    } catch (err) {
+      throw new ConfigError([(err as Error).message]);
+    }
+  })();
   const values: Partial<Record<FlagName, string | boolean>> = {};
   for (const name of Object.keys(FLAGS) as FlagName[]) {
     const fromEnv = env[envName(name)];
-    const v = (parsed.values as Record<string, string | boolean | undefined>)[name] ??
+    const v =
+      (parsed.values as Record<string, string | boolean | undefined>)[name] ??
       (fromEnv !== undefined && FLAGS[name].type === 'boolean' ? ['1', 'true', 'yes'].includes(fromEnv.toLowerCase()) : fromEnv);
     if (v !== undefined) values[name] = v;
   }
@@ -131,7 +130,7 @@ export function usage(): string {
     'Usage: weir <command> [flags]',
     '',
     'Commands:',
-    '  agent    --node-name NAME [--kubeconfig F]  enforce the cluster\'s NetworkPolicies on this node (in-cluster config by default)',
+    "  agent    --node-name NAME [--kubeconfig F]  enforce the cluster's NetworkPolicies on this node (in-cluster config by default)",
     '  agent    --node-name NAME --manifests DIR   enforce the NetworkPolicies of a manifests directory instead, watching it',
     '  render   --node-name NAME --manifests DIR   print the ipset and iptables payloads the agent would write, and exit',
     '  cleanup                                      remove every chain, hook rule and ipset Weir owns, nothing else',

@@ -50,7 +50,11 @@ export function formatRendered(r: Rendered): string {
   if (r.iptables[6] !== undefined) parts.push(`# ip6tables-restore --noflush (IPv6)\n${r.iptables[6]}`);
   const invalid = r.policies.filter((p) => p.errors.length > 0);
   for (const p of invalid) {
-    parts.push(`# policy ${p.key} is invalid and ${INVALID_POLICY_EFFECT}:\n${policyErrorLines(p.errors).map((l) => `#   ${l}`).join('\n')}\n`);
+    parts.push(
+      `# policy ${p.key} is invalid and ${INVALID_POLICY_EFFECT}:\n${policyErrorLines(p.errors)
+        .map((l) => `#   ${l}`)
+        .join('\n')}\n`,
+    );
   }
   return parts.join('\n');
 }

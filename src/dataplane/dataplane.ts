@@ -8,27 +8,11 @@ import type { Names } from '../calc/names.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
 import { createIpset, type Ipset } from './ipset.ts';
-import {
-  createIptables,
-  detectBackend,
-  type Backend,
-  type BackendChoice,
-  type Iptables,
-  type RetryInfo,
-  type RetryPolicy,
-} from './iptables.ts';
+import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, filterPayload, insertHook, renderChain, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
-import {
-  emptyFamilyState,
-  emptyState,
-  familyStateFromSave,
-  hookIsRight,
-  setsStateFromSave,
-  type AppliedState,
-  type FamilyState,
-} from './state.ts';
+import { emptyFamilyState, emptyState, familyStateFromSave, hookIsRight, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
 
 /** Felix's default; large enough for every pod IP of a big cluster in one set. */
 export const DEFAULT_MAX_SET_SIZE = 1_048_576;
@@ -174,7 +158,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     const read: { [F in Family]?: FamilyState } = {};
     const foreign: string[] = [];
     const saved = await Promise.all(families.map((f) => t.iptables.save(f)));
-    families.forEach((f, i) => (read[f] = familyStateFromSave(saved[i], names, foreign)));
+    families.forEach((f, i) => {
+      read[f] = familyStateFromSave(saved[i], names, foreign);
+    });
     const sets = setsStateFromSave(await t.ipset.save(), names, foreign);
     if (foreign.length > 0) {
       throw new PreconditionError(
@@ -236,9 +222,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       stats.membersRemoved = sets.removed;
 
       // (2) One atomic payload per family.
-      const plans = families
-        .map((f) => ({ f, plan: planChains(desired.chains[f], desired.topChain, work.chains[f], state.families[f]) }))
-        .filter(({ plan }) => plan.payload !== undefined);
+      const plans = families.map((f) => ({ f, plan: planChains(desired.chains[f], desired.topChain, work.chains[f], state.families[f]) })).filter(({ plan }) => plan.payload !== undefined);
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
           // The families are separate tables: write them side by side, record each success.

@@ -5,20 +5,7 @@
 import type { DesiredDataplane, Rule } from '../calc/desired.ts';
 import type { Family } from '../model/types.ts';
 import { memberKey } from './ipset.ts';
-import {
-  declareChain,
-  deleteChain,
-  deleteRule,
-  filterPayload,
-  hookSpec,
-  insertHook,
-  renderChain,
-  setAdd,
-  setCreate,
-  setDel,
-  setDestroy,
-  setSwap,
-} from './render.ts';
+import { declareChain, deleteChain, deleteRule, filterPayload, hookSpec, insertHook, renderChain, setAdd, setCreate, setDel, setDestroy, setSwap } from './render.ts';
 import { hookIsRight, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
 
 // ---- Sets ---------------------------------------------------------------------------------
@@ -51,17 +38,9 @@ export interface SetsPlanOptions {
   readonly tmpName: (family: Family) => string;
 }
 
-const sameHeader = (have: SetHeader, want: SetHeader) =>
-  have.type === want.type &&
-  have.family === want.family &&
-  (have.maxElem === undefined || have.maxElem === want.maxElem);
+const sameHeader = (have: SetHeader, want: SetHeader) => have.type === want.type && have.family === want.family && (have.maxElem === undefined || have.maxElem === want.maxElem);
 
-export function planSets(
-  desired: DesiredDataplane,
-  dirty: ReadonlyMap<string, ReadonlySet<string> | 'all'>,
-  applied: ReadonlyMap<string, AppliedSet>,
-  opts: SetsPlanOptions,
-): SetsPlan {
+export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, ReadonlySet<string> | 'all'>, applied: ReadonlyMap<string, AppliedSet>, opts: SetsPlanOptions): SetsPlan {
   const lines: string[] = [];
   const destroyLines: string[] = [];
   const changes: SetChange[] = [];
@@ -184,12 +163,7 @@ export interface ChainsPlan {
  * written or deleted, so no rule still jumps to a chain about to go; drop misplaced hooks;
  * write rules; insert the hook; delete the chains.
  */
-export function planChains(
-  chains: ReadonlyMap<string, readonly Rule[]>,
-  topChain: string,
-  dirty: ReadonlySet<string>,
-  state: FamilyState,
-): ChainsPlan {
+export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, topChain: string, dirty: ReadonlySet<string>, state: FamilyState): ChainsPlan {
   const declares: string[] = [];
   const rules: string[] = [];
   const deletes: string[] = [];

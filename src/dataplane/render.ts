@@ -47,11 +47,7 @@ export function renderMatch(m: Match): string[] {
       if (m.dports === undefined) return [`-p ${p}`];
       // An empty list would silently mean "every port"; calc never means that, so refuse.
       if (m.dports.length === 0) throw new RangeError(`proto match for ${p} has an empty port list`);
-      return splitPorts(m.dports).map((g) =>
-        g.length === 1
-          ? `-p ${p} -m ${p} --dport ${portText(g[0])}`
-          : `-p ${p} -m multiport --dports ${g.map(portText).join(',')}`,
-      );
+      return splitPorts(m.dports).map((g) => (g.length === 1 ? `-p ${p} -m ${p} --dport ${portText(g[0])}` : `-p ${p} -m multiport --dports ${g.map(portText).join(',')}`));
     }
     case 'ctstate':
       return [`-m conntrack --ctstate ${m.states.join(',')}`];
@@ -117,10 +113,7 @@ export function sanitizeComment(text: string, maxLength: number = MAX_COMMENT): 
  * copy was edited or flushed shows up as a different hash list.
  */
 export function ruleHash(chain: string, prevHash: string, body: string, comment: string): string {
-  return createHash('sha256')
-    .update(`${chain}\n${prevHash}\n${body}\n${comment}`)
-    .digest('base64url')
-    .slice(0, RULE_HASH_LENGTH);
+  return createHash('sha256').update(`${chain}\n${prevHash}\n${body}\n${comment}`).digest('base64url').slice(0, RULE_HASH_LENGTH);
 }
 
 export interface RenderedChain {
@@ -187,8 +180,7 @@ export const ipsetFamily = (family: Family) => (family === 4 ? 'inet' : 'inet6')
 
 /** Sets are created with the comment extension: it is how Weir tells its sets from Felix's,
  *  whose names have the same shape (ipset has no per-set label). */
-export const setCreate = (name: string, type: SetType, family: Family, maxElem: number) =>
-  `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} comment -exist`;
+export const setCreate = (name: string, type: SetType, family: Family, maxElem: number) => `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} comment -exist`;
 export const setAdd = (name: string, member: string) => `add ${name} ${member} -exist`;
 export const setDel = (name: string, member: string) => `del ${name} ${member} -exist`;
 export const setDestroy = (name: string) => `destroy ${name}`;

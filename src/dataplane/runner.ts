@@ -103,12 +103,7 @@ export function recordingRunner(inner: CommandRunner | Responder = () => OK): Re
 }
 
 /** Runs a command and throws a CommandError (with the stderr tail) unless it exits 0. */
-export async function runOk(
-  runner: CommandRunner,
-  cmd: string,
-  args: readonly string[],
-  opts?: RunOptions & { readonly code?: 'WEIR_COMMAND_FAILED' | 'WEIR_KERNEL_READ_FAILED' },
-): Promise<string> {
+export async function runOk(runner: CommandRunner, cmd: string, args: readonly string[], opts?: RunOptions & { readonly code?: 'WEIR_COMMAND_FAILED' | 'WEIR_KERNEL_READ_FAILED' }): Promise<string> {
   const r = await runner.run(cmd, args, opts);
   if (r.exitCode !== 0) {
     throw new CommandError(opts?.code ?? 'WEIR_COMMAND_FAILED', cmd, args, r.exitCode, r.stderr);

@@ -74,7 +74,11 @@ export function familyStateFromSave(saveText: string, names: Names, foreign: str
     for (const spec of saved.get(name) ?? []) if (ownRuleHash(commentOf(spec))) targets.add(targetOf(spec) ?? '');
   }
   for (const name of unmarked) {
-    if (targets.has(name)) chains.set(name, saved.get(name)!.map(() => UNKNOWN_HASH));
+    if (targets.has(name))
+      chains.set(
+        name,
+        saved.get(name)!.map(() => UNKNOWN_HASH),
+      );
     else foreign.push(name);
   }
   const forward = saved.get('FORWARD') ?? [];

@@ -19,7 +19,7 @@ import { manifestRevision } from '../sources/index.ts';
 export const DEFAULT_EXAMPLES = fileURLToPath(new URL('../../examples/', import.meta.url));
 
 export async function runDemo(values: Record<string, string | boolean | undefined>): Promise<number> {
-  const dir = typeof values.examples === 'string' ? values.examples : (values.manifests as string | undefined) ?? DEFAULT_EXAMPLES;
+  const dir = typeof values.examples === 'string' ? values.examples : ((values.manifests as string | undefined) ?? DEFAULT_EXAMPLES);
   const log = createLogger(typeof values['log-level'] === 'string' ? values['log-level'] : 'warn');
   if (process.getuid?.() !== 0) throw new ConfigError(['weir demo builds network namespaces and needs root']);
 

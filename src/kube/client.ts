@@ -127,7 +127,9 @@ export function createKubeClient(kc: KubeConfig, opts: KubeClientOptions = {}): 
       return await http.send(ctx).toPromise();
     } catch (err) {
       if (req.signal?.aborted) throw err;
-      void takePool()?.close().catch(() => {});
+      void takePool()
+        ?.close()
+        .catch(() => {});
       throw new KubeApiError(method, path, 0, '', describe(err), { cause: err });
     }
   }
@@ -166,11 +168,15 @@ export function createKubeClient(kc: KubeConfig, opts: KubeClientOptions = {}): 
     },
 
     reset() {
-      void takePool()?.destroy().catch(() => {});
+      void takePool()
+        ?.destroy()
+        .catch(() => {});
     },
 
     async close() {
-      await takePool()?.close().catch(() => {});
+      await takePool()
+        ?.close()
+        .catch(() => {});
     },
   };
 }

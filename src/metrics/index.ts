@@ -60,6 +60,11 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     watchEvents: new Counter({ name: 'weir_watch_events_total', help: 'Watch events received from the API server, by kind and type', labelNames: ['kind', 'type'], registers }),
     watchRestarts: new Counter({ name: 'weir_watch_restarts_total', help: 'Watch restarts, by kind and reason (error, expired, watchdog, relist)', labelNames: ['kind', 'reason'], registers }),
     statusWrites: new Counter({ name: 'weir_status_writes_total', help: 'Status object writes, by kind and result', labelNames: ['kind', 'result'], registers }),
-    driftRepairs: new Counter({ name: 'weir_drift_repairs_total', help: 'Changes by other programs to what Weir owns, found between resyncs and repaired, by what (hook)', labelNames: ['what'], registers }),
+    driftRepairs: new Counter({
+      name: 'weir_drift_repairs_total',
+      help: 'Changes by other programs to what Weir owns, found between resyncs and repaired, by what (hook)',
+      labelNames: ['what'],
+      registers,
+    }),
   };
 }

@@ -25,8 +25,7 @@ export function parseHostPort(addr: string): { host: string; port: number } {
 
 export async function startHealthServer(addr: string, registry: Registry, health: Health): Promise<{ server: Server; host: string; port: number }> {
   const { host, port } = parseHostPort(addr);
-  const json = (res: ServerResponse, status: number, body: object) =>
-    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body) + '\n');
+  const json = (res: ServerResponse, status: number, body: object) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body) + '\n');
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path === '/metrics') {

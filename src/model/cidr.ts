@@ -98,7 +98,10 @@ function parseV6(s: string): number[] | string {
   if (dc < 0 && headParts.length === 0) return 'empty address';
   const headGroups: number[] = [];
   const tailGroups: number[] = [];
-  const lists: [string[], number[]][] = [[headParts, headGroups], [tailParts, tailGroups]];
+  const lists: [string[], number[]][] = [
+    [headParts, headGroups],
+    [tailParts, tailGroups],
+  ];
   const lastParts = dc >= 0 ? tailParts : headParts;
   for (const [parts, out] of lists) {
     for (let i = 0; i < parts.length; i++) {
@@ -187,7 +190,11 @@ export function formatIp(family: Family, value: bigint): string {
     }
     i = j;
   }
-  const hex = (from: number, to: number): string => g.slice(from, to).map((x) => x.toString(16)).join(':');
+  const hex = (from: number, to: number): string =>
+    g
+      .slice(from, to)
+      .map((x) => x.toString(16))
+      .join(':');
   if (bestStart < 0) return hex(0, 8);
   return `${hex(0, bestStart)}::${hex(bestStart + bestLen, 8)}`;
 }

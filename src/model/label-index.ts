@@ -97,7 +97,7 @@ function addTo<K, V>(m: Map<K, Set<V>>, k: K, v: V): void {
 
 function removeFrom<K, V>(m: Map<K, Set<V>>, k: K, v: V): void {
   const s = m.get(k);
-  if (s && s.delete(v) && s.size === 0) m.delete(k);
+  if (s?.delete(v) && s.size === 0) m.delete(k);
 }
 
 function* concat<T>(sets: readonly Set<T>[]): Iterable<T> {

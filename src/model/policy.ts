@@ -7,17 +7,7 @@ import { aggregateCidrs, cidrCovers, formatCidr, parseCidr, prefixSet } from './
 import type { Cidr } from './cidr.ts';
 import { checkKnownFields, describeValue, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
 import { PROTOCOLS, policyKey } from './types.ts';
-import type {
-  CompiledPolicy,
-  IpBlockPeer,
-  Peer,
-  PolicyError,
-  PolicyRule,
-  PortMatch,
-  Protocol,
-  RawNetworkPolicy,
-  Selector,
-} from './types.ts';
+import type { CompiledPolicy, IpBlockPeer, Peer, PolicyError, PolicyRule, PortMatch, Protocol, RawNetworkPolicy, Selector } from './types.ts';
 
 const SPEC_FIELDS = ['podSelector', 'policyTypes', 'ingress', 'egress'] as const;
 const INGRESS_RULE_FIELDS = ['from', 'ports'] as const;

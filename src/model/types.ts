@@ -90,9 +90,7 @@ export type ModelEvent =
 
 /** A local pod address and the bridge port it lives behind: learned from the node's kernel,
  *  not from the cluster, so it is not a ModelEvent of the sources' object stream. */
-export type PodInterfaceEvent =
-  | { readonly kind: 'PodInterface'; readonly op: 'upsert'; readonly object: PodInterface }
-  | { readonly kind: 'PodInterface'; readonly op: 'delete'; readonly ip: string };
+export type PodInterfaceEvent = { readonly kind: 'PodInterface'; readonly op: 'upsert'; readonly object: PodInterface } | { readonly kind: 'PodInterface'; readonly op: 'delete'; readonly ip: string };
 
 /** Everything calc consumes. */
 export type CalcEvent = ModelEvent | PodInterfaceEvent;

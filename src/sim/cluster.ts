@@ -224,10 +224,7 @@ async function setBridgeNetfilter(ns: string, on: boolean): Promise<void> {
   try {
     await sysctl(ns, [`net.bridge.bridge-nf-call-iptables=${v}`, `net.bridge.bridge-nf-call-ip6tables=${v}`]);
   } catch (err) {
-    throw new PreconditionError(
-      'net.bridge.bridge-nf-call-iptables is not available inside a network namespace: load br_netfilter (modprobe br_netfilter) on a kernel >= 5.3',
-      { cause: err },
-    );
+    throw new PreconditionError('net.bridge.bridge-nf-call-iptables is not available inside a network namespace: load br_netfilter (modprobe br_netfilter) on a kernel >= 5.3', { cause: err });
   }
 }
 
@@ -314,9 +311,7 @@ class SimCluster implements Cluster {
       addrLine(underlayIp(6, n.index), UNDERLAY[6].len, 'eth0'),
       'link set eth0 up',
       // host-gw: every other node's pod CIDRs are reached through that node's underlay address.
-      ...this.nodes
-        .filter((o) => o !== n)
-        .flatMap((o) => o.cidrs.map((c) => `route add ${formatCidr(c)} via ${underlayIp(c.family, o.index)}`)),
+      ...this.nodes.filter((o) => o !== n).flatMap((o) => o.cidrs.map((c) => `route add ${formatCidr(c)} via ${underlayIp(c.family, o.index)}`)),
     ];
   }
 

@@ -35,7 +35,7 @@ export async function listNs(prefix: string): Promise<string[]> {
   return out
     .split('\n')
     .map((l) => l.split(' ')[0])
-    .filter((n) => n && n.startsWith(prefix));
+    .filter((n) => n?.startsWith(prefix));
 }
 
 /** Deletes every namespace whose name starts with prefix (used on exit and on failure). */

@@ -126,10 +126,6 @@ function probeTcpOrUdp(req: ProbeRequest): Promise<ProbeResult> {
 await Promise.all(ports.flatMap((p) => [listenTcp(p), listenUdp(p)]));
 // Probe ourselves once per kind before declaring readiness: the first probe pays for lazy
 // compilation and module loading, which on a busy machine can eat a whole probe timeout.
-await Promise.all(
-  (['tcp', 'udp'] as const).flatMap((proto) =>
-    ['127.0.0.1', '::1'].map((ip) => probeTcpOrUdp({ id: 0, proto, ip, port: ports[0], timeoutMs: 2000 })),
-  ),
-);
+await Promise.all((['tcp', 'udp'] as const).flatMap((proto) => ['127.0.0.1', '::1'].map((ip) => probeTcpOrUdp({ id: 0, proto, ip, port: ports[0], timeoutMs: 2000 }))));
 rmSync(controlPath, { force: true });
 createServer(serveControl).listen(controlPath);

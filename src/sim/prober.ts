@@ -125,7 +125,9 @@ export async function probeMatrix(cluster: MatrixCluster, opts: MatrixOptions = 
           return res.ok;
         }),
       );
-      todo.forEach((p, i) => cells.set(cellKey(p.cell), oks[i]));
+      todo.forEach((p, i) => {
+        cells.set(cellKey(p.cell), oks[i]);
+      });
       todo = todo.filter((_, i) => !oks[i]);
     }
     // Re-insert in plan order so that iteration order does not depend on the retries.
@@ -162,8 +164,7 @@ export function renderMatrix(m: Matrix): string {
   const letter: Record<ProbeProto, string> = { tcp: 'T', udp: 'U' };
   const blocks: string[] = [];
   for (const family of m.families) {
-    const has = (source: string, target: string) =>
-      m.protos.some((proto) => m.ports.some((port) => m.cells.has(cellKey({ source, target, family, proto, port }))));
+    const has = (source: string, target: string) => m.protos.some((proto) => m.ports.some((port) => m.cells.has(cellKey({ source, target, family, proto, port }))));
     const rows = m.sources.filter((s) => m.targets.some((t) => has(s, t)));
     const cols = m.targets.filter((t) => m.sources.some((s) => has(s, t)));
     if (rows.length === 0) continue;
@@ -180,10 +181,20 @@ export function renderMatrix(m: Matrix): string {
         .join(' ');
     const rowWidth = Math.max(...rows.map((r) => r.length));
     const colWidth = cols.map((c) => Math.max(c.length, m.ports.length * (m.protos.length + 1) - 1));
-    const line = (head: string, cells: string[]) =>
-      [head.padEnd(rowWidth), ...cells.map((c, i) => c.padEnd(colWidth[i]))].join('  ').trimEnd();
+    const line = (head: string, cells: string[]) => [head.padEnd(rowWidth), ...cells.map((c, i) => c.padEnd(colWidth[i]))].join('  ').trimEnd();
     const legend = `IPv${family}  ports ${m.ports.join(' ')}, letters ${m.protos.map((p) => `${letter[p]}=${p}`).join(' ')}, .=blocked`;
-    blocks.push([legend, line('', cols), ...rows.map((r) => line(r, cols.map((c) => cellText(r, c))))].join('\n'));
+    blocks.push(
+      [
+        legend,
+        line('', cols),
+        ...rows.map((r) =>
+          line(
+            r,
+            cols.map((c) => cellText(r, c)),
+          ),
+        ),
+      ].join('\n'),
+    );
   }
   return blocks.join('\n\n');
 }
@@ -195,8 +206,7 @@ export interface ProbeClient {
 
 /** One connection to a pod server's control socket; many probes in flight on it. */
 export async function openProbeClient(ep: Pick<Endpoint, 'key' | 'socketPath'>): Promise<ProbeClient> {
-  const broken = (why: string, cause?: unknown) =>
-    new WeirError('WEIR_COMMAND_FAILED', `pod server of ${ep.key} (${ep.socketPath}): ${why}`, { cause });
+  const broken = (why: string, cause?: unknown) => new WeirError('WEIR_COMMAND_FAILED', `pod server of ${ep.key} (${ep.socketPath}): ${why}`, { cause });
   const sock = connect(ep.socketPath);
   await new Promise<void>((resolve, reject) => {
     sock.once('connect', resolve);

@@ -164,13 +164,16 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
   const arm = () => {
     if (stopped) return;
     clearTimeout(timer);
-    timer = setTimeout(() => {
-      chain = chain.then(async () => {
-        const events = await rescan();
-        if (events.length > 0 && delivered && !stopped) deliver({ events, ...delivered });
-        arm();
-      });
-    }, unbound() ? o.unboundRescanMs : o.rescanMs);
+    timer = setTimeout(
+      () => {
+        chain = chain.then(async () => {
+          const events = await rescan();
+          if (events.length > 0 && delivered && !stopped) deliver({ events, ...delivered });
+          arm();
+        });
+      },
+      unbound() ? o.unboundRescanMs : o.rescanMs,
+    );
     timer.unref?.();
   };
 

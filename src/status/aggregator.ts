@@ -12,16 +12,7 @@ import type { KubeClient, RequestRecord } from '../kube/client.ts';
 import { createReflector, isRecord, rawRefOf } from '../kube/reflector.ts';
 import { DEFAULT_LIST_WATCH_TIMINGS, type Codec, type ListWatchTimings } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';
-import {
-  AGGREGATOR_FIELD_MANAGER,
-  applyQuery,
-  deleteBody,
-  nodeStatusListPath,
-  policyObjectBody,
-  policyStatusBody,
-  policyStatusListPath,
-  policyStatusPath,
-} from './bodies.ts';
+import { AGGREGATOR_FIELD_MANAGER, applyQuery, deleteBody, nodeStatusListPath, policyObjectBody, policyStatusBody, policyStatusListPath, policyStatusPath } from './bodies.ts';
 import { systemClock } from './clock.ts';
 import type { Clock } from './clock.ts';
 import { createLeaseElector } from './elector.ts';

@@ -45,12 +45,7 @@ export function truncate(message: string, max: number = MAX_CONDITION_MESSAGE): 
 
 /** Builds the conditions for `next`, in its order. A condition whose status equals the previous
  *  one of its type keeps that one's lastTransitionTime; any other gets `nowMs`. */
-export function mergeConditions(
-  previous: readonly Condition[] | undefined,
-  next: readonly ConditionSpec[],
-  nowMs: number,
-  observedGeneration?: number,
-): Condition[] {
+export function mergeConditions(previous: readonly Condition[] | undefined, next: readonly ConditionSpec[], nowMs: number, observedGeneration?: number): Condition[] {
   const prev = new Map((previous ?? []).map((c) => [c.type, c]));
   return next.map((spec) => {
     const old = prev.get(spec.type);
@@ -90,8 +85,6 @@ export function parseConditions(raw: unknown): Condition[] {
 /** Canonical text of a condition list, independent of its order (for "did anything change"). */
 export function conditionsKey(conditions: readonly Condition[]): string {
   return JSON.stringify(
-    [...conditions]
-      .sort((a, b) => (a.type < b.type ? -1 : a.type > b.type ? 1 : 0))
-      .map((c) => [c.type, c.status, c.observedGeneration ?? null, c.lastTransitionTime, c.reason, c.message]),
+    [...conditions].sort((a, b) => (a.type < b.type ? -1 : a.type > b.type ? 1 : 0)).map((c) => [c.type, c.status, c.observedGeneration ?? null, c.lastTransitionTime, c.reason, c.message]),
   );
 }

@@ -47,7 +47,7 @@ export const DEFAULT_MAX_QUEUED_EVENTS = 1_000;
 /** Series kept for counting repeats; idle ones beyond this are forgotten. */
 const MAX_SERIES = 5_000;
 const MAX_EVENT_MESSAGE = 1_024;
-const GRANT = 'create, patch on events in the NetworkPolicies\' namespaces';
+const GRANT = "create, patch on events in the NetworkPolicies' namespaces";
 
 interface Series {
   readonly ref: PolicyRef;

@@ -50,13 +50,7 @@ export function observe(prev: LeaseObservation | null, rec: LeaseRecord, nowMs: 
   return prev !== null && prev.key === key ? prev : { key, sinceMs: nowMs };
 }
 
-export function decideLease(
-  rec: LeaseRecord | null,
-  obs: LeaseObservation | null,
-  identity: string,
-  nowMs: number,
-  defaultDurationSeconds: number,
-): LeaseAction {
+export function decideLease(rec: LeaseRecord | null, obs: LeaseObservation | null, identity: string, nowMs: number, defaultDurationSeconds: number): LeaseAction {
   if (rec === null) return { kind: 'create' };
   if (rec.holder === identity) return { kind: 'renew' };
   if (rec.holder === null) return { kind: 'take' };

@@ -63,12 +63,7 @@ export function policyConditionSpecs(policy: PolicyStatusInput, r: Realization):
   return [accepted, enforced];
 }
 
-export function buildPolicyStatus(
-  policy: PolicyStatusInput,
-  r: Realization,
-  previous: readonly Condition[] | undefined,
-  nowMs: number,
-): PolicyStatus {
+export function buildPolicyStatus(policy: PolicyStatusInput, r: Realization, previous: readonly Condition[] | undefined, nowMs: number): PolicyStatus {
   return {
     observedGeneration: policy.generation,
     conditions: mergeConditions(previous, policyConditionSpecs(policy, r), nowMs, policy.generation),

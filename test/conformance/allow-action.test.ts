@@ -23,7 +23,7 @@ describe('--allow-action RETURN', () => {
     for (const r of rules) await inNs(nodeA, r.tool, ['-w', '-A', 'FORWARD', ...r.args]);
     try {
       const adminDrops = (x: Cell) => x.target === B1 && x.proto === 'tcp' && x.port === 81 && x.source !== B1;
-      await c.expect((x: Cell) => !adminDrops(x), 'no policy: only the administrator\'s rule drops');
+      await c.expect((x: Cell) => !adminDrops(x), "no policy: only the administrator's rule drops");
       // Policy still decides first: a1 isolated for ingress with nothing allowed.
       await c.setPolicies(np('alpha', 'deny-a1', { podSelector: { matchLabels: { app: 'web' } } }));
       await c.expect((x: Cell) => !adminDrops(x) && (x.target !== A1 || x.source === A1), 'policy denies, administrator drops');

@@ -44,7 +44,7 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
     await c.expect(() => true, 'after the first sync');
   });
 
-  test('a restarted agent keeps enforcing its predecessor\'s rules until it has the real state', async () => {
+  test("a restarted agent keeps enforcing its predecessor's rules until it has the real state", async () => {
     await c.reset();
     await c.setPolicies(np('alpha', 'deny-web', { podSelector: { matchLabels: { app: 'web' } } }));
     const policy = (x: Cell) => x.target !== A1 || x.source === A1;

@@ -91,7 +91,7 @@ describe('fail closed for unknown addresses', () => {
     }
   });
 
-  test('a pod sending with another pod\'s address is dropped, same-node and cross-node', async () => {
+  test("a pod sending with another pod's address is dropped, same-node and cross-node", async () => {
     await c.reset();
     await c.addPod({ namespace: 'beta', name: 'near', node: 'node-a', ips: ['10.244.1.61'], labels: {}, ports: [] });
     const b1 = c.cluster.endpoint(B1)!;

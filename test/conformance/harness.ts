@@ -46,14 +46,23 @@ export function basePods(): PodDef[] {
     { namespace: 'alpha', name: 'a2', node: 'node-b', ips: ['10.244.2.12', 'fd00:10:244:2::12'], labels: { app: 'db' }, ports: [{ name: 'http', containerPort: 81, protocol: 'TCP' }] },
     { namespace: 'beta', name: 'b1', node: 'node-a', ips: ['10.244.1.21', 'fd00:10:244:1::21'], labels: { app: 'web' }, ports: [] },
     { namespace: 'beta', name: 'b2', node: 'node-b', ips: ['10.244.2.22'], labels: { app: 'db' }, ports: [{ name: 'http', containerPort: 80, protocol: 'TCP' }] },
-    { namespace: 'gamma', name: 'g1', node: 'node-a', ips: ['fd00:10:244:1::31'], labels: { app: 'web' }, ports: [{ name: 'http', containerPort: 80, protocol: 'TCP' }, { name: 'dns', containerPort: 81, protocol: 'UDP' }] },
+    {
+      namespace: 'gamma',
+      name: 'g1',
+      node: 'node-a',
+      ips: ['fd00:10:244:1::31'],
+      labels: { app: 'web' },
+      ports: [
+        { name: 'http', containerPort: 80, protocol: 'TCP' },
+        { name: 'dns', containerPort: 81, protocol: 'UDP' },
+      ],
+    },
   ];
 }
 
 export function baseNamespaces(): Record<string, Record<string, string>> {
   return { alpha: { team: 'a' }, beta: { team: 'b' }, gamma: {} };
 }
-
 
 export class Conformance {
   readonly cluster: Cluster;
@@ -214,7 +223,9 @@ export class Conformance {
       const dead = this.#agents.find((a) => a.exited);
       if (dead) throw new Error(`agent on ${dead.node} exited ${dead.child.exitCode}:\n${dead.log.slice(-20).join('\n')}`);
       if (Date.now() > deadline) {
-        throw new Error(`agents did not apply revision ${want.slice(0, 12)} within ${timeoutMs} ms: ${this.#agents.map((a) => `${a.node}=${a.revision.slice(0, 12)}`).join(', ')}\n${this.#agents.flatMap((a) => a.log.slice(-5)).join('\n')}`);
+        throw new Error(
+          `agents did not apply revision ${want.slice(0, 12)} within ${timeoutMs} ms: ${this.#agents.map((a) => `${a.node}=${a.revision.slice(0, 12)}`).join(', ')}\n${this.#agents.flatMap((a) => a.log.slice(-5)).join('\n')}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 10));
     }
@@ -298,5 +309,9 @@ export function np(namespace: string, name: string, spec: unknown): unknown {
 }
 
 /** Every pod key of the fixed cast plus the external host, for predicates. */
-export const A1 = 'alpha/a1', A2 = 'alpha/a2', B1 = 'beta/b1', B2 = 'beta/b2', G1 = 'gamma/g1';
+export const A1 = 'alpha/a1',
+  A2 = 'alpha/a2',
+  B1 = 'beta/b1',
+  B2 = 'beta/b2',
+  G1 = 'gamma/g1';
 export const nsOf = (key: string) => (key === EXTERNAL ? '' : key.split('/')[0]);

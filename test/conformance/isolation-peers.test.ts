@@ -15,10 +15,22 @@ interface Isolation {
 
 const always: Verdict = () => true;
 const nothing: Verdict = () => false;
-const from = (...keys: string[]): Verdict => (x) => keys.includes(x.source);
-const to = (...keys: string[]): Verdict => (x) => keys.includes(x.target);
-const fromNs = (...ns: string[]): Verdict => (x) => x.source !== EXTERNAL && ns.includes(nsOf(x.source));
-const toNs = (...ns: string[]): Verdict => (x) => x.target !== EXTERNAL && ns.includes(nsOf(x.target));
+const from =
+  (...keys: string[]): Verdict =>
+  (x) =>
+    keys.includes(x.source);
+const to =
+  (...keys: string[]): Verdict =>
+  (x) =>
+    keys.includes(x.target);
+const fromNs =
+  (...ns: string[]): Verdict =>
+  (x) =>
+    x.source !== EXTERNAL && ns.includes(nsOf(x.source));
+const toNs =
+  (...ns: string[]): Verdict =>
+  (x) =>
+    x.target !== EXTERNAL && ns.includes(nsOf(x.target));
 const fromAnyPod: Verdict = (x) => x.source !== EXTERNAL;
 
 /** A connection passes when the source's egress and the target's ingress both allow it (each
@@ -36,7 +48,9 @@ const podDef = (key: string, node: PodDef['node'], ips: string[], labels: Record
   const [namespace, name] = key.split('/');
   return { namespace, name, node, ips, labels, ports: [] };
 };
-const A3 = 'alpha/a3', B3 = 'beta/b3', G2 = 'gamma/g2';
+const A3 = 'alpha/a3',
+  B3 = 'beta/b3',
+  G2 = 'gamma/g2';
 const NEW_A_IPS = ['10.244.1.50', 'fd00:10:244:1::50'];
 
 describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time changes', () => {
@@ -60,10 +74,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       // app=web also matches alpha/a1 and gamma/g1, but the policy lives in beta.
       await c.setPolicies(np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }));
       await c.expect(allow({ ingress: { [B1]: nothing } }), 'beta policy isolates b1 only');
-      await c.setPolicies(
-        np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }),
-        np('gamma', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }),
-      );
+      await c.setPolicies(np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }), np('gamma', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }));
       await c.expect(allow({ ingress: { [B1]: nothing, [G1]: nothing } }), 'a gamma policy now isolates g1 as well');
     });
 
@@ -126,17 +137,12 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       );
       // b1 -> a1 and a2 -> a1 need a1's replies to enter b1 / a2, which deny all ingress;
       // a1, b1, external -> g1 need g1's replies to leave g1, which denies all egress.
-      await c.expect(
-        allow({ ingress: { [A1]: from(A2, B1), [A2]: nothing, [B1]: nothing }, egress: { [G1]: nothing } }),
-        'replies pass, reverse direction dropped',
-      );
+      await c.expect(allow({ ingress: { [A1]: from(A2, B1), [A2]: nothing, [B1]: nothing }, egress: { [G1]: nothing } }), 'replies pass, reverse direction dropped');
     });
 
     test('a pod always reaches itself, even when every pod denies all ingress and all egress', async () => {
       await c.reset();
-      await c.setPolicies(
-        ...['alpha', 'beta', 'gamma'].map((ns) => np(ns, 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })),
-      );
+      await c.setPolicies(...['alpha', 'beta', 'gamma'].map((ns) => np(ns, 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })));
       await c.expect((x) => x.source === x.target, 'only self cells pass');
       await c.expectToExternal(nothing, 'deny-all egress');
     });
@@ -220,10 +226,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
           ingress: [{ from: [{ podSelector: DB }, { namespaceSelector: TEAM_B, podSelector: WEB }], ports: [{ port: 80 }, { protocol: 'UDP', port: 81 }] }],
         }),
       );
-      await c.expect(
-        allow({ ingress: { [A1]: (x) => [A2, B1].includes(x.source) && ((x.proto === 'tcp' && x.port === 80) || (x.proto === 'udp' && x.port === 81)) } }),
-        'two peers x two ports',
-      );
+      await c.expect(allow({ ingress: { [A1]: (x) => [A2, B1].includes(x.source) && ((x.proto === 'tcp' && x.port === 80) || (x.proto === 'udp' && x.port === 81)) } }), 'two peers x two ports');
     });
 
     test('a rule with missing or empty from/to matches every address, the external host included', async () => {
@@ -250,10 +253,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
         np('alpha', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] }),
         np('beta', 'db-to-alpha', { podSelector: DB, egress: [{ to: [{ namespaceSelector: TEAM_A }], ports: [] }] }),
       );
-      await c.expect(
-        allow({ ingress: { [A1]: from(A2), [B2]: nothing }, egress: { [B2]: toNs('alpha') } }),
-        'a2 -> a1 and b2 -> a2 on tcp/udp 80/81',
-      );
+      await c.expect(allow({ ingress: { [A1]: from(A2), [B2]: nothing }, egress: { [B2]: toNs('alpha') } }), 'a2 -> a1 and b2 -> a2 on tcp/udp 80/81');
     });
   });
 
@@ -285,10 +285,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
         np('gamma', 'from-all-pods', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
         np('beta', 'db-from-web-anywhere', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: {}, podSelector: WEB }] }] }),
       );
-      await c.expect(
-        allow({ ingress: { [B1]: fromNs('alpha'), [G1]: fromAnyPod, [B2]: from(A1, B1, G1) } }),
-        'namespace-wide peers',
-      );
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha'), [G1]: fromAnyPod, [B2]: from(A1, B1, G1) } }), 'namespace-wide peers');
     });
   });
 

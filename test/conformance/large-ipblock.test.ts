@@ -17,9 +17,15 @@ const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
 const self = (x: Cell) => x.source === x.target;
 const tcp = (port: number) => (x: Cell) => x.proto === 'tcp' && x.port === port;
-const from = (...sources: string[]) => (x: Cell) => sources.includes(x.source);
+const from =
+  (...sources: string[]) =>
+  (x: Cell) =>
+    sources.includes(x.source);
 const v = (family: 4 | 6) => (x: Cell) => x.family === family;
-const and = (...ps: ((x: Cell) => boolean)[]) => (x: Cell) => ps.every((p) => p(x));
+const and =
+  (...ps: ((x: Cell) => boolean)[]) =>
+  (x: Cell) =>
+    ps.every((p) => p(x));
 const not = (p: (x: Cell) => boolean) => (x: Cell) => !p(x);
 const none = () => false;
 
@@ -58,8 +64,7 @@ function excepts(gen: Generator<string>, fixed: string[], n: number, bytes = Inf
 }
 
 /** The issue's shape: every pod of alpha gets ingress only from this one block. */
-const huge = (cidr: string, except: string[]) =>
-  np('alpha', 'huge', { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ from: [{ ipBlock: { cidr, except } }] }] });
+const huge = (cidr: string, except: string[]) => np('alpha', 'huge', { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ from: [{ ipBlock: { cidr, except } }] }] });
 
 /** b1's and the external host's IPv6 addresses: excepted, so they stay out. */
 const B1_V6 = 'fd00:10:244:1::21/128';
@@ -124,7 +129,13 @@ describe('conformance: policies as large as the API server takes', () => {
     await c.setPolicies(policy, np('beta', 'deny', { podSelector: {} }));
     await c.expect(ingress({ [A1]: isolatedButV6(B1, EXTERNAL), [A2]: isolatedButV6(B1, EXTERNAL), [B1]: none, [B2]: none }), 'beta denies all too');
     // ...and so does an edit of the huge one: b1 is no longer excepted.
-    await c.setPolicies(huge('::/0', except.filter((e) => e !== B1_V6)), np('beta', 'deny', { podSelector: {} }));
+    await c.setPolicies(
+      huge(
+        '::/0',
+        except.filter((e) => e !== B1_V6),
+      ),
+      np('beta', 'deny', { podSelector: {} }),
+    );
     await c.expect(ingress({ [A1]: isolatedButV6(EXTERNAL), [A2]: isolatedButV6(EXTERNAL), [B1]: none, [B2]: none }), 'b1 no longer excepted');
   });
 
@@ -132,7 +143,7 @@ describe('conformance: policies as large as the API server takes', () => {
     await c.reset();
     const policy = huge('::/0', excepts(v6Hosts(), [EXTERNAL_V6, B1_V6], Infinity, MB));
     const size = JSON.stringify(policy).length;
-    console.log(`policy: ${((policy as { spec: { ingress: { from: { ipBlock: { except: string[] } }[] }[] } }).spec.ingress[0].from[0].ipBlock.except.length)} excepts, ${(size / 1024).toFixed(0)} KB`);
+    console.log(`policy: ${(policy as { spec: { ingress: { from: { ipBlock: { except: string[] } }[] }[] } }).spec.ingress[0].from[0].ipBlock.except.length} excepts, ${(size / 1024).toFixed(0)} KB`);
     if (size < MB * 0.95) throw new Error(`the policy is only ${size} bytes`);
     await c.setPolicies(policy);
     await c.expect(ingress({ [A1]: isolatedButV6(B1, EXTERNAL), [A2]: isolatedButV6(B1, EXTERNAL) }), '1 MB policy');
@@ -158,4 +169,3 @@ describe('conformance: policies as large as the API server takes', () => {
     await c.expect(ingress({ [A1]: tcp(80) }), 'the large one deleted');
   });
 });
-

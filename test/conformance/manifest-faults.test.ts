@@ -20,7 +20,10 @@ import { AgentProcess } from '../support/agent-process.ts';
 import { A1, A2, B1, B2, Conformance, G1, np, type Cell } from './harness.ts';
 
 const self = (x: Cell) => x.source === x.target;
-const from = (...sources: string[]) => (x: Cell) => sources.includes(x.source);
+const from =
+  (...sources: string[]) =>
+  (x: Cell) =>
+    sources.includes(x.source);
 const none = () => false;
 
 /** Pods isolated for ingress, each with what may reach it; every other target accepts all. */
@@ -141,10 +144,20 @@ describe('an agent whose manifest directory cannot be read at start', () => {
 
   /** What Weir owns on the node: its filter chains and rules, and its sets. */
   const nodeState = async () => {
-    const rules = async (cmd: string) => (await inNs(ns, cmd, ['-t', 'filter'])).split('\n').filter((l) => l.includes('cali')).join('\n');
+    const rules = async (cmd: string) =>
+      (await inNs(ns, cmd, ['-t', 'filter']))
+        .split('\n')
+        .filter((l) => l.includes('cali'))
+        .join('\n');
     return `${await rules('iptables-save')}\n${await rules('ip6tables-save')}\n${await inNs(ns, 'ipset', ['save'])}`;
   };
-  const readyz = async () => JSON.parse(await inNs(ns, process.execPath, ['-e', "fetch('http://127.0.0.1:9464/readyz').then(async (r) => console.log(JSON.stringify({ status: r.status, ...(await r.json()) })))"])) as { status: number; ready: boolean; reason: string; revision: string };
+  const readyz = async () =>
+    JSON.parse(await inNs(ns, process.execPath, ['-e', "fetch('http://127.0.0.1:9464/readyz').then(async (r) => console.log(JSON.stringify({ status: r.status, ...(await r.json()) })))"])) as {
+      status: number;
+      ready: boolean;
+      reason: string;
+      revision: string;
+    };
   const revisionOf = async () => {
     const names = ['00-namespaces.yaml', '10-pods.yaml', '20-nodes.yaml', '30-policies.yaml'];
     return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await readFile(join(dir, name), 'utf8') }))));
@@ -165,7 +178,11 @@ describe('an agent whose manifest directory cannot be read at start', () => {
     await writeFile(policies, (await readFile(policies, 'utf8')).replace('name: allow-backend-to-db', 'name: backend-to-db-renamed'));
     await chmod(dir, 0o000);
     const lines: string[] = [];
-    const child = spawn('ip', ['netns', 'exec', ns, ...NO_DAC, process.execPath, MAIN, 'agent', '--node-name', 'node-a', '--manifests', dir, '--metrics-addr', '127.0.0.1:9464', '--log-level', 'info'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      'ip',
+      ['netns', 'exec', ns, ...NO_DAC, process.execPath, MAIN, 'agent', '--node-name', 'node-a', '--manifests', dir, '--metrics-addr', '127.0.0.1:9464', '--log-level', 'info'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     children.push(child);
     createInterface({ input: child.stdout! }).on('line', (l) => lines.push(l));
     createInterface({ input: child.stderr! }).on('line', (l) => lines.push(l));

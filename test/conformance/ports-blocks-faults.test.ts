@@ -19,10 +19,19 @@ const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [
 const self = (x: Cell) => x.source === x.target;
 const tcp = (port?: number) => (x: Cell) => x.proto === 'tcp' && (port === undefined || x.port === port);
 const udp = (port?: number) => (x: Cell) => x.proto === 'udp' && (port === undefined || x.port === port);
-const from = (...sources: string[]) => (x: Cell) => sources.includes(x.source);
+const from =
+  (...sources: string[]) =>
+  (x: Cell) =>
+    sources.includes(x.source);
 const v = (family: 4 | 6) => (x: Cell) => x.family === family;
-const and = (...ps: ((x: Cell) => boolean)[]) => (x: Cell) => ps.every((p) => p(x));
-const or = (...ps: ((x: Cell) => boolean)[]) => (x: Cell) => ps.some((p) => p(x));
+const and =
+  (...ps: ((x: Cell) => boolean)[]) =>
+  (x: Cell) =>
+    ps.every((p) => p(x));
+const or =
+  (...ps: ((x: Cell) => boolean)[]) =>
+  (x: Cell) =>
+    ps.some((p) => p(x));
 const none = () => false;
 
 /** Pods isolated for ingress, each with what may reach it; every other target accepts all.
@@ -148,7 +157,12 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     const pol = (ports: unknown[]) => np('beta', 'p', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports }] });
     await c.setPolicies(pol([{ protocol: 'UDP', port: 80 }, { port: 81 }]));
     await c.expect(ingress({ [B1]: or(udp(80), tcp(81)) }), 'UDP 80 + TCP 81');
-    await c.setPolicies(pol([{ protocol: 'TCP', port: 80 }, { protocol: 'UDP', port: 80 }]));
+    await c.setPolicies(
+      pol([
+        { protocol: 'TCP', port: 80 },
+        { protocol: 'UDP', port: 80 },
+      ]),
+    );
     await c.expect(ingress({ [B1]: (x) => x.port === 80 }), 'TCP 80 + UDP 80');
   });
 
@@ -167,8 +181,7 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
 
   test('an egress named port resolves on each destination; destinations lacking the name are unreachable', async () => {
     await c.reset();
-    const pol = (to: unknown) =>
-      np('alpha', 'named-out', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [to], ports: [{ port: 'http' }] }] });
+    const pol = (to: unknown) => np('alpha', 'named-out', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [to], ports: [{ port: 'http' }] }] });
     // b1 has no named port at all; every other pod has http with its own number.
     const toHttp = (targets: string[]) => (x: Cell) => targets.includes(x.target) && x.target in HTTP && tcp(HTTP[x.target])(x);
     await c.setPolicies(pol({ namespaceSelector: {} }));
@@ -301,9 +314,21 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     await c.reset();
     const pol = (cidr: string) => np('beta', 'to-a2', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr } }] }] });
     await c.setPolicies(pol('10.244.2.12/32'));
-    await c.expect(egress(B1, and((x) => x.target === A2, v(4))), 'a2 over IPv4');
+    await c.expect(
+      egress(
+        B1,
+        and((x) => x.target === A2, v(4)),
+      ),
+      'a2 over IPv4',
+    );
     await c.setPolicies(pol('fd00:10:244:2::12/128'));
-    await c.expect(egress(B1, and((x) => x.target === A2, v(6))), 'a2 over IPv6');
+    await c.expect(
+      egress(
+        B1,
+        and((x) => x.target === A2, v(6)),
+      ),
+      'a2 over IPv6',
+    );
   });
 
   test('egress to the external host follows the ipBlock, its family and its ports', async () => {
@@ -323,14 +348,12 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     await c.reset();
     const valid = np('alpha', 'web-80', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ port: 80 }] }] });
     // Half-applying these would open everything through the `{}` rule.
-    const badCidr = (ns: string, app: string) =>
-      np(ns, 'bad-cidr', { podSelector: { matchLabels: { app } }, ingress: [{}, { from: [{ ipBlock: { cidr: 'nonsense' } }] }] });
+    const badCidr = (ns: string, app: string) => np(ns, 'bad-cidr', { podSelector: { matchLabels: { app } }, ingress: [{}, { from: [{ ipBlock: { cidr: 'nonsense' } }] }] });
     await c.setPolicies(valid, badCidr('alpha', 'web'), badCidr('beta', 'db'));
     await c.expect(ingress({ [A1]: tcp(80), [B2]: none }), 'bad cidr');
 
     // An unreadable podSelector isolates every pod of its namespace, in its declared direction.
-    const badOp = (operator: string) =>
-      np('alpha', 'bad-op', { podSelector: { matchExpressions: [{ key: 'app', operator, values: ['web'] }] }, policyTypes: ['Ingress'], ingress: [{}] });
+    const badOp = (operator: string) => np('alpha', 'bad-op', { podSelector: { matchExpressions: [{ key: 'app', operator, values: ['web'] }] }, policyTypes: ['Ingress'], ingress: [{}] });
     await c.setPolicies(valid, badOp('in'));
     await c.expect(ingress({ [A1]: tcp(80), [A2]: none }), 'operator "in"');
     await c.setPolicies(valid, badOp('In'));
@@ -490,9 +513,7 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
 
     test('a flushed peer set is refilled and enforcement returns', async () => {
       await c.reset();
-      await c.setPolicies(
-        np('alpha', 'from-db', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } }] }] }),
-      );
+      await c.setPolicies(np('alpha', 'from-db', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } }] }] }));
       const members = async (set: string) => (await inNs(nodeA(), 'ipset', ['list', set])).split('Members:')[1]?.trim().split('\n').filter(Boolean) ?? [];
       const names = (await inNs(nodeA(), 'ipset', ['list', '-n'])).split('\n').filter((n) => n.startsWith('cali40s:'));
       let peerSet: string | undefined;

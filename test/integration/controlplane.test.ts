@@ -66,10 +66,12 @@ function running(pid: number | undefined): boolean {
 
 function pidsOf(cp: ControlPlane): Map<string, number> {
   const lines = readFileSync(join(cp.dir, 'pids'), 'utf8').trim().split('\n');
-  return new Map(lines.map((line) => {
-    const [name, pid] = line.split(' ');
-    return [name, Number(pid)];
-  }));
+  return new Map(
+    lines.map((line) => {
+      const [name, pid] = line.split(' ');
+      return [name, Number(pid)];
+    }),
+  );
 }
 
 describe('integration control plane', () => {
@@ -96,7 +98,10 @@ describe('integration control plane', () => {
     const list = JSON.parse(await cp.kubectl(['get', 'networkpolicy', '-n', NS, '-o', 'json'])) as {
       items: { metadata: { name: string }; spec: unknown }[];
     };
-    assert.deepEqual(list.items.map((p) => p.metadata.name), ['web-from-team-a']);
+    assert.deepEqual(
+      list.items.map((p) => p.metadata.name),
+      ['web-from-team-a'],
+    );
     assert.deepEqual(list.items[0].spec, {
       podSelector: { matchLabels: { app: 'web' } },
       policyTypes: ['Ingress'],
@@ -174,10 +179,7 @@ describe('integration control plane', () => {
     await cp.kubectl(['create', 'role', 'pod-reader', '-n', NS, '--verb=get,list,watch', '--resource=pods']);
     await cp.kubectl(['create', 'rolebinding', 'agent-reads-pods', '-n', NS, '--role=pod-reader', `--serviceaccount=${NS}:agent`]);
     assert.match(await asAgent(['get', 'pods', '-n', NS, '-o', 'name']), /^pod\/web-1$/m);
-    await assert.rejects(
-      asAgent(['patch', 'pod', 'web-1', '-n', NS, '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Failed"}}']),
-      /forbidden/i,
-    );
+    await assert.rejects(asAgent(['patch', 'pod', 'web-1', '-n', NS, '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Failed"}}']), /forbidden/i);
   });
 
   it('serves again after kube-apiserver restarts, with the same objects', async () => {

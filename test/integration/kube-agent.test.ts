@@ -16,10 +16,12 @@ describe('weir agent --kubeconfig against a real API server', () => {
 
   test('pods created through the API are policed: default allow, then a policy applied with kubectl', async () => {
     await k.expect(() => true, 'no policy');
-    await k.apply(policyObject('alpha', 'web-from-beta', {
-      podSelector: { matchLabels: { app: 'web' } },
-      ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }], ports: [{ port: 80 }] }],
-    }));
+    await k.apply(
+      policyObject('alpha', 'web-from-beta', {
+        podSelector: { matchLabels: { app: 'web' } },
+        ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }], ports: [{ port: 80 }] }],
+      }),
+    );
     const fromBetaOn80 = (c: Cell) => c.target !== A1 || c.source === A1 || ((c.source === B1 || c.source === B2) && c.proto === 'tcp' && c.port === 80);
     await k.expect(fromBetaOn80, 'web-from-beta');
   });
@@ -53,7 +55,10 @@ describe('weir agent --kubeconfig against a real API server', () => {
     await k.expect(() => true, 'policy deleted');
     await k.apply(policyObject('beta', 'no-egress', { podSelector: {}, policyTypes: ['Egress'] }));
     await k.expect((c) => c.source === c.target || (c.source !== B1 && c.source !== B2), 'beta egress denied');
-    assert.ok(k.agents.every((a) => a.errors.length === 0), k.agents.flatMap((a) => a.errors).join('\n'));
+    assert.ok(
+      k.agents.every((a) => a.errors.length === 0),
+      k.agents.flatMap((a) => a.errors).join('\n'),
+    );
     await k.kubectl(['delete', 'networkpolicy', 'no-egress', '-n', 'beta']);
     await k.expect(() => true, 'all policies deleted');
   });
@@ -68,8 +73,10 @@ describe('status written back to the cluster', () => {
     await k?.stop();
   });
 
-  const getJson = async (args: string[]) => JSON.parse(await k.kubectl([...args, '-o', 'json'])) as Record<string, any>;
-  const cond = (obj: Record<string, any>, type: string) => (obj.status?.conditions ?? []).find((c: { type: string }) => c.type === type);
+  // biome-ignore lint/suspicious/noExplicitAny: kubectl's JSON is read loosely, field by field, in assertions
+  type Json = Record<string, any>;
+  const getJson = async (args: string[]) => JSON.parse(await k.kubectl([...args, '-o', 'json'])) as Json;
+  const cond = (obj: Json, type: string) => (obj.status?.conditions ?? []).find((c: { type: string }) => c.type === type);
   async function eventually<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
     const deadline = Date.now() + timeoutMs;
     let last: T | undefined;
@@ -88,12 +95,20 @@ describe('status written back to the cluster', () => {
 
   test('each node reports Ready and Programmed; a policy reports Accepted and Enforced on the nodes that run its pods', async () => {
     for (const node of ['node-a', 'node-b']) {
-      const s = await eventually(`NodePolicyStatus ${node}`, () => getJson(['get', 'nodepolicystatus', node]), (o) => cond(o, 'Ready')?.status === 'True' && cond(o, 'Programmed')?.status === 'True');
+      const s = await eventually(
+        `NodePolicyStatus ${node}`,
+        () => getJson(['get', 'nodepolicystatus', node]),
+        (o) => cond(o, 'Ready')?.status === 'True' && cond(o, 'Programmed')?.status === 'True',
+      );
       assert.equal(s.metadata.ownerReferences[0].kind, 'Node');
       assert.equal(s.status.counts.localPods, node === 'node-a' ? 3 : 2);
     }
     await k.apply(policyObject('alpha', 'web-ingress', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ podSelector: {} }] }] }));
-    const np = await eventually('NetworkPolicyStatus alpha/web-ingress', () => getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha']), (o) => cond(o, 'Enforced')?.status === 'True');
+    const np = await eventually(
+      'NetworkPolicyStatus alpha/web-ingress',
+      () => getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha']),
+      (o) => cond(o, 'Enforced')?.status === 'True',
+    );
     assert.equal(cond(np, 'Accepted').status, 'True');
     assert.equal(np.status.nodesDesired, 1, 'only node-a runs alpha web pods');
     assert.equal(np.status.nodesRealized, 1);
@@ -110,13 +125,21 @@ describe('status written back to the cluster', () => {
     // Leading zeros: the API server still parses "010.0.0.0/8" as decimal (with a warning);
     // Weir refuses to guess between octal and decimal.
     await k.apply(policyObject('beta', 'ambiguous', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ ipBlock: { cidr: '010.244.0.0/16' } }] }] }));
-    const np = await eventually('NetworkPolicyStatus beta/ambiguous', () => getJson(['get', 'networkpolicystatus', 'ambiguous', '-n', 'beta']), (o) => cond(o, 'Accepted')?.status === 'False');
+    const np = await eventually(
+      'NetworkPolicyStatus beta/ambiguous',
+      () => getJson(['get', 'networkpolicystatus', 'ambiguous', '-n', 'beta']),
+      (o) => cond(o, 'Accepted')?.status === 'False',
+    );
     assert.match(cond(np, 'Accepted').message, /spec\.ingress\[0\]\.from\[0\]\.ipBlock\.cidr/);
     assert.match(cond(np, 'Accepted').reason, /^[A-Z][A-Za-z]+$/);
     // a1 still allows only alpha's pods (the previous test's policy); b1 allows nothing.
     const a1 = (c: Cell) => c.target !== A1 || c.source === A1 || c.source === A2;
     await k.expect((c) => a1(c) && (c.target !== B1 || c.source === B1), 'b1 isolated by the rejected policy');
-    const events = await eventually('a PolicyRejected event', () => k.kubectl(['get', 'events', '-n', 'beta', '--field-selector', 'involvedObject.name=ambiguous']), (t) => /PolicyRejected/.test(t));
+    const events = await eventually(
+      'a PolicyRejected event',
+      () => k.kubectl(['get', 'events', '-n', 'beta', '--field-selector', 'involvedObject.name=ambiguous']),
+      (t) => /PolicyRejected/.test(t),
+    );
     assert.match(events, /PolicyRejected/);
   });
 });

@@ -107,7 +107,9 @@ export class KubeIntegration {
       const diff = diffMatrix(expected, actual);
       if (diff.length === 0) return actual;
       if (Date.now() > deadline) {
-        throw new Error(`${what}: ${diff.length} cells differ:\n  ${diff.slice(0, 30).join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}\n\nagent errors:\n${this.agents.flatMap((a) => a.errors).join('\n') || 'none'}`);
+        throw new Error(
+          `${what}: ${diff.length} cells differ:\n  ${diff.slice(0, 30).join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}\n\nagent errors:\n${this.agents.flatMap((a) => a.errors).join('\n') || 'none'}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -126,14 +128,17 @@ export class KubeIntegration {
     const bound = boundPod === undefined ? [] : ['--bound-object-kind', 'Pod', '--bound-object-name', boundPod];
     const token = (await this.kubectl(['create', 'token', name, '-n', namespace, '--duration=2h', ...bound])).trim();
     const admin = JSON.parse(await this.kubectl(['config', 'view', '--raw', '-o', 'json'])) as { clusters: { cluster: Record<string, string> }[] };
-    return this.writeFile(file, JSON.stringify({
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [{ name: 'c', cluster: admin.clusters[0].cluster }],
-      users: [{ name: 'u', user: { token } }],
-      contexts: [{ name: 'ctx', context: { cluster: 'c', user: 'u' } }],
-      'current-context': 'ctx',
-    }));
+    return this.writeFile(
+      file,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'c', cluster: admin.clusters[0].cluster }],
+        users: [{ name: 'u', user: { token } }],
+        contexts: [{ name: 'ctx', context: { cluster: 'c', user: 'u' } }],
+        'current-context': 'ctx',
+      }),
+    );
   }
 
   /** Namespaces, Nodes and Pods of the conformance cast, created through the API. */

@@ -58,11 +58,24 @@ const GRANTS: readonly Row[] = [
   { what: 'networkpolicies (source)', group: 'networking.k8s.io', resource: 'networkpolicies', namespace: NS, allowed: ['list', 'watch'] },
   { what: 'nodepolicystatuses (reporter: get, apply; aggregator: list+watch)', group: 'weir.dev', resource: 'nodepolicystatuses', allowed: ['get', 'list', 'watch', 'create', 'patch'] },
   { what: 'nodepolicystatuses/status (reporter: apply)', group: 'weir.dev', resource: 'nodepolicystatuses', subresource: 'status', allowed: ['patch'] },
-  { what: 'networkpolicystatuses (aggregator: list+watch, apply, delete orphans)', group: 'weir.dev', resource: 'networkpolicystatuses', namespace: NS, allowed: ['list', 'watch', 'create', 'patch', 'delete'] },
+  {
+    what: 'networkpolicystatuses (aggregator: list+watch, apply, delete orphans)',
+    group: 'weir.dev',
+    resource: 'networkpolicystatuses',
+    namespace: NS,
+    allowed: ['list', 'watch', 'create', 'patch', 'delete'],
+  },
   { what: 'networkpolicystatuses/status (aggregator: apply)', group: 'weir.dev', resource: 'networkpolicystatuses', subresource: 'status', namespace: NS, allowed: ['patch'] },
   { what: 'events (recorder: POST, merge-patch)', group: '', resource: 'events', namespace: NS, allowed: ['create', 'patch'] },
   { what: 'events.k8s.io events', group: 'events.k8s.io', resource: 'events', namespace: NS, allowed: [] },
-  { what: 'lease kube-system/weir-policy-status (elector: get, POST, PUT)', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', name: 'weir-policy-status', allowed: ['get', 'create', 'update'] },
+  {
+    what: 'lease kube-system/weir-policy-status (elector: get, POST, PUT)',
+    group: 'coordination.k8s.io',
+    resource: 'leases',
+    namespace: 'kube-system',
+    name: 'weir-policy-status',
+    allowed: ['get', 'create', 'update'],
+  },
   // RBAC cannot tell a create's name (a POST names the collection): the admission policy does.
   { what: 'lease kube-system/kube-scheduler', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', name: 'kube-scheduler', allowed: ['create'] },
   { what: 'leases in kube-system', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', allowed: ['create'] },
@@ -123,7 +136,10 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     // side effect) until another node's status is refused.
     const deadline = Date.now() + 30_000;
     for (;;) {
-      const denied = await as(tokenA, ['apply', '--server-side', '--dry-run=server', '-f', '-'], JSON.stringify(nodeStatus('node-b'))).then(() => false, () => true);
+      const denied = await as(tokenA, ['apply', '--server-side', '--dry-run=server', '-f', '-'], JSON.stringify(nodeStatus('node-b'))).then(
+        () => false,
+        () => true,
+      );
       if (denied) break;
       if (Date.now() > deadline) throw new Error('the admission policy did not take effect within 30 s');
       await new Promise((r) => setTimeout(r, 200));
@@ -133,7 +149,7 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     await cp?.stop();
   });
 
-  test('a token bound to the agent\'s pod carries its node name', async () => {
+  test("a token bound to the agent's pod carries its node name", async () => {
     const review = JSON.parse(await as(tokenA, ['auth', 'whoami', '-o', 'json'])) as { status: { userInfo: { username: string; extra?: Record<string, string[]> } } };
     assert.equal(review.status.userInfo.username, AGENT);
     assert.deepEqual(review.status.userInfo.extra?.['authentication.kubernetes.io/node-name'], ['node-a']);
@@ -182,7 +198,10 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
       [['get', 'secrets', '-n', 'kube-system'], 'no'],
     ];
     const answers = await Promise.all(cases.map(([args]) => canI(args)));
-    assert.deepEqual(answers.map((a, i) => `${cases[i][0].join(' ')}: ${a}`), cases.map(([args, want]) => `${args.join(' ')}: ${want}`));
+    assert.deepEqual(
+      answers.map((a, i) => `${cases[i][0].join(' ')}: ${a}`),
+      cases.map(([args, want]) => `${args.join(' ')}: ${want}`),
+    );
   });
 
   test("the agent's token is refused the scheduler's lease, node heartbeats, other namespaces' leases and the verbs it lost", async () => {
@@ -202,7 +221,23 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     await refused('read a pod by name', ['get', 'pod', 'weir-node-a', '-n', 'kube-system'], forbidden);
     await refused('write a pod status', ['patch', 'pod', 'weir-node-a', '-n', 'kube-system', '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Failed"}}'], forbidden);
     await refused('read secrets', ['get', 'secrets', '-n', 'kube-system'], forbidden);
-    await refused('write events.k8s.io events', ['create', '-f', '-'], forbidden, JSON.stringify({ apiVersion: 'events.k8s.io/v1', kind: 'Event', metadata: { name: 'x', namespace: NS }, eventTime: '2030-01-01T00:00:00.000000Z', reportingController: 'weir', reportingInstance: 'x', action: 'A', reason: 'R', type: 'Normal', regarding: { kind: 'NetworkPolicy', name: 'web', namespace: NS } }));
+    await refused(
+      'write events.k8s.io events',
+      ['create', '-f', '-'],
+      forbidden,
+      JSON.stringify({
+        apiVersion: 'events.k8s.io/v1',
+        kind: 'Event',
+        metadata: { name: 'x', namespace: NS },
+        eventTime: '2030-01-01T00:00:00.000000Z',
+        reportingController: 'weir',
+        reportingInstance: 'x',
+        action: 'A',
+        reason: 'R',
+        type: 'Normal',
+        regarding: { kind: 'NetworkPolicy', name: 'web', namespace: NS },
+      }),
+    );
     await cp.kubectl(['apply', '--server-side', '-f', '-'], JSON.stringify(nodeStatus('node-b')));
     await refused('delete a NodePolicyStatus', ['delete', 'nodepolicystatus', 'node-b'], forbidden);
     // Leases stay as they were.
@@ -254,7 +289,10 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
       await agg.stop();
       await reporter.stop();
     }
-    assert.deepEqual(logs.warnings().map((w) => `${w.msg} ${String(w.error ?? '')}`), []);
+    assert.deepEqual(
+      logs.warnings().map((w) => `${w.msg} ${String(w.error ?? '')}`),
+      [],
+    );
     const get = async <T>(args: string[]) => JSON.parse(await cp.kubectl([...args, '-o', 'json'])) as T;
     assert.equal((await get<{ status: { counts: { rules: number } } }>(['get', 'nodepolicystatus', 'node-a'])).status.counts.rules, 7);
     assert.equal((await get<{ status: { realized: string } }>(['get', 'networkpolicystatus', 'web', '-n', NS])).status.realized, '1/1');
@@ -262,7 +300,10 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     const held = await get<{ spec: { leaseTransitions: number } }>(['get', 'lease', 'weir-policy-status', '-n', 'kube-system']);
     assert.equal(typeof held.spec.leaseTransitions, 'number', 'the lease was created and written');
     const ev = await get<{ items: { count: number }[] }>(['get', 'events', '-n', NS, '--field-selector', 'involvedObject.name=web']);
-    assert.deepEqual(ev.items.map((e) => e.count), [3]);
+    assert.deepEqual(
+      ev.items.map((e) => e.count),
+      [3],
+    );
   });
 
   test("an agent writes only its own node's NodePolicyStatus: allowed for node-a's, refused for node-b's", async () => {
@@ -275,7 +316,8 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
         body: subresource === undefined ? nodeStatus(node) : { ...nodeStatus(node), status: { counts: { rules: 42 } } },
         contentType: APPLY_PATCH,
       });
-    const notYours = /403 Forbidden: .*ValidatingAdmissionPolicy 'weir-agent-own-node-status' .*denied request: the Weir agent of node node-a may write only the NodePolicyStatus named node-a, not node-b/;
+    const notYours =
+      /403 Forbidden: .*ValidatingAdmissionPolicy 'weir-agent-own-node-status' .*denied request: the Weir agent of node node-a may write only the NodePolicyStatus named node-a, not node-b/;
 
     await cp.kubectl(['delete', 'nodepolicystatus', 'node-a', 'node-b', '--ignore-not-found']);
     // Its own: create, then the status subresource.

@@ -90,14 +90,17 @@ describe('status writers against a real API server', () => {
     } finally {
       await reporter.stop();
     }
-    const obj = await getJson<{ metadata: Meta; status: { counts: { rules: number }; conditions: { type: string; status: string }[] } }>([
-      'get',
-      'nodepolicystatus',
-      'node-a',
-    ]);
+    const obj = await getJson<{ metadata: Meta; status: { counts: { rules: number }; conditions: { type: string; status: string }[] } }>(['get', 'nodepolicystatus', 'node-a']);
     assert.deepEqual(obj.metadata.ownerReferences, [{ apiVersion: 'v1', kind: 'Node', name: 'node-a', uid: nodeUid }]);
     assert.equal(obj.status.counts.rules, 13);
-    assert.deepEqual(obj.status.conditions.map((c) => [c.type, c.status]), [['Ready', 'True'], ['Programmed', 'True'], ['Degraded', 'False']]);
+    assert.deepEqual(
+      obj.status.conditions.map((c) => [c.type, c.status]),
+      [
+        ['Ready', 'True'],
+        ['Programmed', 'True'],
+        ['Degraded', 'False'],
+      ],
+    );
     const managers = (obj.metadata.managedFields ?? []).map((m) => `${m.manager} ${m.operation} ${m.subresource ?? ''}`.trim());
     assert.ok(managers.includes('weir-agent-node-a Apply'), managers.join(', '));
     assert.ok(managers.includes('weir-agent-node-a Apply status'), managers.join(', '));
@@ -115,8 +118,7 @@ describe('status writers against a real API server', () => {
     const input = (generation: number) => ({
       policies: [{ namespace: NS, name: 'web', uid: policy.uid, generation, accepted: { ok: true, message: '' }, desiredNodes: ['node-a'] }],
     });
-    const realized = async () =>
-      (await getJson<{ status: { realized: string } }>(['get', 'networkpolicystatus', 'web', '-n', NS])).status.realized;
+    const realized = async () => (await getJson<{ status: { realized: string } }>(['get', 'networkpolicystatus', 'web', '-n', NS])).status.realized;
     const lists = () => requests.filter((r) => r.method === 'GET' && !r.watch && r.path.startsWith('/apis/weir.dev/')).length;
     try {
       agg.start();
@@ -151,7 +153,13 @@ describe('status writers against a real API server', () => {
     assert.deepEqual(obj.metadata.ownerReferences, [{ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', name: 'web', uid: policy.uid }]);
     assert.equal(obj.status.realized, '1/1');
     assert.equal(obj.status.observedGeneration, policy.generation + 1);
-    assert.deepEqual(obj.status.conditions.map((c) => [c.type, c.status]), [['Accepted', 'True'], ['Enforced', 'True']]);
+    assert.deepEqual(
+      obj.status.conditions.map((c) => [c.type, c.status]),
+      [
+        ['Accepted', 'True'],
+        ['Enforced', 'True'],
+      ],
+    );
     assert.ok((obj.metadata.managedFields ?? []).some((m) => m.manager === 'weir-aggregator' && m.subresource === 'status'));
     await assert.rejects(cp.kubectl(['get', 'networkpolicystatus', 'gone', '-n', NS]), /NotFound|not found/);
 
@@ -225,7 +233,7 @@ describe('status writers against a real API server', () => {
     }
     const warnings = logs.warnings();
     assert.equal(warnings.length, 1);
-    assert.match(warnings[0].msg, /forbids the status write \(RBAC\)/);
+    assert.match(warnings[0].msg, /forbids the status write \(RBAC, or an admission policy\)/);
     assert.match(String(warnings[0].error), /forbidden/i);
   });
 });

@@ -200,12 +200,15 @@ describe('start-up with an IP family that cannot be written', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  test('the agent refuses to start, naming the family, the kernel\'s answer and the flag, and writes nothing', { skip: seccompMissing }, async () => {
+  test("the agent refuses to start, naming the family, the kernel's answer and the flag, and writes nothing", { skip: seccompMissing }, async () => {
     // What really happens on such a node, outside Weir: ip6tables cannot work at all.
     await assert.rejects(inNs(ns, 'python3', [join(dir, 'no-ipv6.py'), 'ip6tables-legacy-save', '-t', 'filter']), /Address family not supported by protocol/);
     const cfg: AgentConfig = { ...defaultConfig(), nodeName: 'node-a', manifestsDir: dir, backend: 'legacy', families: [4, 6] };
     const err = await startAgent(cfg, { log: silentLogger(), runner }).then(
-      async (a) => (await a.stop(), assert.fail('the agent started')),
+      async (a) => {
+        await a.stop();
+        assert.fail('the agent started');
+      },
       (e: unknown) => e,
     );
     assert.ok(err instanceof PreconditionError, String(err));
@@ -277,7 +280,11 @@ describe('a command that hangs on a real kernel', () => {
         const n = await metric(port, /^weir_errors_total\{reason="WEIR_COMMAND_TIMEOUT"\} (\d+)/);
         return n >= 3 ? n : undefined;
       });
-      const alive = spawnSync('pgrep', ['-f', `flock ${lock} ip`]).stdout.toString().trim().split('\n').filter(Boolean).length;
+      const alive = spawnSync('pgrep', ['-f', `flock ${lock} ip`])
+        .stdout.toString()
+        .trim()
+        .split('\n')
+        .filter(Boolean).length;
       console.log(`writes timed out: ${timeouts}; hung tools alive: ${alive}`);
       assert.ok(alive <= 2, `${alive} hung tools alive`);
     } finally {

@@ -59,7 +59,14 @@ const policyChain = (peer: string, extra: Rule[] = []): Rule[] => [
   {
     matches: [
       { kind: 'set', set: peer, dir: 'src' },
-      { kind: 'proto', protocol: 'TCP', dports: [{ from: 80, to: 80 }, { from: 8000, to: 8100 }] },
+      {
+        kind: 'proto',
+        protocol: 'TCP',
+        dports: [
+          { from: 80, to: 80 },
+          { from: 8000, to: 8100 },
+        ],
+      },
     ],
     action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK },
     comment: 'policy default/allow-web ingress rule 0',
@@ -70,11 +77,7 @@ const namedPort: Rule = { matches: [{ kind: 'set', set: http4, dir: 'dst,dst' }]
 
 function base(policy4: Rule[] = policyChain(web4, [namedPort])): DesiredDataplane {
   return desired({
-    sets: [
-      set(web4, 4, ['10.244.1.0/24', '10.244.2.7']),
-      set(web6, 6, ['fd00:244::/64']),
-      set(http4, 4, ['10.244.1.5,tcp:8080'], 'hash:ip,port'),
-    ],
+    sets: [set(web4, 4, ['10.244.1.0/24', '10.244.2.7']), set(web6, 6, ['fd00:244::/64']), set(http4, 4, ['10.244.1.5,tcp:8080'], 'hash:ip,port')],
     chains4: {
       [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.toWorkloadDispatch } }],
       [names.toWorkloadDispatch]: [{ matches: [{ kind: 'addr', dir: 'dst', cidr: '10.244.1.5/32' }], action: { kind: 'goto', chain: tw } }],
@@ -195,7 +198,10 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         assert.equal(rec.calls.length, 1);
         const payload = rec.calls[0].input!;
         assert.equal(rec.calls[0].cmd, `iptables-${backend}-restore`);
-        assert.deepEqual(payload.split('\n').filter((l) => l.startsWith(':')), [`:${pol} - [0:0]`]);
+        assert.deepEqual(
+          payload.split('\n').filter((l) => l.startsWith(':')),
+          [`:${pol} - [0:0]`],
+        );
         assert.equal(payload.split('\n').filter((l) => l.startsWith('-') && !l.startsWith(`-A ${pol} `)).length, 0);
         assert.deepEqual([stats.chainsWritten, stats.rulesWritten], [1, 3]);
         const after = await snapshot(runner, backend);
@@ -316,16 +322,25 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         assert.deepEqual(stats, { chainsDeleted: 8, hooksDeleted: 2, setsDeleted: 3 });
         const snap = await snapshot(runner, backend);
         const all = [...snap.v4, ...snap.v6, ...snap.sets];
-        assert.deepEqual(all.filter((l) => l.includes('cali')), []);
+        assert.deepEqual(
+          all.filter((l) => l.includes('cali')),
+          [],
+        );
         assert.ok(snap.v4.includes(':FORWARD ACCEPT [0:0]'));
       });
     });
 
-    test('guard writes the fail-closed skeleton on a bare node, and leaves a node holding Weir\'s rules alone', async () => {
+    test("guard writes the fail-closed skeleton on a bare node, and leaves a node holding Weir's rules alone", async () => {
       await inFreshNs(async (runner) => {
         const skeleton = desired({
-          chains4: { [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }], [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }] },
-          chains6: { [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }], [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }] },
+          chains4: {
+            [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }],
+            [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }],
+          },
+          chains6: {
+            [names.forward]: [{ matches: [], action: { kind: 'jump', chain: names.fromWorkloadDispatch } }],
+            [names.fromWorkloadDispatch]: [{ matches: [{ kind: 'iface', dir: 'in', name: 'cni0' }], action: { kind: 'drop' } }],
+          },
           top: names.forward,
         });
         assert.equal(await newDataplane(runner, backend).guard(skeleton), true);
@@ -357,7 +372,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
       });
     });
 
-    test('Felix\'s chains and sets (same names, no Weir mark) make Weir refuse and are never touched', async () => {
+    test("Felix's chains and sets (same names, no Weir mark) make Weir refuse and are never touched", async () => {
       await inFreshNs(async (runner) => {
         const felix = [
           '*filter',
@@ -391,7 +406,10 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         d.chains[4].add(tw);
         dp.markDirty(d);
         const broken = base(policyChain(missing));
-        const err = await dp.apply(broken).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+        const err = await dp.apply(broken).then(
+          () => assert.fail('expected a rejection'),
+          (e: unknown) => e,
+        );
         assert.ok(err instanceof RestoreError, String(err));
         assert.equal(err.family, 4);
         assert.match(err.lineText ?? '', new RegExp(`--match-set ${missing} src`));

@@ -12,16 +12,7 @@ import type { Family } from '../../src/model/types.ts';
 import { familyOf } from '../../src/model/types.ts';
 import { type Cluster, type ClusterSpec, type PodSpec, createCluster, EXTERNAL_KEY } from '../../src/sim/cluster.ts';
 import { deleteAllNs, inNs, listNs } from '../../src/sim/netns.ts';
-import {
-  type Cell,
-  type MatrixCluster,
-  type MatrixOptions,
-  diffMatrix,
-  expectMatrix,
-  openProbeClient,
-  probeMatrix,
-  renderMatrix,
-} from '../../src/sim/prober.ts';
+import { type Cell, type MatrixCluster, type MatrixOptions, diffMatrix, expectMatrix, openProbeClient, probeMatrix, renderMatrix } from '../../src/sim/prober.ts';
 
 const needsRoot = process.getuid?.() !== 0 ? 'needs root (network namespaces)' : false;
 
@@ -46,8 +37,7 @@ const ipOf = (p: PodSpec, f: Family) => p.ips.find((ip) => familyOf(ip) === f)!;
 const [A, B, , D] = SPEC.pods;
 
 const allAllowed = () => true;
-const except = (blocked: Partial<Cell>) => (c: Cell) =>
-  !Object.entries(blocked).every(([k, v]) => c[k as keyof Cell] === v);
+const except = (blocked: Partial<Cell>) => (c: Cell) => !Object.entries(blocked).every(([k, v]) => c[k as keyof Cell] === v);
 
 async function assertMatrix(cluster: Cluster, opts: MatrixOptions, allowed: (c: Cell) => boolean): Promise<void> {
   const actual = await probeMatrix(cluster, opts);
@@ -103,12 +93,7 @@ describe('matrix planning, rendering and diff', () => {
       name: 'blocked cells show a dot in their protocol slot of their port group',
       opts: { families: [4], sources: ['x/q', EXTERNAL_KEY] },
       allowed: (c) => !(c.target === 'x/p' && ((c.proto === 'udp' && c.port === 80) || c.source === EXTERNAL_KEY)),
-      text: [
-        'IPv4  ports 80 81, letters T=tcp U=udp, .=blocked',
-        '          x/p    x/q',
-        'x/q       T. TU  TU TU',
-        'external  .. ..  TU TU',
-      ].join('\n'),
+      text: ['IPv4  ports 80 81, letters T=tcp U=udp, .=blocked', '          x/p    x/q', 'x/q       T. TU  TU TU', 'external  .. ..  TU TU'].join('\n'),
     },
   ];
   for (const c of cases) {
@@ -120,13 +105,8 @@ describe('matrix planning, rendering and diff', () => {
   test('diff names every disagreeing cell with both verdicts', () => {
     const expected = expectMatrix(fake, {}, except({ source: 'x/q', target: 'x/p', proto: 'tcp', port: 81 }));
     const actual = expectMatrix(fake, {}, except({ source: EXTERNAL_KEY, target: 'x/p', family: 6, proto: 'udp', port: 80 }));
-    assert.deepEqual(diffMatrix(expected, actual), [
-      'x/q -> x/p tcp/81 v4: expected DROP, got ALLOW',
-      'external -> x/p udp/80 v6: expected ALLOW, got DROP',
-    ]);
-    assert.deepEqual(diffMatrix(expected, expectMatrix(fake, { families: [4] }, allAllowed)).slice(-1), [
-      'external -> x/p udp/81 v6: expected ALLOW, got not probed',
-    ]);
+    assert.deepEqual(diffMatrix(expected, actual), ['x/q -> x/p tcp/81 v4: expected DROP, got ALLOW', 'external -> x/p udp/80 v6: expected ALLOW, got DROP']);
+    assert.deepEqual(diffMatrix(expected, expectMatrix(fake, { families: [4] }, allAllowed)).slice(-1), ['external -> x/p udp/81 v6: expected ALLOW, got not probed']);
   });
 });
 
@@ -145,13 +125,7 @@ describe('simulated Flannel cluster', { skip: needsRoot }, () => {
 
   test('node namespaces have v4 and v6 forwarding and both bridge-nf-call switches on', async () => {
     for (const node of cluster.nodes) {
-      const out = await inNs(node.netns, 'sysctl', [
-        '-n',
-        'net.ipv4.ip_forward',
-        'net.ipv6.conf.all.forwarding',
-        'net.bridge.bridge-nf-call-iptables',
-        'net.bridge.bridge-nf-call-ip6tables',
-      ]);
+      const out = await inNs(node.netns, 'sysctl', ['-n', 'net.ipv4.ip_forward', 'net.ipv6.conf.all.forwarding', 'net.bridge.bridge-nf-call-iptables', 'net.bridge.bridge-nf-call-ip6tables']);
       assert.deepEqual(out.split('\n'), ['1', '1', '1', '1'], node.netns);
     }
   });

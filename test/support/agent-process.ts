@@ -41,7 +41,13 @@ export class AgentProcess {
   /** Resolves with the first record from now on that passes `test`. */
   waitFor(test: (r: LogRecord, line: string) => boolean, timeoutMs: number, what: string): Promise<LogRecord> {
     return new Promise((resolve, reject) => {
-      const w = { test, resolve: (r: LogRecord) => (clearTimeout(timer), resolve(r)) };
+      const w = {
+        test,
+        resolve: (r: LogRecord) => {
+          clearTimeout(timer);
+          resolve(r);
+        },
+      };
       const timer = setTimeout(() => {
         this.#waiters.delete(w);
         reject(new Error(`agent on ${this.node}: no log line for "${what}" within ${timeoutMs} ms; last lines:\n${this.log.slice(-8).join('\n')}`));

@@ -25,5 +25,10 @@ test('with jitter, the delay lies between half and all of the step', () => {
     { name: 'capped step', attempt: 99, random: 0, expected: 4_000 },
     { name: 'no failure is no delay, jitter or not', attempt: 0, random: 0.7, expected: 0 },
   ];
-  for (const c of cases) assert.equal(backoffMs(c.attempt, B, () => c.random), c.expected, c.name);
+  for (const c of cases)
+    assert.equal(
+      backoffMs(c.attempt, B, () => c.random),
+      c.expected,
+      c.name,
+    );
 });

@@ -105,7 +105,9 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
 
   function resourceVersions(): Record<string, string> {
     const out: Record<string, string> = {};
-    resources.forEach((r, i) => (out[r.kind] = reflectors[i]?.resourceVersion() ?? ''));
+    resources.forEach((r, i) => {
+      out[r.kind] = reflectors[i]?.resourceVersion() ?? '';
+    });
     return out;
   }
 

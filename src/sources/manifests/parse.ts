@@ -75,7 +75,9 @@ function jsonErrorLine(text: string, message: string): number | undefined {
  */
 export function extractObjects(file: string, docs: readonly unknown[]): ExtractResult {
   const result: ExtractResult = { items: [], problems: [] };
-  docs.forEach((doc, i) => visit(file, doc, `document ${i + 1}`, result));
+  docs.forEach((doc, i) => {
+    visit(file, doc, `document ${i + 1}`, result);
+  });
   return result;
 }
 
@@ -92,7 +94,9 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
     return;
   }
   if (kind.endsWith('List') && Array.isArray(rec.items)) {
-    rec.items.forEach((item, j) => visit(file, item, `${where} item ${j + 1}`, out));
+    rec.items.forEach((item, j) => {
+      visit(file, item, `${where} item ${j + 1}`, out);
+    });
     return;
   }
   const wanted = RECOGNISED[kind];
@@ -105,16 +109,17 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
     out.problems.push({ level: 'warn', message: error.message, error });
   };
   const versionError: PolicyError | null =
-    apiVersion === wanted
-      ? null
-      : { path: 'apiVersion', message: apiVersion === undefined ? `is missing (expected ${wanted})` : `${JSON.stringify(apiVersion)} is not ${wanted}` };
+    apiVersion === wanted ? null : { path: 'apiVersion', message: apiVersion === undefined ? `is missing (expected ${wanted})` : `${JSON.stringify(apiVersion)} is not ${wanted}` };
 
   if (kind === 'NetworkPolicy') {
     const { policy, anyNamespace } = readNetworkPolicy(rec, `(unreadable metadata: ${basename(file)} ${where})`, versionError === null ? [] : [versionError]);
     if (policy.errors !== undefined && policy.errors.length > 0) {
       const scope = anyNamespace ? ' in every namespace' : '';
       // Worded as the policy's status will word them; capped the same way.
-      report(`NetworkPolicy ${policy.namespace || '(namespace unreadable)'}/${policy.name}: ${formatPolicyErrors(capPolicyErrors(policy.errors))}`, `kept as invalid: it allows nothing, and the pods it selects stay isolated${scope}`);
+      report(
+        `NetworkPolicy ${policy.namespace || '(namespace unreadable)'}/${policy.name}: ${formatPolicyErrors(capPolicyErrors(policy.errors))}`,
+        `kept as invalid: it allows nothing, and the pods it selects stay isolated${scope}`,
+      );
     }
     out.items.push(anyNamespace ? { kind: 'AnyNamespacePolicy', policy } : { kind: 'NetworkPolicy', op: 'upsert', object: policy });
     return;

@@ -189,16 +189,11 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
     const events = diffViews(view, merged.view);
     view = merged.view;
     const before = revision;
-    revision = manifestRevision(
-      sorted.filter(([, f]) => f.good !== null).map(([name, f]) => ({ name, content: f.good as string })),
-    );
+    revision = manifestRevision(sorted.filter(([, f]) => f.good !== null).map(([name, f]) => ({ name, content: f.good as string })));
     if (!emitted || events.length > 0 || revision !== before) emit(events);
   }
 
-  async function readIfChanged(
-    name: string,
-    force: boolean,
-  ): Promise<'same' | 'gone' | 'unstable' | 'failed' | { sig: string; text: string }> {
+  async function readIfChanged(name: string, force: boolean): Promise<'same' | 'gone' | 'unstable' | 'failed' | { sig: string; text: string }> {
     const path = join(dir, name);
     try {
       const sig = await signature(path);

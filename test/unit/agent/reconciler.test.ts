@@ -139,7 +139,11 @@ describe('reconcile loop', () => {
     assert.equal(r.readiness().reason, 'NotSynced');
     r.onBatch(batch('r2', true));
     await clock.advance(1000);
-    assert.deepEqual(dataplane.writes().map((c) => c.kind), ['resync'], 'the first write reads the kernel back');
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.kind),
+      ['resync'],
+      'the first write reads the kernel back',
+    );
     assert.deepEqual(r.readiness(), { ready: true, revision: 'r2', reason: 'Ready' });
   });
 
@@ -149,7 +153,10 @@ describe('reconcile loop', () => {
     await clock.advance(100);
     for (let i = 0; i < 10; i++) r.onBatch(batch(`b${i}`));
     await clock.advance(100);
-    assert.deepEqual(dataplane.writes().map((c) => c.kind), ['resync', 'apply']);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.kind),
+      ['resync', 'apply'],
+    );
     assert.equal(r.readiness().revision, 'b9');
   });
 
@@ -168,7 +175,10 @@ describe('reconcile loop', () => {
     assert.equal(dataplane.writes().length, 3, 'second backoff 200 ms');
     await clock.advance(400);
     assert.equal(dataplane.writes().length, 4, 'capped at 400 ms');
-    assert.deepEqual(dataplane.writes().map((c) => c.kind), ['resync', 'resync', 'resync', 'resync']);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.kind),
+      ['resync', 'resync', 'resync', 'resync'],
+    );
     assert.equal(r.readiness().ready, true);
   });
 
@@ -177,7 +187,14 @@ describe('reconcile loop', () => {
     r.onBatch(batch('r1'));
     await clock.advance(20);
     await clock.advance(2000);
-    assert.deepEqual(dataplane.writes().map((c) => [c.kind, c.at]), [['resync', 20], ['resync', 1020], ['resync', 2020]]);
+    assert.deepEqual(
+      dataplane.writes().map((c) => [c.kind, c.at]),
+      [
+        ['resync', 20],
+        ['resync', 1020],
+        ['resync', 2020],
+      ],
+    );
     await r.stop();
   });
 });
@@ -196,7 +213,11 @@ describe('backoff while events keep arriving', () => {
     const starts = dataplane.writes().map((c) => c.at);
     assert.deepEqual(starts, [20, 1045], 'the first write after the debounce, the next one backoff (1 s) after its end');
     await clock.advance(100);
-    assert.deepEqual(dataplane.writes().map((c) => c.at), [20, 1045, 3070], 'then 2 s after the second');
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.at),
+      [20, 1045, 3070],
+      'then 2 s after the second',
+    );
     await stopWhileAdvancing(clock, r);
   });
 
@@ -283,7 +304,8 @@ describe('health and readiness', () => {
 
   test('readiness carries codes only, never the text of the error (payload lines, addresses)', async () => {
     const { clock, dataplane, r } = setup();
-    dataplane.failWith = () => new RestoreError('iptables-nft-restore', 4, 'Error occurred at line: 2', '*filter\n-A cali-pi-secret -s 10.9.8.7/32 -m comment --comment "cali:x ns/db" -j MARK\nCOMMIT\n');
+    dataplane.failWith = () =>
+      new RestoreError('iptables-nft-restore', 4, 'Error occurred at line: 2', '*filter\n-A cali-pi-secret -s 10.9.8.7/32 -m comment --comment "cali:x ns/db" -j MARK\nCOMMIT\n');
     dataplane.failWrites = 1;
     r.onBatch(batch('r1'));
     await clock.advance(20);
@@ -299,14 +321,30 @@ describe('the hook check and the start-up guard', () => {
     r.onBatch(batch('r1'));
     await clock.advance(20);
     await clock.advance(10_000);
-    assert.deepEqual(dataplane.calls.map((c) => [c.kind, c.at]), [['resync', 20], ['hookIntact', 5020], ['hookIntact', 10_020]]);
+    assert.deepEqual(
+      dataplane.calls.map((c) => [c.kind, c.at]),
+      [
+        ['resync', 20],
+        ['hookIntact', 5020],
+        ['hookIntact', 10_020],
+      ],
+    );
     dataplane.hook = false;
     await clock.advance(5000);
-    assert.deepEqual(dataplane.calls.slice(3).map((c) => [c.kind, c.at]), [['hookIntact', 15_020], ['resync', 15_020]]);
+    assert.deepEqual(
+      dataplane.calls.slice(3).map((c) => [c.kind, c.at]),
+      [
+        ['hookIntact', 15_020],
+        ['resync', 15_020],
+      ],
+    );
     assert.equal(dataplane.hook, true);
     assert.equal(await counterValue(metrics, 'driftRepairs', { what: 'hook' }), 1);
     await clock.advance(5000);
-    assert.deepEqual(dataplane.calls.slice(5).map((c) => [c.kind, c.at]), [['hookIntact', 20_020]]);
+    assert.deepEqual(
+      dataplane.calls.slice(5).map((c) => [c.kind, c.at]),
+      [['hookIntact', 20_020]],
+    );
     await r.stop();
   });
 
@@ -332,7 +370,14 @@ describe('the hook check and the start-up guard', () => {
     await clock.advance(20);
     dataplane.hook = 'throw';
     await clock.advance(1000);
-    assert.deepEqual(dataplane.calls.map((c) => [c.kind, c.at]), [['resync', 20], ['hookIntact', 1020], ['resync', 1020]]);
+    assert.deepEqual(
+      dataplane.calls.map((c) => [c.kind, c.at]),
+      [
+        ['resync', 20],
+        ['hookIntact', 1020],
+        ['resync', 1020],
+      ],
+    );
     assert.equal(await counterValue(metrics, 'errors', { reason: 'UNKNOWN' }), 1);
     await r.stop();
   });
@@ -343,10 +388,16 @@ describe('the hook check and the start-up guard', () => {
     await r.start();
     r.onBatch(batch('r0', false));
     await clock.advance(60_000);
-    assert.deepEqual(dataplane.calls.map((c) => c.kind), ['guard']);
+    assert.deepEqual(
+      dataplane.calls.map((c) => c.kind),
+      ['guard'],
+    );
     r.onBatch(batch('r1'));
     await clock.advance(20);
-    assert.deepEqual(dataplane.calls.map((c) => c.kind), ['guard', 'resync']);
+    assert.deepEqual(
+      dataplane.calls.map((c) => c.kind),
+      ['guard', 'resync'],
+    );
     await r.stop();
   });
 
@@ -356,7 +407,10 @@ describe('the hook check and the start-up guard', () => {
     await r.start();
     r.onBatch(batch('r1'));
     await clock.advance(20);
-    assert.deepEqual(dataplane.calls.map((c) => c.kind), ['guard', 'resync']);
+    assert.deepEqual(
+      dataplane.calls.map((c) => c.kind),
+      ['guard', 'resync'],
+    );
     assert.equal(r.readiness().ready, true);
     assert.equal(await counterValue(metrics, 'errors', { reason: 'UNKNOWN' }), 1);
   });

@@ -42,8 +42,7 @@ for (const stage of ['model', 'calc']) {
 }
 
 test('only dataplane/ writes iptables or ipset syntax', () => {
-  const walk = (d: string): string[] =>
-    readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(d, e.name)) : e.name.endsWith('.ts') ? [join(d, e.name)] : []));
+  const walk = (d: string): string[] => readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(d, e.name)) : e.name.endsWith('.ts') ? [join(d, e.name)] : []));
   for (const file of walk(SRC)) {
     if (file.includes('/dataplane/')) continue;
     const text = readFileSync(file, 'utf8');

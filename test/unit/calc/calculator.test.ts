@@ -67,7 +67,12 @@ function randomWorlds(seed: number, steps: number): World[] {
     } else if (choice < 0.35) {
       const ns = pick(['web', 'db', 'ops', 'ghost']);
       const n = next++;
-      const p = pod(ns, `p${n}`, { ip4: n, nodeName: pick(['node-a', 'node-b']), labels: pick(L({ app: 'web' }, { app: 'db' }, {})), ports: r() < 0.5 ? [{ name: 'http', port: 8080, protocol: 'TCP' }] : [] });
+      const p = pod(ns, `p${n}`, {
+        ip4: n,
+        nodeName: pick(['node-a', 'node-b']),
+        labels: pick(L({ app: 'web' }, { app: 'db' }, {})),
+        ports: r() < 0.5 ? [{ name: 'http', port: 8080, protocol: 'TCP' }] : [],
+      });
       pods.set(p.uid, p);
     } else if (choice < 0.45 && somePod) {
       pods.delete(somePod.uid);
@@ -89,11 +94,14 @@ function randomWorlds(seed: number, steps: number): World[] {
       else pols.set(k, p);
     } else {
       const k = `web/p${next++}`;
-      pols.set(k, policy('web', k.slice(4), {
-        podSelector: pick([{}, { matchLabels: { app: 'web' } }]),
-        ingress: [{ from: [{ namespaceSelector: pick([{}, { matchLabels: { team: 'b' } }]), podSelector: pick([{}, { matchLabels: { app: 'db' } }]) }] }],
-        egress: r() < 0.5 ? [{ ports: [{ port: 'http' }] }] : undefined,
-      }));
+      pols.set(
+        k,
+        policy('web', k.slice(4), {
+          podSelector: pick([{}, { matchLabels: { app: 'web' } }]),
+          ingress: [{ from: [{ namespaceSelector: pick([{}, { matchLabels: { team: 'b' } }]), podSelector: pick([{}, { matchLabels: { app: 'db' } }]) }] }],
+          egress: r() < 0.5 ? [{ ports: [{ port: 'http' }] }] : undefined,
+        }),
+      );
     }
     out.push({ pods, namespaces: nss, policies: pols });
   }

@@ -71,7 +71,10 @@ test('RETURN mode: replies and allowed packets go back to FORWARD, nothing is AC
   const p = pod('ns', 'a', { ip4: 5, ip6: false });
   c.applyEvents([{ kind: 'Pod', op: 'upsert', object: p }]);
   const all = [...c.desired.chains[4].values()].flatMap((r) => text(r));
-  assert.deepEqual(all.filter((l) => l.endsWith('-j ACCEPT')), []);
+  assert.deepEqual(
+    all.filter((l) => l.endsWith('-j ACCEPT')),
+    [],
+  );
   assert.equal(chain(c, 4, names.forward)[0], '-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN');
   assert.ok(chain(c, 4, names.toWorkload(p.uid)).includes('-s 10.244.1.5/32 -j RETURN'));
   assert.ok(chain(c, 4, names.fromWorkload(p.uid)).includes('-d 10.244.1.5/32 -j RETURN'));

@@ -64,12 +64,8 @@ export function diff(a: World, b: World): ModelEvent[] {
 
 /** A canonical, order-free text of a desired dataplane, for equality checks. */
 export function snapshot(d: DesiredDataplane): string {
-  const sets = [...d.sets.values()]
-    .map((s) => `${s.name} ${s.type} v${s.family}: ${[...s.members].sort().join(' ')}`)
-    .sort();
-  const chains = ([4, 6] as const).flatMap((f) =>
-    [...d.chains[f].entries()].map(([n, rules]) => `v${f} ${n}:\n${rules.map((r) => '  ' + JSON.stringify(r)).join('\n')}`).sort(),
-  );
+  const sets = [...d.sets.values()].map((s) => `${s.name} ${s.type} v${s.family}: ${[...s.members].sort().join(' ')}`).sort();
+  const chains = ([4, 6] as const).flatMap((f) => [...d.chains[f].entries()].map(([n, rules]) => `v${f} ${n}:\n${rules.map((r) => '  ' + JSON.stringify(r)).join('\n')}`).sort());
   return [...sets, ...chains].join('\n');
 }
 

@@ -91,11 +91,19 @@ describe('ipBlock cost', () => {
     });
     for (const s of c.desired.sets.values()) for (const m of s.members) assert.ok(!m.endsWith('/0'), `${s.name} holds ${m}`);
     const v6 = c.desired.chains[6].get(names.policyEgress('big/p'))!;
-    assert.deepEqual(v6.map((r) => r.matches), [[]], '::/0 alone is every IPv6 address: one rule with no match');
+    assert.deepEqual(
+      v6.map((r) => r.matches),
+      [[]],
+      '::/0 alone is every IPv6 address: one rule with no match',
+    );
   });
 
   test('plain blocks of one rule share one set; equal lists share it across policies', () => {
-    const spec = { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ from: ['10.1.0.0/16', '10.2.0.0/16', '10.1.2.0/24', '10.3.0.0/16'].map((cidr) => ({ ipBlock: { cidr } })), ports: [{ port: 80 }] }] };
+    const spec = {
+      podSelector: {},
+      policyTypes: ['Ingress'],
+      ingress: [{ from: ['10.1.0.0/16', '10.2.0.0/16', '10.1.2.0/24', '10.3.0.0/16'].map((cidr) => ({ ipBlock: { cidr } })), ports: [{ port: 80 }] }],
+    };
     const c = newCalc();
     c.applyEvents(diff(EMPTY, world([pod('big', 'p1', { ip4: 1 })], NS, [policy('big', 'p', spec), policy('big', 'q', spec)])));
     const v4 = c.desired.chains[4].get(names.policyIngress('big/p'))!;

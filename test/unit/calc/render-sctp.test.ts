@@ -16,7 +16,14 @@ const NS: Namespace[] = [{ name: 'shop', labels: {} }];
 // db (this node) has "assoc" as SCTP 3868 and as TCP 5000; db2 (other node) as SCTP 3869;
 // web has "assoc" only as TCP, so an SCTP named port must never resolve to it.
 const PODS = [
-  pod('shop', 'db', { labels: { app: 'db' }, ip4: 1, ports: [{ name: 'assoc', port: 3868, protocol: 'SCTP' }, { name: 'assoc', port: 5000, protocol: 'TCP' }] }),
+  pod('shop', 'db', {
+    labels: { app: 'db' },
+    ip4: 1,
+    ports: [
+      { name: 'assoc', port: 3868, protocol: 'SCTP' },
+      { name: 'assoc', port: 5000, protocol: 'TCP' },
+    ],
+  }),
   pod('shop', 'db2', { labels: { app: 'db' }, ip4: 2, nodeName: 'node-b', ports: [{ name: 'assoc', port: 3869, protocol: 'SCTP' }] }),
   pod('shop', 'web', { labels: { app: 'web' }, ip4: 3, ports: [{ name: 'assoc', port: 7000, protocol: 'TCP' }] }),
 ];
@@ -25,7 +32,12 @@ const SPEC = {
   podSelector: { matchLabels: { app: 'db' } },
   policyTypes: ['Ingress', 'Egress'],
   ingress: [
-    { ports: [{ protocol: 'SCTP', port: 9000, endPort: 9010 }, { protocol: 'SCTP', port: 3868 }] },
+    {
+      ports: [
+        { protocol: 'SCTP', port: 9000, endPort: 9010 },
+        { protocol: 'SCTP', port: 3868 },
+      ],
+    },
     { ports: [{ protocol: 'SCTP' }] },
     { from: [{ podSelector: { matchLabels: { app: 'web' } } }], ports: [{ protocol: 'SCTP', port: 'assoc' }] },
   ],
@@ -101,7 +113,10 @@ describe('SCTP rules render to -p sctp with sctp: named-port members', () => {
   }
 
   test('the named SCTP port set is created as hash:ip,port with sctp: members in ipset restore text', () => {
-    for (const [family, inet] of [[4, 'inet'], [6, 'inet6']] as const) {
+    for (const [family, inet] of [
+      [4, 'inet'],
+      [6, 'inet6'],
+    ] as const) {
       const named = usedSet(d, chainRules(d, family, names.policyIngress('shop/sctp')), 'dst,dst');
       assert.equal(setCreate(named.name, named.type, named.family, 1024), `create ${named.name} hash:ip,port family ${inet} maxelem 1024 comment -exist`);
       assert.deepEqual(

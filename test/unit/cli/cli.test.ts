@@ -10,8 +10,7 @@ import { ConfigError } from '../../../src/errors.ts';
 
 const MAIN = fileURLToPath(new URL('../../../src/cli/main.ts', import.meta.url));
 const EXAMPLES = fileURLToPath(new URL('../../../examples/', import.meta.url));
-const weir = (args: string[], env: Record<string, string> = {}) =>
-  spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
+const weir = (args: string[], env: Record<string, string> = {}) => spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', env: { ...process.env, ...env } });
 
 describe('weir CLI', () => {
   test('render prints the ipset and both iptables payloads, the same bytes every time', () => {
@@ -35,10 +34,20 @@ describe('weir CLI', () => {
   test('render lists an invalid policy with the path of every error', () => {
     const dir = mkdtempSync(join(tmpdir(), 'weir-cli-'));
     try {
-      writeFileSync(join(dir, 'p.yaml'), [
-        'apiVersion: networking.k8s.io/v1', 'kind: NetworkPolicy', 'metadata: {name: bad, namespace: ns}',
-        'spec:', '  podSelector: {}', '  ingress:', '    - from: [{ipBlock: {cidr: nonsense}}]', '      ports: [{port: 70000}]', '',
-      ].join('\n'));
+      writeFileSync(
+        join(dir, 'p.yaml'),
+        [
+          'apiVersion: networking.k8s.io/v1',
+          'kind: NetworkPolicy',
+          'metadata: {name: bad, namespace: ns}',
+          'spec:',
+          '  podSelector: {}',
+          '  ingress:',
+          '    - from: [{ipBlock: {cidr: nonsense}}]',
+          '      ports: [{port: 70000}]',
+          '',
+        ].join('\n'),
+      );
       const r = weir(['render', '--manifests', dir, '--node-name', 'n']);
       assert.equal(r.status, 0, r.stderr);
       assert.match(r.stdout, /# policy ns\/bad is invalid and adds no allowance/);
@@ -52,7 +61,13 @@ describe('weir CLI', () => {
   test('bad flags are all reported at once, with exit status 2', () => {
     const r = weir(['agent', '--mark-mask', '0xc000', '--families', '5', '--chain-prefix', 'Bad-Prefix', '--manifests', 'x', '--kubeconfig', 'y']);
     assert.equal(r.status, 2);
-    for (const want of [/--node-name \(WEIR_NODE_NAME\) is required/, /--manifests and --kubeconfig exclude each other/, /overlaps kube-proxy/, /--families must be 4, 6 or 4,6/, /chain prefix "Bad-Prefix"/]) {
+    for (const want of [
+      /--node-name \(WEIR_NODE_NAME\) is required/,
+      /--manifests and --kubeconfig exclude each other/,
+      /overlaps kube-proxy/,
+      /--families must be 4, 6 or 4,6/,
+      /chain prefix "Bad-Prefix"/,
+    ]) {
       assert.match(r.stderr, want);
     }
   });
@@ -68,7 +83,10 @@ describe('weir CLI', () => {
     assert.equal(cfgOf([]).hookCheckIntervalMs, 5000);
     assert.equal(cfgOf(['--hook-check-interval', '2']).hookCheckIntervalMs, 2000);
     assert.equal(cfgOf([], { WEIR_HOOK_CHECK_INTERVAL: '0' }).hookCheckIntervalMs, 0);
-    assert.throws(() => cfgOf(['--hook-check-interval=-1']), (e: unknown) => e instanceof ConfigError && /--hook-check-interval \(WEIR_HOOK_CHECK_INTERVAL\) must be a non-negative number/.test(e.message));
+    assert.throws(
+      () => cfgOf(['--hook-check-interval=-1']),
+      (e: unknown) => e instanceof ConfigError && /--hook-check-interval \(WEIR_HOOK_CHECK_INTERVAL\) must be a non-negative number/.test(e.message),
+    );
   });
 
   test('an unknown command or flag is a clear error', () => {

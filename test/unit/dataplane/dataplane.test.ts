@@ -50,10 +50,7 @@ test('first apply reads the kernel, creates sets, then writes one payload per fa
   assert.match(runner.calls[3].input!, /^create cali40s:a .*\nadd cali40s:a 10\.0\.0\.1 -exist\ncreate cali60s:a /);
   assert.match(runner.calls[4].input!, /--match-set cali40s:a src/);
   assert.match(runner.calls[4].input!, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD/);
-  assert.deepEqual(
-    [stats.resynced, stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.rulesWritten, stats.hooksWritten],
-    [true, 2, 2, 4, 4, 2],
-  );
+  assert.deepEqual([stats.resynced, stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.rulesWritten, stats.hooksWritten], [true, 2, 2, 4, 4, 2]);
   assert.deepEqual(dp.status(), { backend: 'nft', inSync: true, sets: 2, members: 2, chains: 4, rules: 4 });
 });
 
@@ -94,7 +91,10 @@ test('a member change writes only that member', async () => {
   const next = desired({ sets: [set('cali40s:a', 4, ['10.0.0.2']), base.sets.get('cali60s:a')!], chains4: Object.fromEntries(base.chains[4]), chains6: Object.fromEntries(base.chains[6]) });
   dp.markDirty(dirtyOf({ sets: [['cali40s:a', ['10.0.0.1', '10.0.0.2']]] }));
   const stats = await dp.apply(next);
-  assert.deepEqual(runner.calls.map((c) => [what(c), c.input]), [['ipset restore', 'add cali40s:a 10.0.0.2 -exist\ndel cali40s:a 10.0.0.1 -exist\n']]);
+  assert.deepEqual(
+    runner.calls.map((c) => [what(c), c.input]),
+    [['ipset restore', 'add cali40s:a 10.0.0.2 -exist\ndel cali40s:a 10.0.0.1 -exist\n']],
+  );
   assert.deepEqual([stats.membersAdded, stats.membersRemoved], [1, 1]);
 });
 
@@ -104,7 +104,16 @@ test('sets are destroyed only after the chains that used them are gone', async (
   await dp.apply(base);
   runner.calls.length = 0;
   const next = desired({ chains4: { 'cali-FORWARD': [accept] }, chains6: { 'cali-FORWARD': [accept] } });
-  dp.markDirty(dirtyOf({ sets: [['cali40s:a', 'all'], ['cali60s:a', 'all']], c4: ['cali-FORWARD', 'cali-x'], c6: ['cali-FORWARD', 'cali-x'] }));
+  dp.markDirty(
+    dirtyOf({
+      sets: [
+        ['cali40s:a', 'all'],
+        ['cali60s:a', 'all'],
+      ],
+      c4: ['cali-FORWARD', 'cali-x'],
+      c6: ['cali-FORWARD', 'cali-x'],
+    }),
+  );
   const stats = await dp.apply(next);
   assert.deepEqual(runner.calls.map(what), ['iptables-nft-restore', 'ip6tables-nft-restore', 'ipset restore']);
   assert.match(runner.calls[0].input!, /-X cali-x\nCOMMIT/);
@@ -114,14 +123,16 @@ test('sets are destroyed only after the chains that used them are gone', async (
 
 test('a rejected payload throws, keeps the work dirty and makes the next apply read the kernel back', async () => {
   let rejectV4 = true;
-  const runner = fakeKernel({}, (c) =>
-    c.cmd === 'iptables-nft-restore' && rejectV4 ? { stdout: '', stderr: 'Error occurred at line: 3\n', exitCode: 2 } : undefined,
-  );
+  const runner = fakeKernel({}, (c) => (c.cmd === 'iptables-nft-restore' && rejectV4 ? { stdout: '', stderr: 'Error occurred at line: 3\n', exitCode: 2 } : undefined));
   const steps: [ApplyStep, boolean][] = [];
   const dp = make(runner, { step: (s, _sec, ok) => steps.push([s, ok]) });
   await assert.rejects(dp.apply(base), RestoreError);
   assert.equal(dp.status().inSync, false);
-  assert.deepEqual(steps, [['read', true], ['sets', true], ['chains', false]]);
+  assert.deepEqual(steps, [
+    ['read', true],
+    ['sets', true],
+    ['chains', false],
+  ]);
   rejectV4 = false;
   runner.calls.length = 0;
   const stats = await dp.apply(base);
@@ -187,16 +198,13 @@ test('cleanup removes only own chains, the hook and own sets, reading the kernel
   const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
   const stats = await dp.cleanup();
   const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
-  assert.equal(
-    payload,
-    '*filter\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n',
-  );
+  assert.equal(payload, '*filter\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n');
   assert.equal(runner.calls.find((c) => what(c) === 'ipset restore')!.input, 'destroy cali40s:stale\ndestroy cali40s:a\n');
   assert.deepEqual(stats, { chainsDeleted: 2, hooksDeleted: 1, setsDeleted: 2 });
   assert.equal(dp.status().inSync, false);
 });
 
-test('concurrent applies run one after the other; only the two families\' restores overlap', async () => {
+test("concurrent applies run one after the other; only the two families' restores overlap", async () => {
   const active = new Set<string>();
   const overlaps: string[] = [];
   const runner = recordingRunner(async (call) => {
@@ -228,7 +236,7 @@ const FELIX_SETS = `create cali40s:felix hash:net family inet hashsize 1024 maxe
 add cali40s:felix 10.1.1.1
 `;
 
-test('chains and sets named like Weir\'s that Weir did not write make it refuse, and are never deleted', async () => {
+test("chains and sets named like Weir's that Weir did not write make it refuse, and are never deleted", async () => {
   const runner = fakeKernel({ save4: FELIX4, ipset: FELIX_SETS });
   const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
   await assert.rejects(dp.checkOwnership(), (e: Error) => e instanceof PreconditionError && /cali-FORWARD/.test(e.message) && /cali40s:felix/.test(e.message) && /cali-empty/.test(e.message));

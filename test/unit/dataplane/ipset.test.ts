@@ -43,7 +43,12 @@ test('restore sends all lines in one ipset restore and skips an empty batch', as
 
 test('a rejected ipset batch raises RestoreError naming the line', async () => {
   const runner = recordingRunner(() => ({ stdout: '', stderr: 'ipset v7.17: Error in line 2: The set with the given name does not exist\n', exitCode: 1 }));
-  const err = await createIpset(runner).restore(['add a 1.1.1.1 -exist', 'add nosuch 1.1.1.1 -exist']).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+  const err = await createIpset(runner)
+    .restore(['add a 1.1.1.1 -exist', 'add nosuch 1.1.1.1 -exist'])
+    .then(
+      () => assert.fail('expected a rejection'),
+      (e: unknown) => e,
+    );
   assert.ok(err instanceof RestoreError);
   assert.equal(err.line, 2);
   assert.equal(err.lineText, 'add nosuch 1.1.1.1 -exist');
@@ -54,7 +59,13 @@ test('list and save read back, failing with WEIR_KERNEL_READ_FAILED', async () =
   const ipset = createIpset(runner);
   assert.deepEqual(await ipset.listNames(), ['a', 'b']);
   assert.equal(await ipset.save('cali40s:a'), SAVE);
-  assert.deepEqual(runner.calls.map((c) => c.args), [['list', '-name'], ['save', 'cali40s:a']]);
+  assert.deepEqual(
+    runner.calls.map((c) => c.args),
+    [
+      ['list', '-name'],
+      ['save', 'cali40s:a'],
+    ],
+  );
   const bad = createIpset(recordingRunner(() => ({ stdout: '', stderr: 'no', exitCode: 1 })));
   await assert.rejects(bad.save(), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_KERNEL_READ_FAILED');
 });

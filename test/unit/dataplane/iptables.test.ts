@@ -2,16 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandError, RestoreError, XtablesLockError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
-import {
-  commentOf,
-  createIptables,
-  detectBackend,
-  hintedInMangle,
-  isTransient,
-  parseSave,
-  targetOf,
-  type RetryInfo,
-} from '../../../src/dataplane/iptables.ts';
+import { commentOf, createIptables, detectBackend, hintedInMangle, isTransient, parseSave, targetOf, type RetryInfo } from '../../../src/dataplane/iptables.ts';
 import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
 import { ownRuleHash } from '../../../src/dataplane/render.ts';
 
@@ -43,10 +34,7 @@ test('parseSave returns the chains of the filter table in kernel order, empty on
   const chains = parseSave(SAVE);
   assert.deepEqual([...chains.keys()], ['INPUT', 'FORWARD', 'OUTPUT', 'cali-FORWARD', 'cali-empty', 'KUBE-FORWARD']);
   assert.deepEqual(chains.get('cali-empty'), []);
-  assert.deepEqual(chains.get('FORWARD'), [
-    '-m comment --comment "flannel forward" -j ACCEPT',
-    '-m comment --comment "cali:hook" -j cali-FORWARD',
-  ]);
+  assert.deepEqual(chains.get('FORWARD'), ['-m comment --comment "flannel forward" -j ACCEPT', '-m comment --comment "cali:hook" -j cali-FORWARD']);
   assert.equal(chains.get('cali-FORWARD')?.length, 2);
 });
 
@@ -109,7 +97,14 @@ test('restore bounds its wait for the xtables lock, then retries with the shared
   await ipt.restore(6, '*filter\nCOMMIT\n');
   assert.equal(runner.calls.length, 4);
   assert.deepEqual(slept, [50, 80, 80], 'doubling, capped');
-  assert.deepEqual(retries.map((r) => [r.tool, r.family, r.attempt]), [['ip6tables-legacy-restore', 6, 1], ['ip6tables-legacy-restore', 6, 2], ['ip6tables-legacy-restore', 6, 3]]);
+  assert.deepEqual(
+    retries.map((r) => [r.tool, r.family, r.attempt]),
+    [
+      ['ip6tables-legacy-restore', 6, 1],
+      ['ip6tables-legacy-restore', 6, 2],
+      ['ip6tables-legacy-restore', 6, 3],
+    ],
+  );
   // A bare --wait waits for the lock forever and hides contention; a bound turns it into a retry.
   assert.deepEqual(runner.calls[0].args, ['--noflush', '--wait=2']);
   assert.equal(runner.calls[0].input, '*filter\nCOMMIT\n');
@@ -124,7 +119,10 @@ test('the default lock wait is bounded', async () => {
 test('restore gives up after the configured retries with WEIR_XTABLES_LOCK naming the tries', async () => {
   const runner = recordingRunner(() => LOCK);
   const ipt = createIptables({ runner, backend: 'nft', log, retry: { attempts: 2, delayMs: 1 }, sleep: async () => {} });
-  const err = await ipt.restore(4, '*filter\nCOMMIT\n').then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+  const err = await ipt.restore(4, '*filter\nCOMMIT\n').then(
+    () => assert.fail('expected a rejection'),
+    (e: unknown) => e,
+  );
   assert.ok(err instanceof XtablesLockError);
   assert.equal(err.code, 'WEIR_XTABLES_LOCK');
   assert.equal(err.attempts, 3);

@@ -7,18 +7,13 @@ import { emptyFamilyState, type AppliedSet, type FamilyState } from '../../../sr
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 
 const opts: SetsPlanOptions = { maxElem: 1000, tmpName: (f) => `cali${f}0s:tmp` };
-const applied = (entries: [string, Omit<AppliedSet, 'members'> & { members: string[] }][]) =>
-  new Map(entries.map(([n, s]) => [n, { ...s, members: new Set(s.members) }]));
+const applied = (entries: [string, Omit<AppliedSet, 'members'> & { members: string[] }][]) => new Map(entries.map(([n, s]) => [n, { ...s, members: new Set(s.members) }]));
 const v4net = { type: 'hash:net', family: 4 as const, maxElem: 1000 };
 
 test('planSets: a new set is created, then filled', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.0/24'])] });
   const p = planSets(d, new Map([['cali40s:a', 'all']]), new Map(), opts);
-  assert.deepEqual(p.lines, [
-    'create cali40s:a hash:net family inet maxelem 1000 comment -exist',
-    'add cali40s:a 10.0.0.1 -exist',
-    'add cali40s:a 10.0.0.0/24 -exist',
-  ]);
+  assert.deepEqual(p.lines, ['create cali40s:a hash:net family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1 -exist', 'add cali40s:a 10.0.0.0/24 -exist']);
   assert.deepEqual([p.created, p.added, p.removed, p.destroyLines.length], [1, 2, 0, 0]);
 });
 
@@ -47,7 +42,15 @@ test('planSets: a host prefix written by calc equals the bare address read back'
 
 test('planSets: sets no longer desired are destroyed in step 3, not step 1', () => {
   const have = applied([['cali40s:old', { ...v4net, members: ['10.0.0.1'] }]]);
-  const p = planSets(desired({}), new Map([['cali40s:old', 'all'], ['cali40s:never', 'all']]), have, opts);
+  const p = planSets(
+    desired({}),
+    new Map([
+      ['cali40s:old', 'all'],
+      ['cali40s:never', 'all'],
+    ]),
+    have,
+    opts,
+  );
   assert.deepEqual(p.lines, []);
   assert.deepEqual(p.destroyLines, ['destroy cali40s:old']);
   assert.deepEqual(p.destroyed, ['cali40s:old']);
@@ -57,12 +60,7 @@ test('planSets: a set with another maxelem is rebuilt by swap, keeping its name 
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1'])] });
   const have = applied([['cali40s:a', { ...v4net, maxElem: 65536, members: ['10.0.0.7'] }]]);
   const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1'])]]), have, opts);
-  assert.deepEqual(p.lines, [
-    'create cali40s:tmp hash:net family inet maxelem 1000 comment -exist',
-    'add cali40s:tmp 10.0.0.1 -exist',
-    'swap cali40s:tmp cali40s:a',
-    'destroy cali40s:tmp',
-  ]);
+  assert.deepEqual(p.lines, ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
   commitSetChanges(have, p.changes);
   assert.deepEqual(have.get('cali40s:a'), { type: 'hash:net', family: 4, maxElem: 1000, members: new Set(['10.0.0.1']) });
 });
@@ -71,11 +69,7 @@ test('planSets: a set of another type is destroyed and recreated', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1,tcp:80'], 'hash:ip,port')] });
   const have = applied([['cali40s:a', { ...v4net, members: [] }]]);
   const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
-  assert.deepEqual(p.lines, [
-    'destroy cali40s:a',
-    'create cali40s:a hash:ip,port family inet maxelem 1000 comment -exist',
-    'add cali40s:a 10.0.0.1,tcp:80 -exist',
-  ]);
+  assert.deepEqual(p.lines, ['destroy cali40s:a', 'create cali40s:a hash:ip,port family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1,tcp:80 -exist']);
 });
 
 test('planSets: a scratch set left by a crash is destroyed first and never in step 3', () => {

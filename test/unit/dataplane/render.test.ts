@@ -2,23 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import type { PortRange, Rule } from '../../../src/calc/desired.ts';
-import {
-  filterPayload,
-  hookSpec,
-  insertHook,
-  renderChain,
-  renderRuleBodies,
-  ruleHash,
-  sanitizeComment,
-  setAdd,
-  setCreate,
-  setDel,
-  setDestroy,
-  splitPorts,
-} from '../../../src/dataplane/render.ts';
+import { filterPayload, hookSpec, insertHook, renderChain, renderRuleBodies, ruleHash, sanitizeComment, setAdd, setCreate, setDel, setDestroy, splitPorts } from '../../../src/dataplane/render.ts';
 
-const ports = (...ps: (number | [number, number])[]): PortRange[] =>
-  ps.map((p) => (typeof p === 'number' ? { from: p, to: p } : { from: p[0], to: p[1] }));
+const ports = (...ps: (number | [number, number])[]): PortRange[] => ps.map((p) => (typeof p === 'number' ? { from: p, to: p } : { from: p[0], to: p[1] }));
 
 const bodyCases: { name: string; input: Rule; expected: string[] }[] = [
   { name: 'no matches, accept', input: { matches: [], action: { kind: 'accept' } }, expected: ['-j ACCEPT'] },
@@ -99,10 +85,7 @@ const bodyCases: { name: string; input: Rule; expected: string[] }[] = [
       ],
       action: { kind: 'accept' },
     },
-    expected: [
-      '-m set --match-set cali40s:s src -p tcp -m multiport --dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 -j ACCEPT',
-      '-m set --match-set cali40s:s src -p tcp -m tcp --dport 16 -j ACCEPT',
-    ],
+    expected: ['-m set --match-set cali40s:s src -p tcp -m multiport --dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 -j ACCEPT', '-m set --match-set cali40s:s src -p tcp -m tcp --dport 16 -j ACCEPT'],
   },
   {
     name: 'ranges count two: seven ranges and a port fill one rule',
@@ -116,10 +99,7 @@ const bodyCases: { name: string; input: Rule; expected: string[] }[] = [
       ],
       action: { kind: 'drop' },
     },
-    expected: [
-      '-p udp -m multiport --dports 1:2,3:4,5:6,7:8,9:10,11:12,13:14,15 -j DROP',
-      '-p udp -m udp --dport 16:17 -j DROP',
-    ],
+    expected: ['-p udp -m multiport --dports 1:2,3:4,5:6,7:8,9:10,11:12,13:14,15 -j DROP', '-p udp -m udp --dport 16:17 -j DROP'],
   },
   {
     name: 'conntrack states',
@@ -158,18 +138,16 @@ test('splitPorts keeps order and never exceeds 15 slots per group', () => {
 test('renderChain: golden line with hash comment and human text', () => {
   const r = renderChain('cali-pi-abc', [{ matches: [{ kind: 'set', set: 'cali40s:x', dir: 'src' }], action: { kind: 'accept' }, comment: 'policy ns/p ingress rule 0' }]);
   // The hash formula is pinned: changing it rewrites every chain on upgrade.
-  const expectedHash = createHash('sha256')
-    .update('cali-pi-abc\n\n-m set --match-set cali40s:x src -j ACCEPT\npolicy ns/p ingress rule 0')
-    .digest('base64url')
-    .slice(0, 16);
+  const expectedHash = createHash('sha256').update('cali-pi-abc\n\n-m set --match-set cali40s:x src -j ACCEPT\npolicy ns/p ingress rule 0').digest('base64url').slice(0, 16);
   assert.deepEqual(r.hashes, [expectedHash]);
-  assert.deepEqual(r.lines, [
-    `-A cali-pi-abc -m comment --comment "weir:${expectedHash} policy ns/p ingress rule 0" -m set --match-set cali40s:x src -j ACCEPT`,
-  ]);
+  assert.deepEqual(r.lines, [`-A cali-pi-abc -m comment --comment "weir:${expectedHash} policy ns/p ingress rule 0" -m set --match-set cali40s:x src -j ACCEPT`]);
 });
 
 test('rule hashes are 16 base64url characters and stable across calls', () => {
-  const rules: Rule[] = [{ matches: [], action: { kind: 'drop' } }, { matches: [], action: { kind: 'accept' } }];
+  const rules: Rule[] = [
+    { matches: [], action: { kind: 'drop' } },
+    { matches: [], action: { kind: 'accept' } },
+  ];
   const a = renderChain('cali-x', rules);
   const b = renderChain('cali-x', rules);
   assert.deepEqual(a, b);

@@ -31,7 +31,12 @@ test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_T
   try {
     await new Promise((r) => setTimeout(r, 100));
     const t0 = Date.now();
-    const err = await execaRunner({ timeoutMs: 200 }).run('flock', [lock, 'true']).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+    const err = await execaRunner({ timeoutMs: 200 })
+      .run('flock', [lock, 'true'])
+      .then(
+        () => assert.fail('expected a rejection'),
+        (e: unknown) => e,
+      );
     assert.ok(err instanceof CommandError);
     assert.equal(err.code, 'WEIR_COMMAND_TIMEOUT');
     assert.match(err.message, /flock .* did not finish in time and was killed/);
@@ -59,7 +64,10 @@ test('netnsRunner maps a binary missing inside the namespace to WEIR_COMMAND_MIS
 
 test('runOk throws a CommandError with the stderr tail on a non-zero exit', async () => {
   const runner = recordingRunner(() => ({ stdout: '', stderr: Array.from({ length: 9 }, (_, i) => `line ${i}`).join('\n'), exitCode: 2 }));
-  const err = await runOk(runner, 'ipset', ['list']).then(() => assert.fail('expected a rejection'), (e: unknown) => e);
+  const err = await runOk(runner, 'ipset', ['list']).then(
+    () => assert.fail('expected a rejection'),
+    (e: unknown) => e,
+  );
   assert.ok(err instanceof CommandError);
   assert.equal(err.code, 'WEIR_COMMAND_FAILED');
   assert.equal(err.exitCode, 2);

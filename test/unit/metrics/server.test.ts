@@ -16,7 +16,10 @@ describe('metrics address', () => {
 
   for (const bad of ['9476', 'localhost', ':99999', '[::1]9476', '']) {
     test(`"${bad}" is refused with an example`, () => {
-      assert.throws(() => parseHostPort(bad), (e: unknown) => e instanceof ConfigError && /HOST:PORT, e\.g\. 127\.0\.0\.1:9476/.test(e.message));
+      assert.throws(
+        () => parseHostPort(bad),
+        (e: unknown) => e instanceof ConfigError && /HOST:PORT, e\.g\. 127\.0\.0\.1:9476/.test(e.message),
+      );
     });
   }
 });

@@ -1,16 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  aggregateCidrs,
-  canonicalCidr,
-  canonicalIp,
-  cidrContains,
-  cidrCovers,
-  formatCidr,
-  isValidIp,
-  parseCidr,
-  parseIp,
-} from '../../../src/model/cidr.ts';
+import { aggregateCidrs, canonicalCidr, canonicalIp, cidrContains, cidrCovers, formatCidr, isValidIp, parseCidr, parseIp } from '../../../src/model/cidr.ts';
 import type { Cidr } from '../../../src/model/cidr.ts';
 import { rng } from '../../support/rng.ts';
 

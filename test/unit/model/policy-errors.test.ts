@@ -10,7 +10,12 @@ const errors = [
 test('policy errors are worded as "<field path>: <message>", one per line or joined by "; "', () => {
   const cases = [
     { name: 'no error', errors: [], lines: [], joined: '' },
-    { name: 'one error', errors: errors.slice(0, 1), lines: ['spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR "nonsense"'], joined: 'spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR "nonsense"' },
+    {
+      name: 'one error',
+      errors: errors.slice(0, 1),
+      lines: ['spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR "nonsense"'],
+      joined: 'spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR "nonsense"',
+    },
     {
       name: 'two errors, in order',
       errors,

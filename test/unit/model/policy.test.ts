@@ -56,11 +56,7 @@ describe('compilePolicy compiles valid policies exactly', () => {
         podSelector: {},
         ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'b' } } }] }],
       },
-      expected: valid(
-        ALL,
-        [{ peers: [{ kind: 'pods', key: 'pods|nssel=team in (a)|app in (b)', namespace: null, namespaceSelector: teamA, podSelector: appB }], ports: null }],
-        null,
-      ),
+      expected: valid(ALL, [{ peers: [{ kind: 'pods', key: 'pods|nssel=team in (a)|app in (b)', namespace: null, namespaceSelector: teamA, podSelector: appB }], ports: null }], null),
     },
     {
       name: 'empty selectors: all pods of the namespace, all pods of all namespaces',
@@ -113,15 +109,19 @@ describe('compilePolicy compiles valid policies exactly', () => {
           },
         ],
       },
-      expected: valid(ALL, [
-        {
-          peers: [
-            { kind: 'ipBlock', family: 4, cidr: '10.0.0.0/24', except: prefixes(4, ['10.0.0.4/30', '10.0.0.8/29']) },
-            { kind: 'ipBlock', family: 4, cidr: '10.0.0.0/24', except: prefixes(4, ['10.0.0.0/25', '10.0.0.128/25']) },
-          ],
-          ports: null,
-        },
-      ], null),
+      expected: valid(
+        ALL,
+        [
+          {
+            peers: [
+              { kind: 'ipBlock', family: 4, cidr: '10.0.0.0/24', except: prefixes(4, ['10.0.0.4/30', '10.0.0.8/29']) },
+              { kind: 'ipBlock', family: 4, cidr: '10.0.0.0/24', except: prefixes(4, ['10.0.0.0/25', '10.0.0.128/25']) },
+            ],
+            ports: null,
+          },
+        ],
+        null,
+      ),
     },
     {
       name: 'IPv6 and IPv4 ipBlocks, 0.0.0.0/0 and ::/0',
@@ -129,24 +129,24 @@ describe('compilePolicy compiles valid policies exactly', () => {
         podSelector: {},
         egress: [
           {
-            to: [
-              { ipBlock: { cidr: '0.0.0.0/0', except: ['128.0.0.0/1'] } },
-              { ipBlock: { cidr: '::/0' } },
-              { ipBlock: { cidr: 'FD00::1/8', except: ['fd80::/9'] } },
-            ],
+            to: [{ ipBlock: { cidr: '0.0.0.0/0', except: ['128.0.0.0/1'] } }, { ipBlock: { cidr: '::/0' } }, { ipBlock: { cidr: 'FD00::1/8', except: ['fd80::/9'] } }],
           },
         ],
       },
-      expected: valid(ALL, [], [
-        {
-          peers: [
-            { kind: 'ipBlock', family: 4, cidr: '0.0.0.0/0', except: prefixes(4, ['128.0.0.0/1']) },
-            { kind: 'ipBlock', family: 6, cidr: '::/0', except: null },
-            { kind: 'ipBlock', family: 6, cidr: 'fd00::/8', except: prefixes(6, ['fd80::/9']) },
-          ],
-          ports: null,
-        },
-      ]),
+      expected: valid(
+        ALL,
+        [],
+        [
+          {
+            peers: [
+              { kind: 'ipBlock', family: 4, cidr: '0.0.0.0/0', except: prefixes(4, ['128.0.0.0/1']) },
+              { kind: 'ipBlock', family: 6, cidr: '::/0', except: null },
+              { kind: 'ipBlock', family: 6, cidr: 'fd00::/8', except: prefixes(6, ['fd80::/9']) },
+            ],
+            ports: null,
+          },
+        ],
+      ),
     },
     {
       name: 'ports: default TCP, protocols, named ports, ranges',
@@ -191,8 +191,21 @@ describe('compilePolicy compiles valid policies exactly', () => {
     },
     {
       name: 'empty from and ports mean any peer and any port',
-      spec: { podSelector: {}, ingress: [{ from: [], ports: [] }, { from: null, ports: null }] },
-      expected: valid(ALL, [{ peers: null, ports: null }, { peers: null, ports: null }], null),
+      spec: {
+        podSelector: {},
+        ingress: [
+          { from: [], ports: [] },
+          { from: null, ports: null },
+        ],
+      },
+      expected: valid(
+        ALL,
+        [
+          { peers: null, ports: null },
+          { peers: null, ports: null },
+        ],
+        null,
+      ),
     },
     {
       name: 'a rule with peers and ports keeps both',
@@ -571,7 +584,7 @@ describe('peer keys are canonical', () => {
     const spec = { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'x' } } }] }] };
     const here = compile(spec);
     const there = compilePolicy({ namespace: 'dev', name: 'p', uid: 'u', generation: 1, spec });
-    const key = (p: CompiledPolicy) => (p.ingress?.[0].peers?.[0] as PodsPeer).key;
+    const key = (p: CompiledPolicy) => (p.ingress![0].peers![0] as PodsPeer).key;
     assert.notEqual(key(here), key(there));
     assert.equal(key(there), 'pods|ns=dev|app in (x)');
   });
@@ -607,7 +620,10 @@ describe('compilePolicy scale', () => {
         spec: {
           podSelector: { matchLabels: { app: `a${i}` } },
           ingress: [
-            { from: [{ namespaceSelector: { matchLabels: { team: 't' } }, podSelector: { matchExpressions: [{ key: 'tier', operator: 'In', values: ['fe', 'be'] }] } }], ports: [{ port: 80 }, { port: 'http' }] },
+            {
+              from: [{ namespaceSelector: { matchLabels: { team: 't' } }, podSelector: { matchExpressions: [{ key: 'tier', operator: 'In', values: ['fe', 'be'] }] } }],
+              ports: [{ port: 80 }, { port: 'http' }],
+            },
             { from: [{ ipBlock: { cidr: '10.0.0.0/8', except: [`10.${i % 256}.0.0/16`] } }] },
           ],
           egress: [{ to: [{ podSelector: {} }], ports: [{ protocol: 'UDP', port: 53 }] }],
@@ -623,10 +639,11 @@ describe('compilePolicy scale', () => {
 
 describe('compilePolicy limits: what one policy may cost every agent is bounded', () => {
   /** n distinct IPv4 host prefixes, scattered. */
-  const hosts4 = (n: number) => Array.from({ length: n }, (_, i) => {
-    const h = Math.imul(i + 1, 2654435761) >>> 0;
-    return `${(h >>> 24) & 255}.${(h >>> 16) & 255}.${(h >>> 8) & 255}.${h & 255}/32`;
-  });
+  const hosts4 = (n: number) =>
+    Array.from({ length: n }, (_, i) => {
+      const h = Math.imul(i + 1, 2654435761) >>> 0;
+      return `${(h >>> 24) & 255}.${(h >>> 16) & 255}.${(h >>> 8) & 255}.${h & 255}/32`;
+    });
 
   it('a block whose excepts cover it all is kept (matching nothing), not widened', () => {
     const p = compile({ podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0', except: ['0.0.0.0/1', '128.0.0.0/1'] } }] }] });
@@ -673,7 +690,13 @@ describe('compilePolicy limits: what one policy may cost every agent is bounded'
     const peers = (n: number) => Array.from({ length: n }, (_, i) => ({ podSelector: { matchLabels: { app: `a${i}` } } }));
     // 100 x 50 + 100 x 50 = 10,000: at the limit. Plain ipBlocks of a rule are one set: they count once.
     const plain = Array.from({ length: 200 }, (_, i) => ({ ipBlock: { cidr: `10.${i}.0.0/16` } }));
-    const ok = { podSelector: {}, ingress: [{ from: peers(99).concat(plain as never[]), ports: ports(50) }, { from: peers(100), ports: ports(50) }] };
+    const ok = {
+      podSelector: {},
+      ingress: [
+        { from: peers(99).concat(plain as never[]), ports: ports(50) },
+        { from: peers(100), ports: ports(50) },
+      ],
+    };
     assert.deepEqual(compile(ok).errors, []);
     const over = { ...ok, egress: [{ ports: ports(1) }] };
     assert.deepEqual(compile(over).errors, [
@@ -683,7 +706,10 @@ describe('compilePolicy limits: what one policy may cost every agent is bounded'
       },
     ]);
     // An empty rule list of peers or ports counts as one.
-    assert.deepEqual(compile({ podSelector: {}, ingress: Array.from({ length: LIMITS.rules + 1 }, () => ({})) }).errors.map((e) => e.path), [`spec.ingress[${LIMITS.rules}]`]);
+    assert.deepEqual(
+      compile({ podSelector: {}, ingress: Array.from({ length: LIMITS.rules + 1 }, () => ({})) }).errors.map((e) => e.path),
+      [`spec.ingress[${LIMITS.rules}]`],
+    );
   });
 
   it(`lists at most ${LIMITS.errors} errors, then says how many more`, () => {

@@ -31,7 +31,12 @@ describe('parseSelector canonical form', () => {
     },
     {
       name: 'Exists and DoesNotExist have their own text',
-      input: { matchExpressions: [{ key: 'b', operator: 'DoesNotExist' }, { key: 'a', operator: 'Exists', values: [] }] },
+      input: {
+        matchExpressions: [
+          { key: 'b', operator: 'DoesNotExist' },
+          { key: 'a', operator: 'Exists', values: [] },
+        ],
+      },
       key: 'a,!b',
       requirements: [
         { key: 'a', operator: 'Exists', values: [] },
@@ -46,7 +51,12 @@ describe('parseSelector canonical form', () => {
     },
     {
       name: 'same key with different operators sorts by operator',
-      input: { matchExpressions: [{ key: 'a', operator: 'NotIn', values: ['x'] }, { key: 'a', operator: 'In', values: ['y', 'x'] }] },
+      input: {
+        matchExpressions: [
+          { key: 'a', operator: 'NotIn', values: ['x'] },
+          { key: 'a', operator: 'In', values: ['y', 'x'] },
+        ],
+      },
       key: 'a in (x,y),a notin (x)',
       requirements: [
         { key: 'a', operator: 'In', values: ['x', 'y'] },
@@ -80,8 +90,20 @@ describe('parseSelector gives equal keys for equal meanings', () => {
     {
       name: 'order of matchLabels, expressions and values does not matter',
       inputs: [
-        { matchLabels: { a: '1', b: '2' }, matchExpressions: [{ key: 'c', operator: 'In', values: ['x', 'y'] }, { key: 'd', operator: 'Exists' }] },
-        { matchExpressions: [{ key: 'd', operator: 'Exists' }, { key: 'c', operator: 'In', values: ['y', 'x', 'y'] }], matchLabels: { b: '2', a: '1' } },
+        {
+          matchLabels: { a: '1', b: '2' },
+          matchExpressions: [
+            { key: 'c', operator: 'In', values: ['x', 'y'] },
+            { key: 'd', operator: 'Exists' },
+          ],
+        },
+        {
+          matchExpressions: [
+            { key: 'd', operator: 'Exists' },
+            { key: 'c', operator: 'In', values: ['y', 'x', 'y'] },
+          ],
+          matchLabels: { b: '2', a: '1' },
+        },
         {
           matchExpressions: [
             { key: 'b', operator: 'In', values: ['2'] },
@@ -151,7 +173,12 @@ describe('parseSelector rejects invalid selectors with every error and its path'
     },
     {
       name: 'operator is case-sensitive',
-      input: { matchExpressions: [{ key: 'a', operator: 'Exists' }, { key: 'b', operator: 'in', values: ['x'] }] },
+      input: {
+        matchExpressions: [
+          { key: 'a', operator: 'Exists' },
+          { key: 'b', operator: 'in', values: ['x'] },
+        ],
+      },
       errors: [{ path: 'sel.matchExpressions[1].operator', message: `unsupported operator "in"; ${OPS}` }],
     },
     {
@@ -164,7 +191,12 @@ describe('parseSelector rejects invalid selectors with every error and its path'
     },
     {
       name: 'In without values',
-      input: { matchExpressions: [{ key: 'a', operator: 'In', values: [] }, { key: 'b', operator: 'NotIn' }] },
+      input: {
+        matchExpressions: [
+          { key: 'a', operator: 'In', values: [] },
+          { key: 'b', operator: 'NotIn' },
+        ],
+      },
       errors: [
         { path: 'sel.matchExpressions[0].values', message: 'must be non-empty when operator is In' },
         { path: 'sel.matchExpressions[1].values', message: 'must be non-empty when operator is NotIn' },
@@ -285,7 +317,12 @@ describe('selectorMatches', () => {
     { name: 'In with the empty value needs the label', selector: { matchLabels: { e: '' } }, labels: {}, expected: false },
     {
       name: 'prototype names are not labels',
-      selector: { matchExpressions: [{ key: 'constructor', operator: 'DoesNotExist' }, { key: 'toString', operator: 'NotIn', values: ['x'] }] },
+      selector: {
+        matchExpressions: [
+          { key: 'constructor', operator: 'DoesNotExist' },
+          { key: 'toString', operator: 'NotIn', values: ['x'] },
+        ],
+      },
       labels: {},
       expected: true,
     },

@@ -85,10 +85,7 @@ test('toPod applies the API server defaults and keeps only model fields', async 
 
 test('toPod drops invalid IPs with a warning naming the field and value', () => {
   const warnings: string[] = [];
-  const pod = toPod(
-    { metadata: { name: 'p', namespace: 'ns' }, status: { podIPs: [{ ip: '10.0.0.300' }, { ip: '10.0.0.1' }, { ip: '10.0.0.1' }] } },
-    (m) => warnings.push(m),
-  );
+  const pod = toPod({ metadata: { name: 'p', namespace: 'ns' }, status: { podIPs: [{ ip: '10.0.0.300' }, { ip: '10.0.0.1' }, { ip: '10.0.0.1' }] } }, (m) => warnings.push(m));
   assert.deepEqual(pod.ips, ['10.0.0.1']);
   assert.equal(warnings.length, 1);
   assert.match(warnings[0], /Pod ns\/p: status\.podIPs\[0\]\.ip "10\.0\.0\.300" is not an IP address/);
@@ -115,7 +112,11 @@ test('conversion errors list every problem of the object at once', async (t) => 
     { name: 'pod with a string hostNetwork', convert: () => toPod({ metadata: { name: 'p' }, spec: { hostNetwork: 'yes' } }), expected: [/spec\.hostNetwork must be true or false/] },
     { name: 'namespace with an empty name', convert: () => toNamespace({ metadata: { name: '' } }), expected: [/^Namespace \(unnamed\): metadata\.name is empty/] },
     { name: 'node that is not a mapping', convert: () => toNode(['x']), expected: [/^Node \(unnamed\): the object must be a mapping, got a list/] },
-    { name: 'namespace with a label that is not a string', convert: () => toNamespace({ metadata: { name: 'n', labels: { tier: 1 } } }), expected: [/^Namespace n: metadata\.labels\.tier must be a string/] },
+    {
+      name: 'namespace with a label that is not a string',
+      convert: () => toNamespace({ metadata: { name: 'n', labels: { tier: 1 } } }),
+      expected: [/^Namespace n: metadata\.labels\.tier must be a string/],
+    },
     { name: 'node with annotations that are a list', convert: () => toNode({ metadata: { name: 'n', annotations: ['a'] } }), expected: [/^Node n: metadata\.annotations must be an object/] },
     {
       name: 'policy whose namespace cannot be read (the API server never sends one)',
@@ -171,7 +172,14 @@ test('readNetworkPolicy keeps a policy with broken metadata, its problems as pol
   const spec = { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Egress'], egress: [{}] };
   const version = { path: 'apiVersion', message: '"v9" is not networking.k8s.io/v1' };
   const cases: { name: string; metadata: unknown; namespace: string; anyNamespace: boolean; errors: PolicyError[]; named: boolean }[] = [
-    { name: 'a numeric label', metadata: { name: 'np', namespace: 'a', labels: { v: 2 } }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.labels.v', message: 'must be a string, got the number 2 (quote it in YAML)' }], named: true },
+    {
+      name: 'a numeric label',
+      metadata: { name: 'np', namespace: 'a', labels: { v: 2 } },
+      namespace: 'a',
+      anyNamespace: false,
+      errors: [{ path: 'metadata.labels.v', message: 'must be a string, got the number 2 (quote it in YAML)' }],
+      named: true,
+    },
     {
       name: 'a label whose key is no plain name',
       metadata: { name: 'np', namespace: 'a', labels: { 'app.kubernetes.io/on': true } },
@@ -180,11 +188,39 @@ test('readNetworkPolicy keeps a policy with broken metadata, its problems as pol
       errors: [{ path: 'metadata.labels["app.kubernetes.io/on"]', message: 'must be a string, got true (quote it in YAML)' }],
       named: true,
     },
-    { name: 'a bad generation', metadata: { name: 'np', namespace: 'a', generation: 0 }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.generation', message: 'must be a positive integer, got the number 0' }], named: true },
-    { name: 'a numeric uid', metadata: { name: 'np', namespace: 'a', uid: 5 }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.uid', message: 'must be a string, got the number 5 (quote it in YAML)' }], named: true },
-    { name: 'a name that is a list', metadata: { name: ['np'], namespace: 'a' }, namespace: 'a', anyNamespace: false, errors: [{ path: 'metadata.name', message: 'must be a string, got a list' }], named: false },
+    {
+      name: 'a bad generation',
+      metadata: { name: 'np', namespace: 'a', generation: 0 },
+      namespace: 'a',
+      anyNamespace: false,
+      errors: [{ path: 'metadata.generation', message: 'must be a positive integer, got the number 0' }],
+      named: true,
+    },
+    {
+      name: 'a numeric uid',
+      metadata: { name: 'np', namespace: 'a', uid: 5 },
+      namespace: 'a',
+      anyNamespace: false,
+      errors: [{ path: 'metadata.uid', message: 'must be a string, got the number 5 (quote it in YAML)' }],
+      named: true,
+    },
+    {
+      name: 'a name that is a list',
+      metadata: { name: ['np'], namespace: 'a' },
+      namespace: 'a',
+      anyNamespace: false,
+      errors: [{ path: 'metadata.name', message: 'must be a string, got a list' }],
+      named: false,
+    },
     { name: 'no metadata: the default namespace, no name', metadata: undefined, namespace: 'default', anyNamespace: false, errors: [{ path: 'metadata', message: 'is missing' }], named: false },
-    { name: 'a namespace that is a mapping', metadata: { name: 'np', namespace: { a: 1 } }, namespace: '', anyNamespace: true, errors: [{ path: 'metadata.namespace', message: 'must be a string, got an object' }], named: false },
+    {
+      name: 'a namespace that is a mapping',
+      metadata: { name: 'np', namespace: { a: 1 } },
+      namespace: '',
+      anyNamespace: true,
+      errors: [{ path: 'metadata.namespace', message: 'must be a string, got an object' }],
+      named: false,
+    },
     { name: 'metadata that is a string', metadata: 'np', namespace: '', anyNamespace: true, errors: [{ path: 'metadata', message: 'must be an object, got "np"' }], named: false },
   ];
   for (const c of cases) {

@@ -21,7 +21,11 @@ test('examples/ loads without warnings into a consistent demo cluster', async ()
   await source.start((b) => batches.push(b));
   await source.stop();
 
-  assert.deepEqual(messages.filter((m) => m.level >= 30), [], 'no info, warning or error');
+  assert.deepEqual(
+    messages.filter((m) => m.level >= 30),
+    [],
+    'no info, warning or error',
+  );
   assert.equal(batches.length, 1);
   const pods: Pod[] = [];
   const namespaces: Namespace[] = [];
@@ -43,11 +47,18 @@ test('examples/ loads without warnings into a consistent demo cluster', async ()
 
   for (const pod of pods) {
     const where = `${pod.namespace}/${pod.name}`;
-    assert.ok(namespaces.some((n) => n.name === pod.namespace), `${where}: namespace exists`);
+    assert.ok(
+      namespaces.some((n) => n.name === pod.namespace),
+      `${where}: namespace exists`,
+    );
     assert.equal(pod.phase, 'Running', where);
     const node = nodes.find((n) => n.name === pod.nodeName);
     assert.ok(node !== undefined, `${where}: node ${pod.nodeName} exists`);
-    assert.deepEqual(pod.ips.map((ip) => (ip.includes(':') ? 6 : 4)), [4, 6], `${where}: one IPv4 and one IPv6 address`);
+    assert.deepEqual(
+      pod.ips.map((ip) => (ip.includes(':') ? 6 : 4)),
+      [4, 6],
+      `${where}: one IPv4 and one IPv6 address`,
+    );
     for (const ip of pod.ips) {
       const inside = node.podCIDRs.some((c) => {
         const cidr = parseCidr(c);
@@ -66,7 +77,10 @@ test('examples/ loads without warnings into a consistent demo cluster', async ()
     assert.deepEqual(compilePolicy(raw).errors, [], `${raw.namespace}/${raw.name} compiles`);
   }
   const compiled = policies.map(compilePolicy);
-  assert.ok(compiled.some((p) => p.egress !== null), 'an egress policy');
+  assert.ok(
+    compiled.some((p) => p.egress !== null),
+    'an egress policy',
+  );
   assert.ok(
     compiled.some((p) => p.ingress?.some((r) => r.peers?.some((peer) => peer.kind === 'pods' && peer.namespaceSelector !== null && peer.podSelector.key !== ''))),
     'a namespaceSelector AND podSelector peer',

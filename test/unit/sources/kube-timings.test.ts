@@ -15,7 +15,12 @@ test('backoffDelay doubles per failure, caps at the maximum and jitters between 
     { name: 'far beyond the cap stays capped', attempt: 60, random: 0.999999, expected: 1000 },
     { name: 'attempt 0 is treated as the first', attempt: 0, random: 0, expected: 50 },
   ];
-  for (const c of cases) assert.equal(backoffDelay(c.attempt, T, () => c.random), c.expected, c.name);
+  for (const c of cases)
+    assert.equal(
+      backoffDelay(c.attempt, T, () => c.random),
+      c.expected,
+      c.name,
+    );
 });
 
 test('pickBetween spans the range', () => {
@@ -24,7 +29,12 @@ test('pickBetween spans the range', () => {
     { name: 'middle', range: [300, 600] as const, random: 0.5, expected: 450 },
     { name: 'a fixed value', range: [7, 7] as const, random: 0.9, expected: 7 },
   ];
-  for (const c of cases) assert.equal(pickBetween(c.range, () => c.random), c.expected, c.name);
+  for (const c of cases)
+    assert.equal(
+      pickBetween(c.range, () => c.random),
+      c.expected,
+      c.name,
+    );
 });
 
 test('the default watchdog outlasts the API server bookmark period and the default watch timeouts are randomised', () => {

@@ -208,7 +208,11 @@ test('every batch is the exact diff: one event per model change, none for change
     const mark = String(++tag);
     h.api.set(s.kind, s.kind === 'Pod' ? pod('default', 'sentinel', { labels: { step: mark } }) : namespace('sentinel', { step: mark }));
     const seen = await h.eventsAfter(from, (e) => isSentinel(e) && stepOf(e) === mark, `the sentinel of "${s.name}"`);
-    assert.deepEqual(seen.filter((e) => !isSentinel(e)), expected, s.name);
+    assert.deepEqual(
+      seen.filter((e) => !isSentinel(e)),
+      expected,
+      s.name,
+    );
   }
   assert.deepEqual(
     h.batches.map((b) => b.revision),
@@ -234,7 +238,10 @@ test('a watch the server ends is restarted from the last resourceVersion, withou
   const from = h.batches.length;
   h.api.set('Pod', pod('default', 'web', { labels: { app: 'web', v: '3' }, ip: '10.244.0.5' }));
   const seen = await h.eventsAfter(from, isPodUpsert('web'), 'the change after the restart');
-  assert.deepEqual(seen.map((e) => (e.op === 'upsert' && e.kind === 'Pod' ? e.object.labels.v : '')), ['3']);
+  assert.deepEqual(
+    seen.map((e) => (e.op === 'upsert' && e.kind === 'Pod' ? e.object.labels.v : '')),
+    ['3'],
+  );
 
   // That watch delivered an event too: ending it again starts from the first step, not the second.
   h.api.endWatches('Pod');
@@ -267,7 +274,10 @@ test('HTTP 500 on list and on watch is retried with exponential backoff that res
   assert.deepEqual(h.delays.slice(5), [1, 2, 3].map(step));
   assert.equal(h.hooksOf('Pod', 'restart').length, 8);
   const listRv = h.api.requestsOf('Pod', 'watch')[0].query.get('resourceVersion');
-  assert.ok(h.api.requestsOf('Pod', 'watch').every((r) => r.query.get('resourceVersion') === listRv), 'every retry resumes from the list');
+  assert.ok(
+    h.api.requestsOf('Pod', 'watch').every((r) => r.query.get('resourceVersion') === listRv),
+    'every retry resumes from the list',
+  );
   assert.equal(h.api.requestsOf('Pod', 'list').length, 6, 'a 500 on watch does not relist');
 });
 
@@ -345,7 +355,10 @@ test('a bookmark moves the resourceVersion the next watch resumes from', async (
   await until(() => h.api.requestsOf('Pod', 'watch').length === 2, 'the pod watch restarts');
   assert.equal(h.api.requestsOf('Pod', 'watch')[1].query.get('resourceVersion'), bookmarked);
   assert.equal(h.api.requestsOf('Pod', 'watch')[0].query.get('allowWatchBookmarks'), 'true');
-  assert.ok(h.batches.slice(1).every((b) => b.events.every((e) => e.kind !== 'Pod')), 'a bookmark is not a change');
+  assert.ok(
+    h.batches.slice(1).every((b) => b.events.every((e) => e.kind !== 'Pod')),
+    'a bookmark is not a change',
+  );
 });
 
 for (const c of [
@@ -372,7 +385,9 @@ test('lists are paginated with limit and continue, and every page counts', async
     timings: { pageSize: 2 },
     seed: (api) => {
       api.set('Namespace', namespace('default'));
-      names.forEach((n, i) => api.set('Pod', pod('default', n, { ip: `10.244.0.${i + 10}` })));
+      names.forEach((n, i) => {
+        api.set('Pod', pod('default', n, { ip: `10.244.0.${i + 10}` }));
+      });
     },
   });
   await h.start();
@@ -488,6 +503,9 @@ test('a kubeconfig without a current cluster is a configuration error at start()
   const kc = new KubeConfig();
   kc.loadFromOptions({ clusters: [], users: [], contexts: [], currentContext: '' });
   const source = createKubeSource({ kubeConfig: kc, nodeName: 'node-a', log: pino({ level: 'silent' }) });
-  await assert.rejects(source.start(() => {}), (err: unknown) => err instanceof ConfigError && /current cluster/.test(err.message));
+  await assert.rejects(
+    source.start(() => {}),
+    (err: unknown) => err instanceof ConfigError && /current cluster/.test(err.message),
+  );
   await source.stop();
 });

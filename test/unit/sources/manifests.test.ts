@@ -73,7 +73,9 @@ async function until(cond: () => boolean, timeoutMs: number, what: string): Prom
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function podYaml(name: string, labels: Record<string, string> = {}, namespace = 'default'): string {
-  const l = Object.entries(labels).map(([k, v]) => `    ${k}: "${v}"`).join('\n');
+  const l = Object.entries(labels)
+    .map(([k, v]) => `    ${k}: "${v}"`)
+    .join('\n');
   return `apiVersion: v1
 kind: Pod
 metadata:
@@ -172,7 +174,13 @@ test('a file that breaks keeps its last good content; fixing it applies the new 
     const b1 = await h.nextBatch(1);
     assert.deepEqual(summary(b1.events), ['upsert Namespace three']);
     assert.notEqual(b1.revision, goodRevision);
-    assert.equal(b1.revision, manifestRevision([{ name: 'ns.yaml', content: good }, { name: 'other.yaml', content: nsYaml('three') }]));
+    assert.equal(
+      b1.revision,
+      manifestRevision([
+        { name: 'ns.yaml', content: good },
+        { name: 'other.yaml', content: nsYaml('three') },
+      ]),
+    );
 
     await writeFile(join(h.dir, 'ns.yaml'), nsYaml('two'));
     const b2 = await h.nextBatch(2);
@@ -295,12 +303,15 @@ test('a path that is not a directory is a configuration error', async () => {
   const file = join(await tmpDir(), 'file.yaml');
   await writeFile(file, nsYaml('one'));
   const source = createManifestSource({ dir: file, log: captureLogger().log });
-  await assert.rejects(source.start(() => {}), (err: unknown) => {
-    assert.ok(err instanceof ConfigError);
-    assert.equal(err.code, 'WEIR_CONFIG_INVALID');
-    assert.match(err.message, /file\.yaml is not a directory/);
-    return true;
-  });
+  await assert.rejects(
+    source.start(() => {}),
+    (err: unknown) => {
+      assert.ok(err instanceof ConfigError);
+      assert.equal(err.code, 'WEIR_CONFIG_INVALID');
+      assert.match(err.message, /file\.yaml is not a directory/);
+      return true;
+    },
+  );
 });
 
 test('a directory missing at start delivers nothing until it can be read, then the full state', async () => {
@@ -339,7 +350,10 @@ test('a manifest that cannot be read at the first pass holds the first batch unt
   try {
     await sleep(300);
     assert.equal(batches.length, 0, 'no batch without b.yaml');
-    assert.ok(lines.some((l) => l.level >= WARN && l.msg.includes(join(dir, 'b.yaml'))), 'the unreadable file is named');
+    assert.ok(
+      lines.some((l) => l.level >= WARN && l.msg.includes(join(dir, 'b.yaml'))),
+      'the unreadable file is named',
+    );
 
     await unlink(join(dir, 'b.yaml'));
     await writeFile(join(dir, 'b.yaml'), nsYaml('two'));
@@ -409,12 +423,20 @@ spec: {podSelector: {matchLabels: {app: db}}, ingress: [{}]}
       assert.deepEqual(p.errors, [{ path: 'metadata.namespace', message: 'must be a string, got a list' }], `${p.key} is invalid at the field`);
       assert.deepEqual([p.podSelector?.key, p.ingress, p.egress], ['app in (db)', [], null], p.key);
     }
-    assert.ok(h.warnings().some((m) => m.includes(join(h.dir, 'b.yaml')) && m.includes('metadata.namespace: must be a string, got a list')), h.warnings().join('\n'));
+    assert.ok(
+      h.warnings().some((m) => m.includes(join(h.dir, 'b.yaml')) && m.includes('metadata.namespace: must be a string, got a list')),
+      h.warnings().join('\n'),
+    );
 
     // A namespace that appears later gets its copy too.
     await writeFile(join(h.dir, 'c.yaml'), nsYaml('four'));
     const b = await h.nextBatch(1);
-    assert.deepEqual(summary(b.events).filter((e) => e.includes('NetworkPolicy')).map((e) => e.split(' ')[2].split('/')[0]), ['four']);
+    assert.deepEqual(
+      summary(b.events)
+        .filter((e) => e.includes('NetworkPolicy'))
+        .map((e) => e.split(' ')[2].split('/')[0]),
+      ['four'],
+    );
   } finally {
     await h.source.stop();
   }
@@ -428,7 +450,10 @@ test('the pods of a namespace whose labels cannot be read are still policed but 
     const pods = podsOf(h.batches[0].events);
     assert.ok(isPoliced(pods.get('one/p')!) && !isPeerEligible(pods.get('one/p')!), 'one/p: policed, no peer');
     assert.ok(isPoliced(pods.get('two/q')!) && isPeerEligible(pods.get('two/q')!), 'two/q is unaffected');
-    assert.ok(h.warnings().some((m) => m.includes(join(h.dir, 'a.yaml')) && /metadata\.labels\.tier/.test(m)), h.warnings().join('\n'));
+    assert.ok(
+      h.warnings().some((m) => m.includes(join(h.dir, 'a.yaml')) && /metadata\.labels\.tier/.test(m)),
+      h.warnings().join('\n'),
+    );
 
     // Fixed: the pod is a peer again.
     await writeFile(join(h.dir, 'a.yaml'), `${nsYaml('one')}---\n${podYaml('p', { app: 'web' }, 'one')}---\n${podYaml('q', { app: 'web' }, 'two')}`);

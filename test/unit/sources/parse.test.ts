@@ -61,7 +61,10 @@ items:
     await t.test(c.name, () => {
       const r = load(c.file, c.text);
       assert.deepEqual(upserts(r).map(objectRef), c.expected);
-      assert.deepEqual(r.problems.filter((p) => p.level === 'warn'), []);
+      assert.deepEqual(
+        r.problems.filter((p) => p.level === 'warn'),
+        [],
+      );
     });
   }
 });
@@ -79,7 +82,10 @@ metadata: {name: cilium}
 `,
   );
   assert.deepEqual(r.items, []);
-  assert.deepEqual(r.problems.map((p) => p.level), ['debug', 'debug']);
+  assert.deepEqual(
+    r.problems.map((p) => p.level),
+    ['debug', 'debug'],
+  );
   assert.match(r.problems[1].message, /cilium\.io\/v2 CiliumNetworkPolicy is not used by Weir/);
 });
 
@@ -106,7 +112,10 @@ metadata: {name: n1}
   );
   assert.deepEqual(upserts(r).map(objectRef), ['Pod default/good']);
   // The Namespace stays as unreadable: its pods are then no peer of any policy (merge.ts).
-  assert.deepEqual(r.items.filter((i) => !('op' in i)), [{ kind: 'UnreadableNamespace', name: 'noversion' }]);
+  assert.deepEqual(
+    r.items.filter((i) => !('op' in i)),
+    [{ kind: 'UnreadableNamespace', name: 'noversion' }],
+  );
   const warns = r.problems.filter((p) => p.level === 'warn');
   assert.equal(warns.length, 4);
   assert.ok(warns[0].error instanceof ManifestObjectError);
@@ -119,13 +128,19 @@ metadata: {name: n1}
 });
 
 test('conversion warnings name the file and document', () => {
-  const r = load('/m/ips.yaml', `apiVersion: v1
+  const r = load(
+    '/m/ips.yaml',
+    `apiVersion: v1
 kind: Pod
 metadata: {name: p}
 status: {podIP: not-an-ip}
-`);
+`,
+  );
   assert.equal(upserts(r).length, 1);
-  assert.deepEqual(r.problems.map((p) => p.message), ['/m/ips.yaml: document 1: Pod default/p: status.podIP "not-an-ip" is not an IP address; ignored']);
+  assert.deepEqual(
+    r.problems.map((p) => p.message),
+    ['/m/ips.yaml: document 1: Pod default/p: status.podIP "not-an-ip" is not an IP address; ignored'],
+  );
 });
 
 test('parse errors name the 1-based line', async (t) => {
@@ -178,9 +193,17 @@ function assertFailsClosed(r: ReturnType<typeof load>, namespace: string): void 
 
 test('a NetworkPolicy whose metadata cannot be read still isolates what it selects, allows nothing, and reports the field as a policy error', async (t) => {
   const cases: { name: string; metadata: string; error: PolicyError }[] = [
-    { name: 'a label value written as an unquoted number', metadata: 'metadata:\n  name: p\n  namespace: x\n  labels: {version: 2}\n', error: { path: 'metadata.labels.version', message: 'must be a string, got the number 2 (quote it in YAML)' } },
+    {
+      name: 'a label value written as an unquoted number',
+      metadata: 'metadata:\n  name: p\n  namespace: x\n  labels: {version: 2}\n',
+      error: { path: 'metadata.labels.version', message: 'must be a string, got the number 2 (quote it in YAML)' },
+    },
     { name: 'labels written as a list', metadata: 'metadata: {name: p, namespace: x, labels: [a]}\n', error: { path: 'metadata.labels', message: 'must be an object, got a list' } },
-    { name: 'an annotation that is a list', metadata: 'metadata: {name: p, namespace: x, annotations: {note: [a]}}\n', error: { path: 'metadata.annotations.note', message: 'must be a string, got a list' } },
+    {
+      name: 'an annotation that is a list',
+      metadata: 'metadata: {name: p, namespace: x, annotations: {note: [a]}}\n',
+      error: { path: 'metadata.annotations.note', message: 'must be a string, got a list' },
+    },
     { name: 'a generation of 0', metadata: 'metadata: {name: p, namespace: x, generation: 0}\n', error: { path: 'metadata.generation', message: 'must be a positive integer, got the number 0' } },
     { name: 'a name written as a number', metadata: 'metadata: {name: 12, namespace: x}\n', error: { path: 'metadata.name', message: 'must be a string, got the number 12 (quote it in YAML)' } },
     { name: 'no name', metadata: 'metadata: {namespace: x}\n', error: { path: 'metadata.name', message: 'is missing' } },
@@ -193,7 +216,10 @@ test('a NetworkPolicy whose metadata cannot be read still isolates what it selec
       assert.deepEqual(compiledPolicies(r)[0].errors, [c.error]);
       const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
       const line = `${c.error.path}: ${c.error.message}`;
-      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: NetworkPolicy x/') && m.includes(line)), `${line} not in\n${warns.join('\n')}`);
+      assert.ok(
+        warns.some((m) => m.startsWith('/m/p.yaml: document 1: NetworkPolicy x/') && m.includes(line)),
+        `${line} not in\n${warns.join('\n')}`,
+      );
     });
   }
 });
@@ -207,7 +233,10 @@ test('a NetworkPolicy of another apiVersion still isolates what it selects, allo
       const error = { path: 'apiVersion', message: apiVersion === null ? 'is missing (expected networking.k8s.io/v1)' : `"${apiVersion}" is not networking.k8s.io/v1` };
       assert.deepEqual(compiledPolicies(r)[0].errors, [error]);
       const warns = r.problems.filter((p) => p.level === 'warn').map((p) => p.message);
-      assert.ok(warns.some((m) => m.startsWith('/m/p.yaml: document 1: NetworkPolicy x/p: ') && m.includes(`${error.path}: ${error.message}`)), warns.join('\n'));
+      assert.ok(
+        warns.some((m) => m.startsWith('/m/p.yaml: document 1: NetworkPolicy x/p: ') && m.includes(`${error.path}: ${error.message}`)),
+        warns.join('\n'),
+      );
     });
   }
 });

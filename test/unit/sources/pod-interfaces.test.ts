@@ -32,7 +32,11 @@ test("the scanner binds each pod's global addresses to its own bridge port, read
     1: ['cni-b', addrs(2, ['10.244.1.6', 'global'])],
   });
   const found = await createPodInterfaceScanner(runner, 'cni0', silentLogger()).scan();
-  assert.deepEqual([...found].sort(), [['10.244.1.5', 'veth1'], ['10.244.1.6', 'veth2'], ['fd00::5', 'veth1']]);
+  assert.deepEqual([...found].sort(), [
+    ['10.244.1.5', 'veth1'],
+    ['10.244.1.6', 'veth2'],
+    ['fd00::5', 'veth1'],
+  ]);
 });
 
 test('an address held by two pod interfaces is bound to neither', async () => {
@@ -55,7 +59,16 @@ test('no bridge yet means nothing is bound; a known port is not read again', asy
 });
 
 const localPod = (uid: string, ips: string[], nodeName = 'node-a'): Pod => ({
-  uid, namespace: 'ns', name: uid, labels: {}, nodeName, hostNetwork: false, phase: 'Running', terminating: false, ips, ports: [],
+  uid,
+  namespace: 'ns',
+  name: uid,
+  labels: {},
+  nodeName,
+  hostNetwork: false,
+  phase: 'Running',
+  terminating: false,
+  ips,
+  ports: [],
 });
 
 /** A source whose batches the test pushes by hand. */
@@ -73,7 +86,12 @@ function manualSource(): Source & { push(b: SourceBatch): void } {
 test('a batch bringing a new local pod address waits for a scan and carries its binding; remote pods do not scan', async () => {
   let scans = 0;
   let table = new Map([['10.244.1.5', 'veth1']]);
-  const scanner: PodInterfaceScanner = { scan: async () => (scans++, new Map(table)) };
+  const scanner: PodInterfaceScanner = {
+    scan: async () => {
+      scans++;
+      return new Map(table);
+    },
+  };
   const inner = manualSource();
   const got: SourceBatch<CalcEvent>[] = [];
   const src = withPodInterfaces(inner, { nodeName: 'node-a', scanner, log: silentLogger(), rescanMs: 60_000, unboundRescanMs: 60_000 });
@@ -83,9 +101,18 @@ test('a batch bringing a new local pod address waits for a scan and carries its 
   inner.push({ events: [upsert(localPod('r', ['10.244.2.9'], 'node-b'))], synced: true, revision: 'r2' });
   await new Promise((r) => setTimeout(r, 10));
   assert.equal(scans, 1);
-  assert.deepEqual(got.map((b) => [b.revision, b.events.map((e) => e.kind)]), [['r1', ['Pod', 'PodInterface']], ['r2', ['Pod']]]);
+  assert.deepEqual(
+    got.map((b) => [b.revision, b.events.map((e) => e.kind)]),
+    [
+      ['r1', ['Pod', 'PodInterface']],
+      ['r2', ['Pod']],
+    ],
+  );
   assert.deepEqual(got[0].events[1], { kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.5', port: 'veth1' } });
-  table = new Map([['10.244.1.5', 'veth1'], ['10.244.1.7', 'veth3']]);
+  table = new Map([
+    ['10.244.1.5', 'veth1'],
+    ['10.244.1.7', 'veth3'],
+  ]);
   inner.push({ events: [upsert(localPod('b', ['10.244.1.7']))], synced: true, revision: 'r3' });
   await new Promise((r) => setTimeout(r, 10));
   assert.deepEqual(got[2].events.slice(1), [{ kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.7', port: 'veth3' } }]);

@@ -44,7 +44,10 @@ test('mergeFiles: for a key defined twice the file that sorts last wins, and bot
 test('mergeFiles: within one file the later document wins', () => {
   const { view, duplicates } = mergeFiles([{ name: 'a.yaml', items: [ns('x', { v: '1' }), ns('x', { v: '2' })] }]);
   assert.deepEqual(view.get('Namespace/x')?.upsert, ns('x', { v: '2' }));
-  assert.deepEqual(duplicates.map((d) => [d.loser, d.winner]), [['a.yaml', 'a.yaml']]);
+  assert.deepEqual(
+    duplicates.map((d) => [d.loser, d.winner]),
+    [['a.yaml', 'a.yaml']],
+  );
 });
 
 const podIn = (view: ReturnType<typeof mergeFiles>['view'], uid: string): Pod => {
@@ -133,10 +136,23 @@ test('canonicalJson sorts keys at every depth but keeps array order', () => {
 test('manifestRevision is a sha256 over the name-sorted files, independent of input order', () => {
   const a = { name: 'a.yaml', content: 'x: 1\n' };
   const b = { name: 'b.yaml', content: 'y: 2\n' };
-  const expected = createHash('sha256').update(JSON.stringify([['a.yaml', 'x: 1\n'], ['b.yaml', 'y: 2\n']])).digest('hex');
+  const expected = createHash('sha256')
+    .update(
+      JSON.stringify([
+        ['a.yaml', 'x: 1\n'],
+        ['b.yaml', 'y: 2\n'],
+      ]),
+    )
+    .digest('hex');
   assert.equal(manifestRevision([b, a]), expected);
   assert.equal(manifestRevision([a, b]), expected);
   assert.notEqual(manifestRevision([a, { ...b, content: 'y: 3\n' }]), expected);
   // Moving text between files is a different input.
-  assert.notEqual(manifestRevision([{ name: 'a.yaml', content: 'x: 1\ny: 2\n' }, { name: 'b.yaml', content: '' }]), expected);
+  assert.notEqual(
+    manifestRevision([
+      { name: 'a.yaml', content: 'x: 1\ny: 2\n' },
+      { name: 'b.yaml', content: '' },
+    ]),
+    expected,
+  );
 });

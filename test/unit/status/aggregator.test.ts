@@ -124,7 +124,10 @@ describe('policy status aggregator', () => {
       const a = start('node-a');
       clock.advance(0);
       await until(() => a.isHolder(), 'node-a holds the lease');
-      assert.deepEqual(leaseCalls().map((r) => `${r.method} ${r.path}`), [`GET ${LEASE}`, `POST ${LEASES}`]);
+      assert.deepEqual(
+        leaseCalls().map((r) => `${r.method} ${r.path}`),
+        [`GET ${LEASE}`, `POST ${LEASES}`],
+      );
       const created = leaseSpec(api);
       assert.deepEqual(created, {
         holderIdentity: 'node-a',
@@ -183,7 +186,12 @@ describe('policy status aggregator', () => {
       // At 12:00:15 node-a will take the expired Lease, but node-c gets there first.
       api.fail({ method: 'PUT', path: LEASE, status: 409, reason: 'Conflict', times: 1, onHit: () => lease(api, 'node-c', T0 + 15_000, 2) });
       await leaseTick(5_000, 6);
-      assert.deepEqual(leaseCalls().slice(3).map((r) => r.method), ['GET', 'PUT', 'GET']);
+      assert.deepEqual(
+        leaseCalls()
+          .slice(3)
+          .map((r) => r.method),
+        ['GET', 'PUT', 'GET'],
+      );
       assert.equal(a.isHolder(), false);
       assert.equal(leaseSpec(api).holderIdentity, 'node-c');
       assert.equal(logs.warnings().length, 0, 'a lost race is no failure');
@@ -270,16 +278,23 @@ describe('policy status aggregator', () => {
       nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 2 }]);
       const before = statusWrites().length;
       await passAt(T0 + 2_000);
-      
-      assert.equal(await results.next(), 'ok');
-      assert.deepEqual(statusWrites().slice(before).map((r) => `${r.method} ${r.path}`), [`PATCH ${POLSTATUS('shop', 'web')}/status`]);
-      const enforced = (api.get(POLSTATUS('shop', 'web'))!.status as { conditions: { type: string; status: string; lastTransitionTime: string }[]; realized: string });
-      assert.equal(enforced.realized, '2/2');
-      assert.deepEqual(enforced.conditions.map((c) => [c.type, c.status, c.lastTransitionTime]), [
-        ['Accepted', 'True', '2025-06-01T12:00:00Z'],
-        ['Enforced', 'True', '2025-06-01T12:00:02Z'],
-      ]);
 
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(
+        statusWrites()
+          .slice(before)
+          .map((r) => `${r.method} ${r.path}`),
+        [`PATCH ${POLSTATUS('shop', 'web')}/status`],
+      );
+      const enforced = api.get(POLSTATUS('shop', 'web'))!.status as { conditions: { type: string; status: string; lastTransitionTime: string }[]; realized: string };
+      assert.equal(enforced.realized, '2/2');
+      assert.deepEqual(
+        enforced.conditions.map((c) => [c.type, c.status, c.lastTransitionTime]),
+        [
+          ['Accepted', 'True', '2025-06-01T12:00:00Z'],
+          ['Enforced', 'True', '2025-06-01T12:00:02Z'],
+        ],
+      );
     });
 
     test('once watching, the holder lists nothing more: a pass runs only when a node status or the input changes', async () => {
@@ -310,7 +325,7 @@ describe('policy status aggregator', () => {
       assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '1/2');
       nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 2 }]);
       await passAt(lastPass() + 2_000);
-      
+
       assert.equal(await results.next(), 'ok');
       assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '2/2');
       assert.equal(api.requests.filter(isList).length, lists, 'still no list');
@@ -342,7 +357,11 @@ describe('policy status aggregator', () => {
     test('a node catching up with one policy keeps the others it holds enforced', async () => {
       // Many policies, so that some share a digest bucket with the one that changes.
       const many = Array.from({ length: 400 }, (_, i): PolicyStatusInput => ({ ...web(1, ['node-a']), name: `p${i}`, uid: `u-p${i}` }));
-      nodeStatus(api, 'node-a', many.map((p) => ({ uid: p.uid, generation: 1 })));
+      nodeStatus(
+        api,
+        'node-a',
+        many.map((p) => ({ uid: p.uid, generation: 1 })),
+      );
       const results = new Results<PassResult>();
       const a = start('node-a', results);
       clock.advance(0);
@@ -358,11 +377,19 @@ describe('policy status aggregator', () => {
       a.update({ policies: next });
       await passAt(lastPass() + 2_000);
       assert.equal(await results.next(), 'ok');
-      assert.deepEqual(many.filter((p) => !enforced().includes(p.name)).map((p) => p.name), ['p0'], 'only p0 is pending');
+      assert.deepEqual(
+        many.filter((p) => !enforced().includes(p.name)).map((p) => p.name),
+        ['p0'],
+        'only p0 is pending',
+      );
 
-      nodeStatus(api, 'node-a', next.map((p) => ({ uid: p.uid, generation: p.generation })));
+      nodeStatus(
+        api,
+        'node-a',
+        next.map((p) => ({ uid: p.uid, generation: p.generation })),
+      );
       await passAt(lastPass() + 2_000);
-      
+
       assert.equal(await results.next(), 'ok');
       assert.equal(enforced().length, 400);
     });
@@ -403,7 +430,10 @@ describe('policy status aggregator', () => {
       assert.deepEqual(rb.all, [], 'a non-holder runs no pass');
       assert.equal(b.isHolder(), false);
       assert.ok(statusWrites().length > 0);
-      assert.ok(statusWrites().every((r) => r.authorization === 'Bearer token-node-a'), 'every status write came from the holder');
+      assert.ok(
+        statusWrites().every((r) => r.authorization === 'Bearer token-node-a'),
+        'every status write came from the holder',
+      );
 
       await a.stop();
       running = running.filter((x) => x !== a);
@@ -413,7 +443,11 @@ describe('policy status aggregator', () => {
       b.update({ policies: [web(2, ['node-a'])] });
       await passAt(clock.now());
       await until(() => statusWrites().length > before, 'node-b writes');
-      assert.ok(statusWrites().slice(before).every((r) => r.authorization === 'Bearer token-node-b'));
+      assert.ok(
+        statusWrites()
+          .slice(before)
+          .every((r) => r.authorization === 'Bearer token-node-b'),
+      );
       assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { observedGeneration: number }).observedGeneration, 2);
     });
 

@@ -60,8 +60,7 @@ describe('server-side apply bodies', () => {
   test('NodePolicyStatus object: only the ownerReference to the Node', () => {
     assert.equal(
       JSON.stringify(nodeObjectBody('node-a', 'uid-node-a')),
-      '{"apiVersion":"weir.dev/v1alpha1","kind":"NodePolicyStatus","metadata":{"name":"node-a",' +
-        '"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"node-a","uid":"uid-node-a"}]}}',
+      '{"apiVersion":"weir.dev/v1alpha1","kind":"NodePolicyStatus","metadata":{"name":"node-a",' + '"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"node-a","uid":"uid-node-a"}]}}',
     );
   });
   test('NodePolicyStatus status: name and status only', () => {

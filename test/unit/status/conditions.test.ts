@@ -40,8 +40,14 @@ describe('mergeConditions', () => {
   for (const c of cases) {
     test(c.name, () => {
       const got = mergeConditions(c.previous, c.next, T1);
-      assert.deepEqual(got.map((x) => x.lastTransitionTime), c.expectedTimes);
-      assert.deepEqual(got.map((x) => [x.type, x.status, x.reason, x.message]), c.next.map((x) => [x.type, x.status, x.reason, x.message]));
+      assert.deepEqual(
+        got.map((x) => x.lastTransitionTime),
+        c.expectedTimes,
+      );
+      assert.deepEqual(
+        got.map((x) => [x.type, x.status, x.reason, x.message]),
+        c.next.map((x) => [x.type, x.status, x.reason, x.message]),
+      );
     });
   }
 

@@ -64,7 +64,9 @@ function validate(value: unknown, s: Schema, path: string = ''): string[] {
   } else if (t === 'array') {
     if (!Array.isArray(value)) return [`${path}: not an array`];
     if (s.maxItems !== undefined && value.length > s.maxItems) errs.push(`${path}: more than ${s.maxItems} items`);
-    value.forEach((v, i) => errs.push(...validate(v, s.items!, `${path}[${i}]`)));
+    value.forEach((v, i) => {
+      errs.push(...validate(v, s.items!, `${path}[${i}]`));
+    });
     const keys = s['x-kubernetes-list-map-keys'];
     if (keys) {
       const seen = value.map((v) => JSON.stringify(keys.map((k) => (v as Record<string, unknown>)[k])));
@@ -212,7 +214,10 @@ describe('CRDs', () => {
   for (const c of columns) {
     test(c.name, () => {
       const cols = c.crd.spec.versions[0].additionalPrinterColumns;
-      assert.deepEqual(cols.map((col) => [col.name, col.type, jsonPath(c.object, col.jsonPath)]), c.expected);
+      assert.deepEqual(
+        cols.map((col) => [col.name, col.type, jsonPath(c.object, col.jsonPath)]),
+        c.expected,
+      );
     });
   }
 });

@@ -47,21 +47,24 @@ describe('event recorder', () => {
     assert.equal(`${post.method} ${post.path}`, `POST ${EVENTS}`);
     const body = post.body as Record<string, unknown> & { metadata: { name: string } };
     assert.match(body.metadata.name, /^web\.[0-9a-f]+$/);
-    assert.deepEqual({ ...body, metadata: { ...body.metadata, name: 'x' } }, {
-      apiVersion: 'v1',
-      kind: 'Event',
-      metadata: { name: 'x', namespace: 'shop' },
-      involvedObject: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', namespace: 'shop', name: 'web', uid: 'u-web' },
-      type: 'Warning',
-      reason: 'PolicyRejected',
-      message: 'spec.ingress[0].from[0]: bad selector',
-      source: { component: 'weir-agent', host: 'node-a' },
-      reportingComponent: 'weir-agent',
-      reportingInstance: 'node-a',
-      firstTimestamp: '2025-06-01T12:00:00Z',
-      lastTimestamp: '2025-06-01T12:00:00Z',
-      count: 1,
-    });
+    assert.deepEqual(
+      { ...body, metadata: { ...body.metadata, name: 'x' } },
+      {
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: { name: 'x', namespace: 'shop' },
+        involvedObject: { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', namespace: 'shop', name: 'web', uid: 'u-web' },
+        type: 'Warning',
+        reason: 'PolicyRejected',
+        message: 'spec.ingress[0].from[0]: bad selector',
+        source: { component: 'weir-agent', host: 'node-a' },
+        reportingComponent: 'weir-agent',
+        reportingInstance: 'node-a',
+        firstTimestamp: '2025-06-01T12:00:00Z',
+        lastTimestamp: '2025-06-01T12:00:00Z',
+        count: 1,
+      },
+    );
   });
 
   test('repeats within the window are counted and written once when it ends', async () => {
@@ -88,11 +91,14 @@ describe('event recorder', () => {
     recorder.record(web, 'Warning', 'PolicyRejected', 'b');
     recorder.record({ ...web, name: 'api', uid: 'u-api' }, 'Warning', 'ApplyFailed', 'c');
     for (let i = 0; i < 3; i++) assert.equal(await results.next(), 'ok');
-    assert.deepEqual(api.writes().map((r) => [r.method, (r.body as { message: string }).message]), [
-      ['POST', 'a'],
-      ['POST', 'b'],
-      ['POST', 'c'],
-    ]);
+    assert.deepEqual(
+      api.writes().map((r) => [r.method, (r.body as { message: string }).message]),
+      [
+        ['POST', 'a'],
+        ['POST', 'b'],
+        ['POST', 'c'],
+      ],
+    );
   });
 
   test('an expired Event (404 on the repeat) starts a new one', async () => {
@@ -103,7 +109,10 @@ describe('event recorder', () => {
     recorder.record(web, 'Warning', 'ApplyFailed', 'b');
     clock.advance(59_000);
     assert.equal(await results.next(), 'ok');
-    assert.deepEqual(api.writes().map((r) => r.method), ['POST', 'PATCH', 'POST']);
+    assert.deepEqual(
+      api.writes().map((r) => r.method),
+      ['POST', 'PATCH', 'POST'],
+    );
     assert.equal((api.writes()[2].body as { count: number }).count, 1);
   });
 
@@ -113,7 +122,10 @@ describe('event recorder', () => {
     clock.advance(60_000);
     recorder.record(web, 'Normal', 'PolicyAccepted', 'b');
     assert.equal(await results.next(), 'ok');
-    assert.deepEqual(api.writes().map((r) => r.method), ['POST', 'PATCH']);
+    assert.deepEqual(
+      api.writes().map((r) => r.method),
+      ['POST', 'PATCH'],
+    );
   });
 
   test('403: record() still returns at once and never throws; one warning', async () => {

@@ -202,8 +202,7 @@ export class FakeApi {
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(JSON.stringify(value));
     };
-    const failure = (status: number, reason: string, message: string): void =>
-      send(status, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message, reason, code: status });
+    const failure = (status: number, reason: string, message: string): void => send(status, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message, reason, code: status });
 
     for (const f of this.faults) {
       if ((f.times ?? Infinity) <= 0) continue;
@@ -218,9 +217,7 @@ export class FakeApi {
     if (p.name === null) {
       if (method === 'GET' && url.searchParams.get('watch') === 'true') return this.watch(p, url, res);
       if (method === 'GET') {
-        const items = [...this.store.entries()]
-          .filter(([k]) => k.startsWith(`${p.prefix}|`) && k.split('|')[2] === p.plural && (p.ns === null || k.split('|')[1] === p.ns))
-          .map(([, o]) => o);
+        const items = [...this.store.entries()].filter(([k]) => k.startsWith(`${p.prefix}|`) && k.split('|')[2] === p.plural && (p.ns === null || k.split('|')[1] === p.ns)).map(([, o]) => o);
         return send(200, { kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: String(this.rv) }, items });
       }
       if (method === 'POST') {
@@ -388,7 +385,13 @@ export class Results<T> {
     if (this.all.length >= n) return Promise.resolve(this.all[n - 1]);
     return new Promise((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`no result #${n} within ${timeoutMs} ms (have ${JSON.stringify(this.all)})`)), timeoutMs);
-      this.waiters.push({ n, resolve: (v) => (clearTimeout(t), resolve(v)) });
+      this.waiters.push({
+        n,
+        resolve: (v) => {
+          clearTimeout(t);
+          resolve(v);
+        },
+      });
     });
   }
 }

@@ -116,7 +116,11 @@ describe('node status reporter', () => {
     assert.equal(api.writes().length, before, 'nothing before the interval is over');
     assert.equal(await pass(1), 'ok');
     const writes = api.writes().slice(before);
-    assert.deepEqual(writes.map((q) => `${q.method} ${q.path}`), [`PATCH ${STATUS_PATH}`], 'only the status, once');
+    assert.deepEqual(
+      writes.map((q) => `${q.method} ${q.path}`),
+      [`PATCH ${STATUS_PATH}`],
+      'only the status, once',
+    );
     assert.equal((writes[0].body as { status: { counts: { rules: number } } }).status.counts.rules, 100);
   });
 
@@ -146,7 +150,10 @@ describe('node status reporter', () => {
     second.update(input(6));
     assert.equal(await pass(1_000), 'ok');
     const conditions = (api.get(OBJECT_PATH)!.status as { conditions: { lastTransitionTime: string }[] }).conditions;
-    assert.deepEqual(conditions.map((c) => c.lastTransitionTime), Array(3).fill('2025-06-01T12:00:00Z'));
+    assert.deepEqual(
+      conditions.map((c) => c.lastTransitionTime),
+      Array(3).fill('2025-06-01T12:00:00Z'),
+    );
   });
 
   test('a status change moves lastTransitionTime only for the conditions that changed', async () => {
@@ -169,7 +176,10 @@ describe('node status reporter', () => {
     await pass(90_000);
     const again = api.get(OBJECT_PATH)!.status as typeof status;
     assert.notEqual(JSON.stringify(again), JSON.stringify(status), 'the message changed');
-    assert.deepEqual(again.conditions.map((c) => c.lastTransitionTime), Array(3).fill('2025-06-01T12:00:01Z'));
+    assert.deepEqual(
+      again.conditions.map((c) => c.lastTransitionTime),
+      Array(3).fill('2025-06-01T12:00:01Z'),
+    );
   });
 
   test('a lastSyncTime change alone is written only once the heartbeat is due', async () => {
@@ -222,7 +232,10 @@ describe('node status reporter', () => {
     api.fail({ method: 'PATCH', path: STATUS_PATH, status: 500, reason: 'InternalError' });
     await pass(2_000);
     await pass(4_000);
-    assert.deepEqual(logs.warnings().map((w) => /forbids/.test(w.msg)), [true, false]);
+    assert.deepEqual(
+      logs.warnings().map((w) => /forbids/.test(w.msg)),
+      [true, false],
+    );
   });
 
   test('an object deleted behind its back is re-created on the retry', async () => {

@@ -26,43 +26,74 @@ describe('nodeConditionSpecs', () => {
     {
       name: 'before the source synced: not ready, nothing applied yet',
       input: { ...healthy, synced: false, lastApply: null, lastSyncTime: null },
-      expected: [['Ready', 'False', 'WaitingForSync'], ['Programmed', 'Unknown', 'NotYetApplied'], ['Degraded', 'False', 'AsExpected']],
+      expected: [
+        ['Ready', 'False', 'WaitingForSync'],
+        ['Programmed', 'Unknown', 'NotYetApplied'],
+        ['Degraded', 'False', 'AsExpected'],
+      ],
     },
     {
       name: 'synced but no apply yet',
       input: { ...healthy, lastApply: null },
-      expected: [['Ready', 'False', 'NotYetApplied'], ['Programmed', 'Unknown', 'NotYetApplied'], ['Degraded', 'False', 'AsExpected']],
+      expected: [
+        ['Ready', 'False', 'NotYetApplied'],
+        ['Programmed', 'Unknown', 'NotYetApplied'],
+        ['Degraded', 'False', 'AsExpected'],
+      ],
     },
     {
       name: 'synced and applied: ready, programmed, not degraded',
       input: healthy,
-      expected: [['Ready', 'True', 'Synced'], ['Programmed', 'True', 'Applied'], ['Degraded', 'False', 'AsExpected']],
+      expected: [
+        ['Ready', 'True', 'Synced'],
+        ['Programmed', 'True', 'Applied'],
+        ['Degraded', 'False', 'AsExpected'],
+      ],
     },
     {
       name: 'a failed apply: not ready, not programmed, degraded',
       input: { ...healthy, lastApply: { ok: false, message: 'iptables-restore: line 4 failed' } },
-      expected: [['Ready', 'False', 'ApplyFailed'], ['Programmed', 'False', 'ApplyFailed'], ['Degraded', 'True', 'ApplyFailed']],
+      expected: [
+        ['Ready', 'False', 'ApplyFailed'],
+        ['Programmed', 'False', 'ApplyFailed'],
+        ['Degraded', 'True', 'ApplyFailed'],
+      ],
     },
     {
       name: 'invalid policies degrade a node that is otherwise ready',
       input: { ...healthy, policies: [...healthy.policies, ...invalid(1)] },
-      expected: [['Ready', 'True', 'Synced'], ['Programmed', 'True', 'Applied'], ['Degraded', 'True', 'InvalidPolicies']],
+      expected: [
+        ['Ready', 'True', 'Synced'],
+        ['Programmed', 'True', 'Applied'],
+        ['Degraded', 'True', 'InvalidPolicies'],
+      ],
     },
     {
       name: 'a host problem degrades the node with its own reason',
       input: { ...healthy, problems: [{ reason: 'BrNetfilterDisabled', message: 'bridge-nf-call-iptables is 0' }] },
-      expected: [['Ready', 'True', 'Synced'], ['Programmed', 'True', 'Applied'], ['Degraded', 'True', 'BrNetfilterDisabled']],
+      expected: [
+        ['Ready', 'True', 'Synced'],
+        ['Programmed', 'True', 'Applied'],
+        ['Degraded', 'True', 'BrNetfilterDisabled'],
+      ],
     },
     {
       name: 'a problem reason that is not CamelCase is replaced, so the write cannot be rejected',
       input: { ...healthy, problems: [{ reason: 'br_netfilter off!', message: 'x' }] },
-      expected: [['Ready', 'True', 'Synced'], ['Programmed', 'True', 'Applied'], ['Degraded', 'True', 'NodeProblem']],
+      expected: [
+        ['Ready', 'True', 'Synced'],
+        ['Programmed', 'True', 'Applied'],
+        ['Degraded', 'True', 'NodeProblem'],
+      ],
     },
   ];
   for (const c of cases) {
     test(c.name, () => {
       const specs = nodeConditionSpecs(c.input);
-      assert.deepEqual(specs.map((s) => [s.type, s.status, s.reason]), c.expected);
+      assert.deepEqual(
+        specs.map((s) => [s.type, s.status, s.reason]),
+        c.expected,
+      );
       for (const s of specs) assert.match(s.reason, REASON_PATTERN);
     });
   }
@@ -119,7 +150,13 @@ describe('buildNodeStatus', () => {
     const status = buildNodeStatus({ ...healthy, policies: [...healthy.policies, ...invalid(25).reverse()] }, undefined, T0);
     assert.equal(status.counts.failingPolicies, 25);
     assert.equal(status.failingPoliciesOmitted, 5);
-    assert.deepEqual(status.failingPolicies.map((p) => p.name), invalid(25).map((p) => p.name).sort().slice(0, 20));
+    assert.deepEqual(
+      status.failingPolicies.map((p) => p.name),
+      invalid(25)
+        .map((p) => p.name)
+        .sort()
+        .slice(0, 20),
+    );
   });
 
   test('reads back what it writes', () => {

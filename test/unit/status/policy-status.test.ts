@@ -58,7 +58,10 @@ describe('policyConditionSpecs', () => {
   for (const c of cases) {
     test(c.name, () => {
       const specs = policyConditionSpecs(c.input, realize(c.input));
-      assert.deepEqual(specs.map((s) => [s.type, s.status, s.reason, s.message]), c.expected);
+      assert.deepEqual(
+        specs.map((s) => [s.type, s.status, s.reason, s.message]),
+        c.expected,
+      );
     });
   }
 
@@ -102,9 +105,12 @@ describe('buildPolicyStatus', () => {
     const first = buildPolicyStatus(p3, realize(p3), undefined, T0);
     const p4 = policy(['node-a'], 4);
     const second = buildPolicyStatus(p4, realize(p4), first.conditions, T0 + 60_000);
-    assert.deepEqual(second.conditions.map((c) => [c.type, c.status, c.lastTransitionTime, c.observedGeneration]), [
-      ['Accepted', 'True', '2025-06-01T12:00:00Z', 4],
-      ['Enforced', 'False', '2025-06-01T12:01:00Z', 4],
-    ]);
+    assert.deepEqual(
+      second.conditions.map((c) => [c.type, c.status, c.lastTransitionTime, c.observedGeneration]),
+      [
+        ['Accepted', 'True', '2025-06-01T12:00:00Z', 4],
+        ['Enforced', 'False', '2025-06-01T12:01:00Z', 4],
+      ],
+    );
   });
 });

@@ -33,9 +33,30 @@ function sameBucket(): [string, string, string] {
 
 describe('digests', () => {
   test('the same set gives the same digest in any order; a generation or a member changes it', () => {
-    const a = encodeDigest(digestOf([{ uid: 'u1', generation: 1 }, { uid: 'u2', generation: 5 }]));
-    assert.equal(a, encodeDigest(digestOf([{ uid: 'u2', generation: 5 }, { uid: 'u1', generation: 1 }])));
-    assert.notEqual(a, encodeDigest(digestOf([{ uid: 'u1', generation: 2 }, { uid: 'u2', generation: 5 }])));
+    const a = encodeDigest(
+      digestOf([
+        { uid: 'u1', generation: 1 },
+        { uid: 'u2', generation: 5 },
+      ]),
+    );
+    assert.equal(
+      a,
+      encodeDigest(
+        digestOf([
+          { uid: 'u2', generation: 5 },
+          { uid: 'u1', generation: 1 },
+        ]),
+      ),
+    );
+    assert.notEqual(
+      a,
+      encodeDigest(
+        digestOf([
+          { uid: 'u1', generation: 2 },
+          { uid: 'u2', generation: 5 },
+        ]),
+      ),
+    );
     assert.notEqual(a, encodeDigest(digestOf([{ uid: 'u1', generation: 1 }])));
     assert.equal(a.length, DIGEST_BUCKETS * 16);
   });
@@ -51,8 +72,7 @@ describe('digests', () => {
 });
 
 describe('realization tracker', () => {
-  const one = (policies: PolicyStatusInput[], held: Record<string, Record<string, number>>, uid = policies[0].uid): Realization =>
-    createRealizationTracker().update(policies, reports(held)).get(uid)!;
+  const one = (policies: PolicyStatusInput[], held: Record<string, Record<string, number>>, uid = policies[0].uid): Realization => createRealizationTracker().update(policies, reports(held)).get(uid)!;
 
   const cases: { name: string; desired: string[]; held: Record<string, Record<string, number>>; expected: Realization }[] = [
     { name: 'a node holding the current generation has realized it', desired: ['a'], held: { a: { 'u-web': 3 } }, expected: { desired: 1, realized: 1, pending: [] } },
@@ -86,7 +106,10 @@ describe('realization tracker', () => {
     const t = createRealizationTracker();
     const v1 = [policy(web, 1, ['a']), policy(mate, 1, ['a']), policy(other, 1, ['a'])];
     const r1 = t.update(v1, reports({ a: { [web]: 1, [mate]: 1, [other]: 1 } }));
-    assert.deepEqual([...r1.values()].map((r) => r.realized), [1, 1, 1]);
+    assert.deepEqual(
+      [...r1.values()].map((r) => r.realized),
+      [1, 1, 1],
+    );
 
     // mate moves to generation 2; node a still holds 1: its bucket no longer matches.
     const v2 = [policy(web, 1, ['a']), policy(mate, 2, ['a']), policy(other, 1, ['a'])];
@@ -95,7 +118,10 @@ describe('realization tracker', () => {
     assert.deepEqual(r2.get(mate), { desired: 1, realized: 0, pending: ['a'] });
 
     const r3 = t.update(v2, reports({ a: { [web]: 1, [mate]: 2, [other]: 1 } }));
-    assert.deepEqual([...r3.values()].map((r) => r.realized), [1, 1, 1]);
+    assert.deepEqual(
+      [...r3.values()].map((r) => r.realized),
+      [1, 1, 1],
+    );
   });
 
   test('a new generation needs a new proof, and so does a node that becomes desired', () => {
@@ -133,11 +159,23 @@ describe('realization tracker', () => {
       const uids = Array.from({ length: 12 }, (_, i) => `p${seed}-${i}`);
       for (const u of uids) {
         gen.set(u, 1);
-        desired.set(u, nodes.filter(() => rnd() < 0.5));
+        desired.set(
+          u,
+          nodes.filter(() => rnd() < 0.5),
+        );
       }
       const held = new Map(nodes.map((n) => [n, new Map<string, number>()]));
       const input = () => uids.map((u) => policy(u, gen.get(u)!, desired.get(u)!));
-      const digests = () => new Map(nodes.map((n) => [n, digestOf([...held.get(n)!].map(([uid, generation]) => ({ uid, generation })), buckets)]));
+      const digests = () =>
+        new Map(
+          nodes.map((n) => [
+            n,
+            digestOf(
+              [...held.get(n)!].map(([uid, generation]) => ({ uid, generation })),
+              buckets,
+            ),
+          ]),
+        );
       /** A node applies: it holds every policy desired on it, at the current generation. */
       const apply = (n: string) => {
         const h = held.get(n)!;
@@ -149,8 +187,11 @@ describe('realization tracker', () => {
         if (r < 0.3) {
           const u = pick(uids);
           gen.set(u, gen.get(u)! + 1);
-        }
-        else if (r < 0.5) desired.set(pick(uids), nodes.filter(() => rnd() < 0.5));
+        } else if (r < 0.5)
+          desired.set(
+            pick(uids),
+            nodes.filter(() => rnd() < 0.5),
+          );
         else apply(pick(nodes));
         const got = t.update(input(), digests());
         for (const u of uids) {
