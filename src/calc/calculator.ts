@@ -186,8 +186,8 @@ export class Calculator {
         else this.#cluster.nodes.delete(e.name);
         const name = e.op === 'upsert' ? e.object.name : e.name;
         if (name !== this.#cfg.nodeName) return;
-        // A deleted Node keeps its last CIDRs: forgetting them would open its addresses.
-        const cidrs = e.op === 'upsert' ? [...e.object.podCIDRs].sort() : this.#podCIDRs;
+        // Without its Node the pod bridge alone closes this node's unknown addresses.
+        const cidrs = e.op === 'upsert' ? [...e.object.podCIDRs].sort() : [];
         if (cidrs.join() === this.#podCIDRs.join()) return;
         this.#podCIDRs = cidrs;
         this.#rebuildTopDispatch(new Set(this.#cfg.families));

@@ -54,13 +54,26 @@ function randomWorlds(seed: number, steps: number): World[] {
   let pods = new Map(basePods().map((p) => [p.uid, p]));
   let nss = new Map(NAMESPACES.map((n) => [n.name, n]));
   let pols = new Map(POLICIES.map((p) => [`${p.namespace}/${p.name}`, p]));
-  const out: World[] = [{ pods, namespaces: nss, policies: pols }];
+  let nodes = new Map([['node-a', { name: 'node-a', podCIDRs: ['10.244.1.0/24', 'fd00::/112'] }]]);
+  let ports = new Map<string, string>([...pods.values()].flatMap((p) => p.ips.map((ip, i) => [ip, `veth${p.name}${i}`] as const)));
+  const out: World[] = [{ pods, namespaces: nss, policies: pols, nodes, ports }];
   let next = 20;
   for (let i = 0; i < steps; i++) {
     pods = new Map(pods);
     nss = new Map(nss);
     pols = new Map(pols);
+    nodes = new Map(nodes);
+    ports = new Map(ports);
     const choice = r();
+    // The kernel's view moves on its own: a port appears, goes or moves; this node's CIDRs change.
+    if (r() < 0.15 && somePodOf(pods)) {
+      const ip = pick(somePodOf(pods)!.ips);
+      if (ports.has(ip) && r() < 0.5) ports.delete(ip);
+      else ports.set(ip, `veth${next++}`);
+    } else if (r() < 0.05) {
+      if (nodes.has('node-a') && r() < 0.3) nodes.delete('node-a');
+      else nodes.set('node-a', { name: 'node-a', podCIDRs: pick([['10.244.1.0/24'], ['10.244.1.0/24', 'fd00::/112'], ['10.244.0.0/16', 'fd00::/64']]) });
+    }
     const somePod = pods.size ? pick([...pods.values()]) : undefined;
     if (choice < 0.25 && somePod) {
       pods.set(somePod.uid, { ...somePod, labels: pick(L({}, { app: 'web' }, { app: 'db' }, { app: 'api', env: 'prod' }, { role: 'lb' }, { app: 'x' })) });
@@ -103,9 +116,13 @@ function randomWorlds(seed: number, steps: number): World[] {
         }),
       );
     }
-    out.push({ pods, namespaces: nss, policies: pols });
+    out.push({ pods, namespaces: nss, policies: pols, nodes, ports });
   }
   return out;
+}
+
+function somePodOf(pods: ReadonlyMap<string, Pod>): Pod | undefined {
+  return pods.size > 0 ? [...pods.values()][0] : undefined;
 }
 
 function cold(w: World): string {

@@ -3,19 +3,24 @@
 
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { DesiredDataplane, Dirty, Rule } from '../../../src/calc/index.ts';
-import type { ModelEvent, Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
+import type { CalcEvent, Namespace, Node, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
 
 export interface World {
   readonly pods: ReadonlyMap<string, Pod>;
   readonly namespaces: ReadonlyMap<string, Namespace>;
   readonly policies: ReadonlyMap<string, RawNetworkPolicy>;
+  /** Nodes (this node's pod CIDRs close its unknown addresses). */
+  readonly nodes?: ReadonlyMap<string, Node>;
+  /** Local pod address -> bridge port, as the node's kernel reports them. */
+  readonly ports?: ReadonlyMap<string, string>;
 }
 
 export const NODE = 'node-a';
 export const MARKS = { accept: 0x10000, pass: 0x20000 };
 
+/** The agent's own shape: the pod bridge fails closed and addresses are bound to ports. */
 export function newCalc(): Calculator {
-  return new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4, 6], marks: MARKS });
+  return new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4, 6], marks: MARKS, podBridge: 'cni0', sourceBinding: true });
 }
 
 export function pod(ns: string, name: string, o: Partial<Pod> & { ip4?: number; ip6?: boolean } = {}): Pod {
@@ -51,8 +56,13 @@ export function world(pods: Pod[], namespaces: Namespace[], policies: RawNetwork
 export const EMPTY: World = world([], [], []);
 
 /** The events that take a source from `a` to `b`. */
-export function diff(a: World, b: World): ModelEvent[] {
-  const out: ModelEvent[] = [];
+export function diff(a: World, b: World): CalcEvent[] {
+  const out: CalcEvent[] = [];
+  const none = new Map();
+  for (const [k, n] of b.nodes ?? none) if (a.nodes?.get(k) !== n) out.push({ kind: 'Node', op: 'upsert', object: n });
+  for (const [k] of a.nodes ?? none) if (!b.nodes?.has(k)) out.push({ kind: 'Node', op: 'delete', name: k });
+  for (const [ip, port] of b.ports ?? none) if (a.ports?.get(ip) !== port) out.push({ kind: 'PodInterface', op: 'upsert', object: { ip, port } });
+  for (const [ip] of a.ports ?? none) if (!b.ports?.has(ip)) out.push({ kind: 'PodInterface', op: 'delete', ip });
   for (const [k, n] of b.namespaces) if (a.namespaces.get(k) !== n) out.push({ kind: 'Namespace', op: 'upsert', object: n });
   for (const [k, p] of b.policies) if (a.policies.get(k) !== p) out.push({ kind: 'NetworkPolicy', op: 'upsert', object: p });
   for (const [k, p] of b.pods) if (a.pods.get(k) !== p) out.push({ kind: 'Pod', op: 'upsert', object: p });
