@@ -2,8 +2,9 @@
 # Helm, built from the Go module proxy, for the chart in charts/weir and its tests.
 #
 #   helm.sh build          build helm once per release (cached); prints the binary's path
-#   helm.sh deploy         regenerate deploy/rbac.yaml and deploy/admission-policy.yaml from the
-#                          chart (the chart is their one source; a test checks they are in step)
+#   helm.sh sync           copy crds/ into the chart (charts/weir/crds) and render
+#                          deploy/rbac.yaml and deploy/admission-policy.yaml from the chart:
+#                          one source each (test/integration/helm.test.ts checks they are in step)
 #   helm.sh ARGS...        run the cached helm with ARGS (building it first if needed)
 #
 # The binary is built from the Go module helm.sh/helm/v3 at the release pinned in
@@ -78,29 +79,35 @@ build_locked() {
   echo "$bin/helm"
 }
 
-# The chart's RBAC and admission policies rendered as plain manifests for `kubectl apply`:
-# release "weir" in kube-system, default values, Helm's "# Source:" lines dropped.
-render_deploy() {
-  local helm=$1 template=$2
+# The chart's RBAC or admission policies as plain manifests for `kubectl apply`: release
+# "weir" in kube-system, default values, Helm's "# Source:" lines dropped. The test that keeps
+# deploy/ in step renders through this same command (helm.sh render-deploy TEMPLATE).
+cmd_render_deploy() {
+  local helm template=${1:?usage: helm.sh render-deploy TEMPLATE}
+  helm=$(cmd_build)
+  echo "# Generated from charts/weir/templates/$template by scripts/helm.sh sync: edit the chart, then run it."
   "$helm" template weir "$repo/charts/weir" --namespace kube-system --show-only "templates/$template" |
-    sed '/^# Source: /d'
+    sed -e '1{/^---$/d}' -e '/^# Source: /d'
 }
 
-cmd_deploy() {
-  local helm
-  helm=$(cmd_build)
-  for pair in rbac.yaml:rbac.yaml admission-policy.yaml:admission-policy.yaml; do
-    local template=${pair%%:*} out="$repo/deploy/${pair#*:}"
-    render_deploy "$helm" "$template" >"$out.tmp"
+cmd_sync() {
+  local out
+  rm -f "$repo"/charts/weir/crds/*.yaml
+  cp "$repo"/crds/*.yaml "$repo/charts/weir/crds/"
+  log "copied crds/ into charts/weir/crds/"
+  for template in rbac.yaml admission-policy.yaml; do
+    out="$repo/deploy/$template"
+    cmd_render_deploy "$template" >"$out.tmp"
     mv "$out.tmp" "$out"
-    log "wrote ${out#"$repo"/}"
+    log "wrote deploy/$template"
   done
 }
 
 case "${1:-}" in
   build) cmd_build ;;
-  deploy) cmd_deploy ;;
-  "") die "usage: helm.sh build | deploy | ARGS..." ;;
+  sync) cmd_sync ;;
+  render-deploy) cmd_render_deploy "${2:-}" ;;
+  "") die "usage: helm.sh build | sync | render-deploy TEMPLATE | ARGS..." ;;
   *)
     helm=$(cmd_build)
     exec "$helm" "$@"

@@ -1,0 +1,61 @@
+{{/* The chart's name, or nameOverride. */}}
+{{- define "weir.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: "weir" for a release named weir (or any name containing it). */}}
+{{- define "weir.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of every object. No helm.sh/chart or managed-by: the RBAC and admission policies
+     rendered from this chart are also the plain manifests in deploy/, applied with kubectl. */}}
+{{- define "weir.labels" -}}
+{{ include "weir.selectorLabels" . }}
+{{- end }}
+
+{{- define "weir.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "weir.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "weir.serviceAccountName" -}}
+{{- default (include "weir.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{/* The user name of the agent's service account, as admission sees it. */}}
+{{- define "weir.serviceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "weir.serviceAccountName" . }}
+{{- end }}
+
+{{/* Kubernetes 1.30 or later: ValidatingAdmissionPolicy is GA, pod-bound tokens name their
+     node, and a container's securityContext has appArmorProfile. */}}
+{{- define "weir.atLeast130" -}}
+{{- if semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- end }}
+
+{{- define "weir.admissionPolicies" -}}
+{{- if and .Values.admissionPolicies.enabled (include "weir.atLeast130" .) }}true{{ end }}
+{{- end }}
+
+{{/* The agent's --metrics-addr. By default the node's IP from the downward API, bracketed so
+     that an IPv6 address parses too (the agent reads [HOST]:PORT for either family). */}}
+{{- define "weir.metricsAddr" -}}
+{{- $host := .Values.metrics.host }}
+{{- if eq $host "" }}
+{{- printf "[$(HOST_IP)]:%d" (int .Values.metrics.port) }}
+{{- else if contains ":" $host }}
+{{- printf "[%s]:%d" $host (int .Values.metrics.port) }}
+{{- else }}
+{{- printf "%s:%d" $host (int .Values.metrics.port) }}
+{{- end }}
+{{- end }}
