@@ -1,7 +1,8 @@
 #!/bin/sh
 # chroot-run.sh ROOTFS WORKDIR COMMAND [ARG...]: runs COMMAND in the unpacked image as a
-# container runtime would, with the node's /proc, /sys, /dev and /run/netns (where pod network
-# namespaces are pinned) bind-mounted into it. Started as
+# container runtime would run the chart's pod: the node's /proc, /sys, /dev, /run/netns (where
+# pod network namespaces are pinned) and /run/xtables.lock (shared with kube-proxy and Flannel)
+# bind-mounted into it, and the image's own files read-only. Started as
 #   ip netns exec NS unshare --mount --propagation private chroot-run.sh ...
 # so the mounts live in a mount namespace of this process alone: the kernel removes them when
 # it exits, however it exits, and the host never sees them (a later rm -rf of ROOTFS cannot
@@ -18,4 +19,8 @@ for d in proc sys dev run/netns; do
   mkdir -p "$root/$d"
   mount --rbind "/$d" "$root/$d"
 done
+[ -e /run/xtables.lock ] || : >/run/xtables.lock
+[ -e "$root/run/xtables.lock" ] || : >"$root/run/xtables.lock"
+mount --bind /run/xtables.lock "$root/run/xtables.lock"
+mount -o remount,bind,ro "$root"
 exec unshare --root="$root" --wd="$wd" -- "$@"

@@ -1,7 +1,8 @@
 // The image smoke test: the unpacked image's own files run `weir` the way a container
 // runtime would (its entrypoint, environment and working directory, chrooted into its root
-// filesystem) inside a fresh network namespace that plays the node. Nothing from the host
-// is used inside the chroot, so a binary or library the image lacks makes a step fail.
+// filesystem, read-only, with the node's mounts the chart gives it: see chroot-run.sh) inside a
+// fresh network namespace that plays the node. Nothing from the host but those mounts is used
+// inside the chroot, so a binary or library the image lacks makes a step fail.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
