@@ -35,6 +35,13 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
   // A pod keeps its addresses for its life: cache them per (namespace, peer, port).
   let cache = new Map<string, readonly string[]>();
   let warnedNoBridge = false;
+  // Scans repeat every 100 ms while a pod is unbound: each problem is said once while it lasts.
+  let said = new Set<string>();
+  let saying = new Set<string>();
+  const warnOnce = (key: string, fields: object, msg: string) => {
+    saying.add(key);
+    if (!said.has(key)) log.warn(fields, msg);
+  };
 
   const json = async (args: string[]): Promise<unknown> => {
     const r = await runner.run('ip', args);
@@ -65,6 +72,7 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
       }
       const next = new Map<string, readonly string[]>();
       const claims = new Map<string, string[]>();
+      saying = new Set();
       await Promise.all(
         ports.map(async (p) => {
           const ns = names.get(p.nsid);
@@ -75,7 +83,7 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
             try {
               ips = addressesOf((await json(['-n', ns, '-j', 'addr', 'show'])) as AddrLink[], p.peerIndex);
             } catch (err) {
-              log.warn({ port: p.ifname, netns: ns, err: (err as Error).message }, 'cannot read the addresses of a pod interface');
+              warnOnce(`read ${key}`, { port: p.ifname, netns: ns, err: (err as Error).message }, 'cannot read the addresses of a pod interface: its pod cannot send');
               return;
             }
           }
@@ -92,8 +100,9 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
         // Two interfaces holding one address: bind it to neither (its pod cannot send) rather
         // than let one of them speak for the other.
         if (claimants.length === 1) out.set(ip, claimants[0]);
-        else log.warn({ ip, ports: claimants.sort() }, 'one address on several pod interfaces: bound to none');
+        else warnOnce(`claim ${ip} ${claimants.sort().join()}`, { ip, ports: claimants }, 'one address on several pod interfaces: bound to none');
       }
+      said = saying;
       return out;
     },
   };

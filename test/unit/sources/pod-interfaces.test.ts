@@ -153,3 +153,18 @@ test('a re-created pod reusing a bound address is scanned again, so it is bound 
   await src.stop();
   assert.deepEqual(got.at(-1)!.events.slice(1), [{ kind: 'PodInterface', op: 'upsert', object: { ip: '10.244.1.5', port: 'veth2' } }]);
 });
+
+test('a problem that lasts is said once, not at every scan', async () => {
+  const runner = kernel([port('veth1', 10, 2, 0), port('veth2', 11, 2, 1)], {
+    0: ['cni-a', addrs(2, ['10.244.1.5', 'global'])],
+    1: ['cni-b', addrs(2, ['10.244.1.5', 'global'])],
+  });
+  const warnings: string[] = [];
+  const log = silentLogger();
+  log.warn = ((_o: unknown, msg: string) => {
+    warnings.push(msg);
+  }) as typeof log.warn;
+  const scanner = createPodInterfaceScanner(runner, 'cni0', log);
+  for (let i = 0; i < 5; i++) await scanner.scan();
+  assert.equal(warnings.length, 1, warnings.join('\n'));
+});
