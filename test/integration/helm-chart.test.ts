@@ -1,0 +1,282 @@
+// charts/weir as files: `helm lint --strict` and `helm template` with the default values and
+// with ci/all-on-values.yaml, what the DaemonSet asks of a node, the values schema's messages,
+// every operator flag of `weir agent` reachable through values (read back by the agent's own
+// flag parser), and the copies that must not drift: deploy/ rendered from the chart, the
+// chart's crds/ equal to crds/. helm.test.ts installs it on a real API server.
+
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { defaultConfig } from '../../src/agent/config.ts';
+import { FLAGS, parse, toConfig } from '../../src/cli/flags.ts';
+import { parseHostPort } from '../../src/metrics/server.ts';
+import { CHART, find, helm, type Obj, parseDocs, REPO, render, run } from './helm-harness.ts';
+import { containerArgv, containerEnv, daemonSetPod } from './helm-kubelet.ts';
+
+const ALL_ON = join(CHART, 'ci/all-on-values.yaml');
+
+/** Flags an operator does not set through values, and why. */
+const NOT_VALUES: Record<string, string> = {
+  'node-name': 'the downward API gives it (spec.nodeName)',
+  manifests: 'the manifest source, for clusterless use',
+  kubeconfig: 'in-cluster configuration',
+  examples: 'demo only',
+  once: 'demo only',
+  help: 'not a setting',
+};
+
+const agentContainer = (docs: readonly Obj[]): Obj => find(docs, 'DaemonSet')!.spec.template.spec.containers[0];
+
+/** The DaemonSet's container as the agent reads it on a node: env resolved (node-a, the given
+ *  host IP), args expanded, then the agent's own flag parser. */
+function agentConfig(docs: readonly Obj[], hostIP = '172.31.0.1') {
+  const ds = find(docs, 'DaemonSet')!;
+  const created = daemonSetPod({ ...ds, metadata: { ...ds.metadata, uid: 'u' } }, 'node-a');
+  const pod = { ...created, metadata: { ...created.metadata, name: 'weir-abcde' }, status: { hostIP, podIP: hostIP } };
+  const container = agentContainer(docs);
+  const env = containerEnv(pod, container, new Map());
+  const [, , command, ...flags] = containerArgv(container, env);
+  return { command, flags, config: toConfig(parse(flags, Object.fromEntries(env)).values, { nodeName: true, manifestsDir: false }) };
+}
+
+describe('charts/weir rendered by helm', () => {
+  test('helm lint --strict passes with the default values and with every option on', async () => {
+    for (const values of [[], ['-f', ALL_ON]]) {
+      const r = await helm(['lint', '--strict', CHART, ...values]);
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.doesNotMatch(r.stdout, /\[(WARNING|ERROR)\]/);
+    }
+  });
+
+  test('the default values render the agent, its RBAC and the admission policies, and nothing optional', async () => {
+    const docs = await render();
+    assert.deepEqual(docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`).sort(), [
+      'ClusterRole//weir-agent',
+      'ClusterRoleBinding//weir-agent',
+      'DaemonSet/kube-system/weir',
+      'Role/kube-system/weir-agent-lease',
+      'RoleBinding/kube-system/weir-agent-lease',
+      'ServiceAccount/kube-system/weir',
+      'ValidatingAdmissionPolicy//weir-agent-lease',
+      'ValidatingAdmissionPolicy//weir-agent-own-node-status',
+      'ValidatingAdmissionPolicyBinding//weir-agent-lease',
+      'ValidatingAdmissionPolicyBinding//weir-agent-own-node-status',
+    ]);
+  });
+
+  test('the DaemonSet: host network, node-critical, every node, least privilege, the host paths iptables needs, probes on a named port', async () => {
+    const docs = await render();
+    const ds = find(docs, 'DaemonSet')!;
+    const pod = ds.spec.template.spec;
+    assert.equal(pod.hostNetwork, true);
+    assert.equal(pod.priorityClassName, 'system-node-critical');
+    assert.deepEqual(pod.tolerations, [{ operator: 'Exists' }]);
+    assert.deepEqual(pod.nodeSelector, { 'kubernetes.io/os': 'linux' });
+    assert.deepEqual(ds.spec.updateStrategy, { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 1, maxSurge: 0 } });
+    assert.equal(pod.serviceAccountName, 'weir');
+    const c = agentContainer(docs);
+    assert.equal(c.image, 'weir:0.1.0');
+    assert.deepEqual(c.securityContext, {
+      privileged: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN'] },
+      appArmorProfile: { type: 'Unconfined' },
+    });
+    const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath]));
+    assert.deepEqual(volumes, {
+      'xtables-lock': { path: '/run/xtables.lock', type: 'FileOrCreate' },
+      'lib-modules': { path: '/lib/modules' },
+      netns: { path: '/var/run/netns', type: 'DirectoryOrCreate' },
+    });
+    assert.deepEqual(c.volumeMounts, [
+      { name: 'xtables-lock', mountPath: '/run/xtables.lock' },
+      { name: 'lib-modules', mountPath: '/lib/modules', readOnly: true },
+      { name: 'netns', mountPath: '/var/run/netns', mountPropagation: 'HostToContainer', readOnly: true },
+    ]);
+    assert.deepEqual(c.env[0], { name: 'WEIR_NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } });
+    assert.deepEqual(c.ports, [{ name: 'metrics', containerPort: 9476, protocol: 'TCP' }]);
+    assert.deepEqual(c.livenessProbe.httpGet, { path: '/healthz', port: 'metrics' });
+    assert.deepEqual(c.readinessProbe.httpGet, { path: '/readyz', port: 'metrics' });
+    assert.deepEqual(c.resources, { requests: { cpu: '100m', memory: '256Mi' }, limits: { memory: '768Mi' } });
+  });
+
+  test('with source binding off the agent gets neither CAP_SYS_ADMIN nor the host network namespaces', async () => {
+    const docs = await render(['--set', 'agent.sourceBinding=false']);
+    const c = agentContainer(docs);
+    assert.deepEqual(c.securityContext, {
+      privileged: false,
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW'] },
+    });
+    assert.ok(!c.volumeMounts.some((m: Obj) => m.name === 'netns'));
+    assert.ok(!find(docs, 'DaemonSet')!.spec.template.spec.volumes.some((v: Obj) => v.name === 'netns'));
+    assert.ok(c.args.includes('--source-binding=off'));
+  });
+
+  test('before Kubernetes 1.30, or when turned off, no admission policies; the AppArmor profile becomes the annotation', async () => {
+    const old = await render(['--kube-version', '1.29.0']);
+    assert.deepEqual(
+      old.filter((d) => d.kind.startsWith('ValidatingAdmissionPolicy')),
+      [],
+    );
+    const ds = find(old, 'DaemonSet')!;
+    assert.equal(ds.spec.template.metadata.annotations['container.apparmor.security.beta.kubernetes.io/agent'], 'unconfined');
+    assert.equal(agentContainer(old).securityContext.appArmorProfile, undefined);
+    const off = await render(['--set', 'admissionPolicies.enabled=false']);
+    assert.deepEqual(
+      off.filter((d) => d.kind.startsWith('ValidatingAdmissionPolicy')),
+      [],
+    );
+  });
+
+  test('every option on: metrics Service, PodMonitor and ServiceMonitor on the metrics port; a ServiceMonitor alone brings its Service', async () => {
+    const docs = await render(['-f', ALL_ON]);
+    const svc = find(docs, 'Service')!;
+    assert.equal(svc.spec.clusterIP, 'None');
+    assert.deepEqual(svc.spec.ports, [{ name: 'metrics', port: 9477, targetPort: 'metrics', protocol: 'TCP' }]);
+    assert.deepEqual(svc.spec.selector, find(docs, 'DaemonSet')!.spec.selector.matchLabels);
+    assert.deepEqual(find(docs, 'PodMonitor')!.spec.podMetricsEndpoints, [{ port: 'metrics', path: '/metrics', interval: '15s' }]);
+    assert.equal(find(docs, 'PodMonitor')!.metadata.labels.release, 'prometheus');
+    assert.deepEqual(find(docs, 'ServiceMonitor')!.spec.endpoints, [{ port: 'metrics', path: '/metrics', interval: '20s' }]);
+    assert.equal(agentContainer(docs).ports[0].containerPort, 9477);
+    const onlySm = await render(['--set', 'metrics.serviceMonitor.enabled=true']);
+    assert.ok(find(onlySm, 'Service'));
+    assert.equal(find(onlySm, 'PodMonitor'), undefined);
+  });
+
+  test("every operator flag of weir agent is set through values, and the defaults are the agent's own", async () => {
+    const docs = await render();
+    const args: string[] = agentContainer(docs).args;
+    const operatorFlags = Object.keys(FLAGS).filter((f) => !(f in NOT_VALUES));
+    assert.deepEqual(
+      operatorFlags.filter((f) => !args.some((a) => a.startsWith(`--${f}=`))),
+      [],
+      'flags the chart does not pass',
+    );
+    const { command, config } = agentConfig(docs);
+    assert.equal(command, 'agent');
+    assert.deepEqual({ ...config, metricsAddr: '' }, { ...defaultConfig(), nodeName: 'node-a' });
+    assert.equal(config.metricsAddr, '[172.31.0.1]:9476');
+
+    const all = agentConfig(await render(['-f', ALL_ON])).config;
+    assert.deepEqual(
+      {
+        logLevel: all.logLevel,
+        markMask: all.markMask,
+        allowAction: all.allowAction,
+        debounceMs: all.debounceMs,
+        resyncIntervalMs: all.resyncIntervalMs,
+        hookCheckIntervalMs: all.hookCheckIntervalMs,
+        watchIdleTimeoutMs: all.watchIdleTimeoutMs,
+        relistIntervalMs: all.relistIntervalMs,
+        metricsAddr: all.metricsAddr,
+      },
+      {
+        logLevel: 'debug',
+        markMask: 0x0fff0000,
+        allowAction: 'RETURN',
+        debounceMs: 25, // extraArgs come last and win
+        resyncIntervalMs: 10_000,
+        hookCheckIntervalMs: 2_000,
+        watchIdleTimeoutMs: 120_000,
+        relistIntervalMs: 600_000,
+        metricsAddr: '[172.31.0.1]:9477',
+      },
+    );
+  });
+
+  test('the metrics address is one the kubelet reaches: the node IP of either family by default, or the host given', async () => {
+    const byDefault = await render();
+    const hostIP = agentContainer(byDefault).env.find((e: Obj) => e.name === 'HOST_IP');
+    assert.deepEqual(hostIP.valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
+    assert.deepEqual(parseHostPort(agentConfig(byDefault, 'fd00:172:31::1').config.metricsAddr), { host: 'fd00:172:31::1', port: 9476 });
+    assert.deepEqual(parseHostPort(agentConfig(byDefault, '172.31.0.1').config.metricsAddr), { host: '172.31.0.1', port: 9476 });
+    for (const [host, want] of [
+      ['0.0.0.0', '0.0.0.0'],
+      ['::', '::'],
+    ]) {
+      const docs = await render(['--set-string', `metrics.host=${host}`]);
+      assert.equal(
+        agentContainer(docs).env.find((e: Obj) => e.name === 'HOST_IP'),
+        undefined,
+      );
+      assert.deepEqual(parseHostPort(agentConfig(docs).config.metricsAddr), { host: want, port: 9476 });
+    }
+  });
+
+  test('a release in another namespace: its service account there, the Lease Role still in kube-system, the admission policies naming it', async () => {
+    const r = await helm(['template', 'weir', CHART, '--namespace', 'weir-system']);
+    assert.equal(r.code, 0, r.stderr);
+    const docs = parseDocs(r.stdout);
+    assert.equal(find(docs, 'ServiceAccount')!.metadata.namespace, 'weir-system');
+    assert.equal(find(docs, 'Role')!.metadata.namespace, 'kube-system');
+    assert.deepEqual(find(docs, 'RoleBinding')!.subjects, [{ kind: 'ServiceAccount', name: 'weir', namespace: 'weir-system' }]);
+    for (const vap of docs.filter((d) => d.kind === 'ValidatingAdmissionPolicy')) {
+      assert.match(vap.spec.matchConditions[0].expression, /'system:serviceaccount:weir-system:weir'/);
+    }
+  });
+
+  test('a mistyped value fails with a message naming the value and what it must be', async () => {
+    const cases: [string[], RegExp][] = [
+      [['--set', 'agent.logLevel=verbose'], /at '\/agent\/logLevel': value must be one of 'fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'/],
+      [['--set', 'agnet.logLevel=debug'], /additional properties 'agnet' not allowed/],
+      [['--set', 'metrics.port=http'], /at '\/metrics\/port': got string, want integer/],
+      [['--set', 'agent.markMask=ffff0000'], /at '\/agent\/markMask': '.*' does not match pattern/],
+      [['--set', 'agent.sourceBinding=yes'], /at '\/agent\/sourceBinding': got string, want boolean/],
+      [['--set', 'updateStrategy.maxUnavailable=0'], /at '\/updateStrategy\/maxUnavailable'/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await helm(['template', 'weir', CHART, ...args]);
+      assert.notEqual(r.code, 0, args.join(' '));
+      assert.match(r.stderr, /values don't meet the specifications of the schema/);
+      assert.match(r.stderr, message);
+    }
+  });
+
+  test('the image defaults to weir at the chart appVersion, which is the agent version of package.json', async () => {
+    const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { version: string };
+    const chart = await readFile(join(CHART, 'Chart.yaml'), 'utf8');
+    assert.match(chart, new RegExp(`^appVersion: "${pkg.version.replaceAll('.', '\\.')}"$`, 'm'));
+    assert.equal(agentContainer(await render()).image, `weir:${pkg.version}`);
+  });
+});
+
+describe('one source for what the chart shares with the repository', () => {
+  test('deploy/rbac.yaml and deploy/admission-policy.yaml are the chart rendered (scripts/helm.sh sync writes them)', async () => {
+    for (const template of ['rbac.yaml', 'admission-policy.yaml']) {
+      const rendered = await run(join(REPO, 'scripts/helm.sh'), ['render-deploy', template]);
+      assert.equal(rendered.code, 0, rendered.stderr);
+      assert.equal(await readFile(join(REPO, 'deploy', template), 'utf8'), rendered.stdout, `deploy/${template} differs from the chart: run scripts/helm.sh sync`);
+    }
+  });
+
+  test("the chart's crds/ equals crds/ file for file (scripts/helm.sh sync copies them)", async () => {
+    const top = (await readdir(join(REPO, 'crds'))).sort();
+    assert.deepEqual((await readdir(join(CHART, 'crds'))).sort(), top, 'run scripts/helm.sh sync');
+    for (const f of top) {
+      assert.equal(await readFile(join(CHART, 'crds', f), 'utf8'), await readFile(join(REPO, 'crds', f), 'utf8'), `charts/weir/crds/${f} differs from crds/${f}: run scripts/helm.sh sync`);
+    }
+  });
+
+  test('helm package ships the CRDs and the schema, not the CI values', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'weir-helm-package-'));
+    try {
+      const r = await helm(['package', CHART, '--destination', dir]);
+      assert.equal(r.code, 0, r.stderr);
+      const list = await run('tar', ['tzf', join(dir, 'weir-0.1.0.tgz')]);
+      const files = list.stdout.trim().split('\n').sort();
+      for (const f of ['weir/crds/weir.dev_nodepolicystatuses.yaml', 'weir/crds/weir.dev_networkpolicystatuses.yaml', 'weir/values.schema.json', 'weir/templates/NOTES.txt']) {
+        assert.ok(files.includes(f), `${f} in ${files.join(', ')}`);
+      }
+      assert.deepEqual(
+        files.filter((f) => f.startsWith('weir/ci/')),
+        [],
+      );
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

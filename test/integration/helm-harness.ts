@@ -1,0 +1,243 @@
+// The chart's tests' tools: helm (built by scripts/helm.sh, cached), the chart rendered and
+// parsed, and a simulated cluster on a real API server where the chart is installed and its
+// DaemonSet's pods are run by hand as a kubelet would (helm-kubelet.ts).
+
+import { spawn } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadAll } from 'js-yaml';
+import { type Cluster, createCluster } from '../../src/sim/cluster.ts';
+import { type Cell, diffMatrix, expectMatrix, type Matrix, probeMatrix, renderMatrix } from '../../src/sim/prober.ts';
+import { baseNamespaces, basePods, NODES, type PodDef } from '../conformance/harness.ts';
+import { forgetProbeFlows } from '../support/conntrack.ts';
+import { type Bridge, bridgeApiServer } from './bridge.ts';
+import { type ControlPlane, startControlPlane } from './controlplane.ts';
+import { ContainerProcess, containerScript, daemonSetPod, type Obj } from './helm-kubelet.ts';
+import { podObject } from './kube-harness.ts';
+
+export type { Cell, Obj };
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export const CHART = join(REPO, 'charts/weir');
+const HELM_SCRIPT = join(REPO, 'scripts/helm.sh');
+
+export interface Run {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a command to completion; never rejects on a non-zero exit (tests assert on it). */
+export function run(command: string, args: readonly string[], opts: { input?: string; passStderr?: boolean } = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (b: Buffer) => out.push(b));
+    child.stderr.on('data', (b: Buffer) => {
+      err.push(b);
+      if (opts.passStderr) process.stderr.write(b);
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+    child.stdin.end(opts.input ?? '');
+  });
+}
+
+function ok(what: string, r: Run): string {
+  if (r.code !== 0) throw new Error(`${what} exited ${r.code}:\n${r.stderr}${r.stdout}`);
+  return r.stdout;
+}
+
+let helmPath: Promise<string> | undefined;
+
+/** Builds helm unless cached (a few minutes the first time); resolves to its path. */
+export function buildHelm(): Promise<string> {
+  helmPath ??= run(HELM_SCRIPT, ['build'], { passStderr: true }).then((r) => ok('scripts/helm.sh build', r).trim());
+  return helmPath;
+}
+
+/** Runs helm; resolves whatever its exit status. */
+export async function helm(args: readonly string[], input?: string): Promise<Run> {
+  return run(await buildHelm(), args, { input });
+}
+
+/** `helm template weir charts/weir -n kube-system ARGS`, parsed: one object per document. */
+export async function render(args: readonly string[] = []): Promise<Obj[]> {
+  const out = ok(`helm template ${args.join(' ')}`, await helm(['template', 'weir', CHART, '--namespace', 'kube-system', ...args]));
+  return parseDocs(out);
+}
+
+export function parseDocs(text: string): Obj[] {
+  return (loadAll(text) as (Obj | null)[]).filter((d): d is Obj => d !== null && typeof d === 'object');
+}
+
+export const find = (docs: readonly Obj[], kind: string, name?: string): Obj | undefined => docs.find((d) => d.kind === kind && (name === undefined || d.metadata.name === name));
+
+/**
+ * A real API server (no controllers, no kubelet) and the simulated two-node Flannel cluster
+ * of the conformance suite, with its namespaces, nodes and pods created through the API, and
+ * nothing of Weir's: the chart brings the CRDs, RBAC and admission policies.
+ */
+export class ChartCluster {
+  readonly cp: ControlPlane;
+  readonly cluster: Cluster;
+  readonly bridges = new Map<string, Bridge>();
+  readonly containers: ContainerProcess[] = [];
+  #runs = 0;
+
+  private constructor(cp: ControlPlane, cluster: Cluster) {
+    this.cp = cp;
+    this.cluster = cluster;
+  }
+
+  static async start(): Promise<ChartCluster> {
+    const [cp] = await Promise.all([startControlPlane(), buildHelm()]);
+    let cluster: Cluster | undefined;
+    try {
+      cluster = await createCluster({
+        tag: 'whelm',
+        nodes: NODES.map((n) => ({ name: n.name, podCIDRs: [...n.podCIDRs] })),
+        pods: basePods().map((p) => ({ namespace: p.namespace, name: p.name, node: p.node, ips: p.ips })),
+      });
+      const c = new ChartCluster(cp, cluster);
+      try {
+        const port = Number(new URL(cp.server).port);
+        for (const node of cluster.nodes) c.bridges.set(node.name, await bridgeApiServer(node.netns, port));
+        await c.#createCast();
+        return c;
+      } catch (err) {
+        await c.stop();
+        throw err;
+      }
+    } catch (err) {
+      await cluster?.destroy();
+      await cp.stop();
+      throw err;
+    }
+  }
+
+  /** helm against this API server; resolves whatever its exit status. */
+  helm(args: readonly string[], input?: string): Promise<Run> {
+    return helm([...args, '--kubeconfig', this.cp.kubeconfig], input);
+  }
+
+  kubectl(args: readonly string[], input?: string): Promise<string> {
+    return this.cp.kubectl(args, input);
+  }
+
+  async getJson(args: readonly string[]): Promise<Obj> {
+    return JSON.parse(await this.kubectl([...args, '-o', 'json'])) as Obj;
+  }
+
+  /** kubectl apply -f - of objects (JSON is YAML). */
+  async apply(...objects: unknown[]): Promise<void> {
+    await this.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
+  }
+
+  /**
+   * Does for each node what the DaemonSet controller, the scheduler and the kubelet would:
+   * creates the DaemonSet's pod there, sets its status (host network: the node's addresses),
+   * gets it a token bound to it (TokenRequest), and runs its containers as written. Resolves
+   * once every agent has written its first full sync.
+   */
+  async runDaemonSet(namespace: string, name: string): Promise<ContainerProcess[]> {
+    const ds = await this.getJson(['get', 'daemonset', name, '-n', namespace]);
+    const admin = (await this.getJson(['config', 'view', '--raw'])) as { clusters: { cluster: Record<string, string> }[] };
+    const caCrt = Buffer.from(admin.clusters[0].cluster['certificate-authority-data'], 'base64').toString();
+    const port = Number(new URL(this.cp.server).port);
+    const started: ContainerProcess[] = [];
+    this.#runs++;
+    for (const node of this.cluster.nodes) {
+      const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(daemonSetPod(ds, node.name)))) as Obj;
+      const podName: string = created.metadata.name;
+      const ips = node.underlayIPs.map((ip) => ({ ip }));
+      const status = { phase: 'Running', hostIP: ips[0].ip, hostIPs: ips, podIP: ips[0].ip, podIPs: ips, conditions: [{ type: 'Ready', status: 'True' }] };
+      await this.kubectl(['patch', 'pod', podName, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+      const pod = await this.getJson(['get', 'pod', podName, '-n', namespace]);
+      const token = (await this.kubectl(['create', 'token', pod.spec.serviceAccountName, '-n', namespace, '--duration=1h', '--bound-object-kind', 'Pod', '--bound-object-name', podName])).trim();
+      for (const container of pod.spec.containers as Obj[]) {
+        const dir = join(this.cp.dir, `kubelet-${this.#runs}-${node.name}-${container.name}`);
+        await mkdir(dir, { recursive: true });
+        const script = join(dir, 'run.sh');
+        const made = await containerScript({ pod, container, netns: node.netns, dir, token, caCrt, apiHost: '127.0.0.1', apiPort: port });
+        await writeFile(script, made.script);
+        const c = new ContainerProcess({ node: node.name, netns: node.netns, pod, container, script, skippedMounts: made.skipped });
+        this.containers.push(c);
+        started.push(c);
+      }
+    }
+    await Promise.all(started.map((c) => c.waitFor((r) => r.msg === 'resynced dataplane', 30_000, 'first sync')));
+    return started;
+  }
+
+  /**
+   * The container's liveness or readiness probe, sent as the kubelet sends it: an HTTP GET
+   * from the node (its own network namespace) to the pod's IP (the node's, on the host
+   * network) and the named port. Resolves to the status and body (status 0: no answer).
+   */
+  async probe(c: ContainerProcess, which: 'livenessProbe' | 'readinessProbe'): Promise<{ status: number; body: string }> {
+    const get = c.container[which]?.httpGet;
+    if (get === undefined) throw new Error(`container ${c.container.name} has no ${which}.httpGet`);
+    const port = typeof get.port === 'number' ? get.port : (c.container.ports ?? []).find((p: Obj) => p.name === get.port)?.containerPort;
+    if (port === undefined) throw new Error(`${which}: no container port named ${get.port}`);
+    const host: string = get.host ?? c.pod.status.podIP;
+    const url = `${(get.scheme ?? 'HTTP').toLowerCase()}://${host.includes(':') ? `[${host}]` : host}:${port}${get.path ?? '/'}`;
+    const timeoutMs = (c.container[which].timeoutSeconds ?? 1) * 1000;
+    const script = `fetch(${JSON.stringify(url)}, { signal: AbortSignal.timeout(${timeoutMs}) }).then(async (r) => console.log(JSON.stringify({ status: r.status, body: await r.text() })), (e) => console.log(JSON.stringify({ status: 0, body: String(e) })))`;
+    const r = await run('ip', ['netns', 'exec', c.netns, process.execPath, '-e', script]);
+    return JSON.parse(ok(`probe ${url}`, r)) as { status: number; body: string };
+  }
+
+  /** What a rolling update or an uninstall does to each agent pod: the kubelet stops the
+   *  container (SIGTERM, SIGKILL after the grace period) and the pod object goes. */
+  async stopDaemonSetPods(containers: readonly ContainerProcess[]): Promise<void> {
+    await Promise.all(containers.map((c) => c.stop((c.pod.spec.terminationGracePeriodSeconds ?? 30) * 1000)));
+    for (const c of containers) await this.kubectl(['delete', 'pod', c.pod.metadata.name, '-n', c.pod.metadata.namespace, '--grace-period=0', '--force', '--ignore-not-found']);
+  }
+
+  /** Probes the full truth table until it matches, and throws with the last diff otherwise. */
+  async expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
+    const expected = expectMatrix(this.cluster, {}, allowed);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      await forgetProbeFlows(this.cluster);
+      const actual = await probeMatrix(this.cluster);
+      const diff = diffMatrix(expected, actual);
+      if (diff.length === 0) return actual;
+      if (Date.now() > deadline) {
+        throw new Error(
+          `${what}: ${diff.length} cells differ:\n  ${diff.slice(0, 30).join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}\n\nagent errors:\n${this.containers.flatMap((a) => a.errors).join('\n') || 'none'}`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.allSettled(this.containers.map((c) => c.stop()));
+    for (const b of this.bridges.values()) await b.close().catch(() => {});
+    await this.cluster.destroy();
+    await this.cp.stop();
+  }
+
+  async #createCast(): Promise<void> {
+    const nss = Object.entries(baseNamespaces()).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } }));
+    const nodes = this.cluster.nodes.map((n) => ({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: n.name, labels: { 'kubernetes.io/os': 'linux', 'kubernetes.io/hostname': n.name } },
+      spec: { podCIDRs: n.podCIDRs, podCIDR: n.podCIDRs[0] },
+    }));
+    await this.apply(...nss, ...nodes);
+    await this.kubectl(['wait', '--for=jsonpath={.metadata.name}', 'namespace/alpha', '--timeout=30s']);
+    for (const p of basePods()) await this.#createPod(p);
+  }
+
+  /** A pod of the cast through the API, its status set as a kubelet would (Running, IPs). */
+  async #createPod(p: PodDef): Promise<void> {
+    await this.apply(podObject(p));
+    const status = { phase: 'Running', podIP: p.ips[0], podIPs: p.ips.map((ip) => ({ ip })), conditions: [{ type: 'Ready', status: 'True' }] };
+    await this.kubectl(['patch', 'pod', p.name, '-n', p.namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+  }
+}

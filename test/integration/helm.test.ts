@@ -1,0 +1,211 @@
+// The chart on a real API server. `helm install` with the default values, then the DaemonSet
+// it created run on each simulated node exactly as written (helm-kubelet.ts: the same command,
+// args and env, mounts and capabilities; in-cluster config with a token bound to the agent's
+// pod), bound only by the chart's RBAC and admission policies: the agents must enforce a policy
+// applied with kubectl (real packets), answer the chart's probes, and write their status with
+// nothing forbidden. Then a rolling update: the old agents stop and the rules stay; `helm
+// upgrade` with every optional part on, its DaemonSet run the same way; and `helm uninstall`,
+// which must leave no object of the release behind.
+
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { A1, B1, B2 } from '../conformance/harness.ts';
+import { CHART, type Cell, ChartCluster, type Obj, parseDocs } from './helm-harness.ts';
+import type { ContainerProcess } from './helm-kubelet.ts';
+import { policyObject } from './kube-harness.ts';
+
+const NS = 'kube-system';
+const ALL_ON = join(CHART, 'ci/all-on-values.yaml');
+
+/** alpha's web pod takes port 80 from beta's pods only (and itself). */
+const fromBetaOn80 = (c: Cell) => c.target !== A1 || c.source === A1 || ((c.source === B1 || c.source === B2) && c.proto === 'tcp' && c.port === 80);
+
+async function eventually<T>(what: string, fn: () => Promise<T>, good: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: T | undefined;
+  let err: unknown;
+  while (Date.now() < deadline) {
+    try {
+      last = await fn();
+      if (good(last)) return last;
+    } catch (e) {
+      err = e;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`${what}: not reached; last ${JSON.stringify(last)?.slice(0, 1500)} ${err ? String(err) : ''}`);
+}
+
+const cond = (obj: Obj, type: string) => (obj.status?.conditions ?? []).find((c: { type: string }) => c.type === type);
+
+/** Lines an agent logged that say the API server refused it something. */
+const forbidden = (agents: readonly ContainerProcess[]) => agents.flatMap((a) => a.log.filter((l) => /forbid|\b403\b/i.test(l)).map((l) => `${a.node}: ${l}`));
+
+/** Minimal Prometheus Operator CRDs (kinds only, any spec): enough for the API server to
+ *  store the chart's PodMonitor and ServiceMonitor, not to check their fields. */
+const monitoringCrd = (kind: string) => {
+  const plural = `${kind.toLowerCase()}s`;
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: `${plural}.monitoring.coreos.com` },
+    spec: {
+      group: 'monitoring.coreos.com',
+      scope: 'Namespaced',
+      names: { kind, plural, listKind: `${kind}List`, singular: kind.toLowerCase() },
+      versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+    },
+  };
+};
+
+describe('the chart on a real API server: install, agents that enforce policy, upgrade, uninstall', () => {
+  let k: ChartCluster;
+  let agents: ContainerProcess[] = [];
+  /** Every object of every revision of the release (helm get manifest). */
+  const released: Obj[] = [];
+  before(async () => {
+    k = await ChartCluster.start();
+  });
+  after(async () => {
+    await k?.stop();
+  });
+
+  const manifest = async (revision: number) => parseDocs((await k.helm(['get', 'manifest', 'weir', '-n', NS, '--revision', String(revision)])).stdout);
+
+  /** What `kubectl get` says of each object: its name, or the error. */
+  async function lookUp(objs: readonly Obj[]): Promise<string[]> {
+    return Promise.all(
+      objs.map(async (o) => {
+        const ref = `${o.kind}/${o.metadata.name}`;
+        const ns = o.metadata.namespace ? ['-n', o.metadata.namespace] : [];
+        const gv = o.apiVersion.includes('/') ? `${o.kind.toLowerCase()}.${o.apiVersion.split('/')[1]}.${o.apiVersion.split('/')[0]}` : o.kind.toLowerCase();
+        try {
+          await k.kubectl(['get', gv, o.metadata.name, ...ns, '-o', 'name']);
+          return `${ref}: present`;
+        } catch (e) {
+          return `${ref}: ${/NotFound|not found/.test(String(e)) ? 'gone' : String(e)}`;
+        }
+      }),
+    );
+  }
+
+  test('a mistyped value fails helm install with the schema error, and installs nothing', async () => {
+    const r = await k.helm(['install', 'weir', CHART, '--namespace', NS, '--set', 'agent.logLevel=verbose', '--set', 'metrics.prot=9476']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /values don't meet the specifications of the schema/);
+    assert.match(r.stderr, /at '\/agent\/logLevel': value must be one of 'fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'/);
+    assert.match(r.stderr, /at '\/metrics': additional properties 'prot' not allowed/);
+    assert.equal((await k.helm(['list', '--all-namespaces', '--all', '-q'])).stdout.trim(), '');
+    assert.equal((await k.kubectl(['get', 'daemonsets,serviceaccounts', '-n', NS, '-o', 'name'])).trim(), '');
+  });
+
+  test('helm install: every object accepted; the DaemonSet run as written enforces a policy applied with kubectl', async () => {
+    const installed = await k.helm(['install', 'weir', CHART, '--namespace', NS]);
+    assert.equal(installed.code, 0, installed.stderr);
+    assert.match(installed.stdout, /kubectl get nodepolicystatuses/, 'NOTES tell how to check the install');
+    released.push(...(await manifest(1)));
+    assert.deepEqual(
+      (await lookUp(released)).filter((l) => !l.endsWith(': present')),
+      [],
+    );
+    agents = await k.runDaemonSet(NS, 'weir');
+    // Every mount is made, but /lib/modules on a machine without it (nothing reads it: the
+    // agent has no CAP_SYS_MODULE; the mount is for parity with kube-proxy).
+    assert.deepEqual(
+      agents.flatMap((a) => a.skippedMounts).filter((m) => !m.startsWith('/lib/modules ') || existsSync('/lib/modules')),
+      [],
+    );
+    await k.expect(() => true, 'no policy: default allow');
+    await k.apply(
+      policyObject('alpha', 'web-from-beta', {
+        podSelector: { matchLabels: { app: 'web' } },
+        ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }], ports: [{ port: 80 }] }],
+      }),
+    );
+    await k.expect(fromBetaOn80, 'web-from-beta');
+  });
+
+  test("the agents answer the chart's liveness and readiness probes where the kubelet sends them", async () => {
+    for (const a of agents) {
+      for (const probe of ['livenessProbe', 'readinessProbe'] as const) {
+        const r = await k.probe(a, probe);
+        assert.equal(r.status, 200, `${a.node} ${probe}: ${r.status} ${r.body}`);
+      }
+    }
+  });
+
+  test('the agents write their status objects (the Lease holder too) with nothing forbidden', async () => {
+    for (const node of ['node-a', 'node-b']) {
+      await eventually(
+        `NodePolicyStatus ${node}`,
+        () => k.getJson(['get', 'nodepolicystatus', node]),
+        (o) => cond(o, 'Ready')?.status === 'True' && cond(o, 'Programmed')?.status === 'True',
+      );
+    }
+    await eventually(
+      'NetworkPolicyStatus alpha/web-from-beta Enforced',
+      () => k.getJson(['get', 'networkpolicystatus', 'web-from-beta', '-n', 'alpha']),
+      (o) => cond(o, 'Accepted')?.status === 'True' && cond(o, 'Enforced')?.status === 'True',
+    );
+    assert.deepEqual(forbidden(agents), []);
+    assert.deepEqual(
+      agents.flatMap((a) => a.errors),
+      [],
+    );
+  });
+
+  test('a rolling update: stopped agents leave the rules in place; helm upgrade with every option on runs agents that take over', async () => {
+    await k.stopDaemonSetPods(agents);
+    await k.expect(fromBetaOn80, 'no agent running: the rules stay', 2_000);
+
+    await k.apply(monitoringCrd('PodMonitor'), monitoringCrd('ServiceMonitor'));
+    await k.kubectl(['wait', '--for=condition=Established', 'crd/podmonitors.monitoring.coreos.com', 'crd/servicemonitors.monitoring.coreos.com', '--timeout=30s']);
+    const upgraded = await k.helm(['upgrade', 'weir', CHART, '--namespace', NS, '-f', ALL_ON]);
+    assert.equal(upgraded.code, 0, upgraded.stderr);
+    const second = await manifest(2);
+    released.push(...second);
+    assert.deepEqual(
+      (await lookUp(second)).filter((l) => !l.endsWith(': present')),
+      [],
+    );
+    for (const kind of ['Service', 'PodMonitor', 'ServiceMonitor'])
+      assert.ok(
+        second.some((o) => o.kind === kind),
+        `${kind} in the upgraded release`,
+      );
+    const ds = await k.getJson(['get', 'daemonset', 'weir', '-n', NS]);
+    assert.equal(ds.metadata.generation, 2);
+    assert.equal(ds.spec.updateStrategy.rollingUpdate.maxUnavailable, '50%');
+
+    agents = await k.runDaemonSet(NS, 'weir');
+    // The new values are in force: debug lines, RETURN as the allow action.
+    assert.ok(
+      agents.every((a) => a.log.some((l) => /"level":20/.test(l))),
+      'log level debug',
+    );
+    await k.expect(fromBetaOn80, 'the upgraded agents enforce the same policy');
+    await k.kubectl(['delete', 'networkpolicy', 'web-from-beta', '-n', 'alpha']);
+    await k.expect(() => true, 'policy deleted: the upgraded agents follow the cluster');
+    for (const a of agents) assert.equal((await k.probe(a, 'readinessProbe')).status, 200, `${a.node} ready after the upgrade`);
+    assert.deepEqual(forbidden(agents), []);
+  });
+
+  test('helm uninstall leaves no object of the release behind', async () => {
+    await k.stopDaemonSetPods(agents);
+    const r = await k.helm(['uninstall', 'weir', '--namespace', NS, '--wait']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(
+      (await lookUp(released)).filter((l) => !l.endsWith(': gone')),
+      [],
+    );
+    assert.equal((await k.helm(['list', '--all-namespaces', '--all', '-q'])).stdout.trim(), '');
+    assert.equal((await k.kubectl(['get', 'secrets', '-n', NS, '-l', 'owner=helm', '-o', 'name'])).trim(), '', 'no release record left');
+    // Helm never deletes the CRDs of a chart's crds/ (their objects would go with them).
+    const crds = await readFile(join(CHART, 'crds/weir.dev_nodepolicystatuses.yaml'), 'utf8');
+    assert.match(crds, /name: nodepolicystatuses\.weir\.dev/);
+    await k.kubectl(['get', 'crd', 'nodepolicystatuses.weir.dev', 'networkpolicystatuses.weir.dev']);
+  });
+});
