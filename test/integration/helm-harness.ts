@@ -137,37 +137,52 @@ export class ChartCluster {
 
   /**
    * Does for each node what the DaemonSet controller, the scheduler and the kubelet would:
-   * creates the DaemonSet's pod there, sets its status (host network: the node's addresses),
-   * gets it a token bound to it (TokenRequest), and runs its containers as written. Resolves
-   * once every agent has written its first full sync.
+   * creates the DaemonSet's pod there, gets it a token bound to it (TokenRequest), and runs
+   * its containers as written. Resolves once every agent has written its first full sync.
    */
   async runDaemonSet(namespace: string, name: string): Promise<ContainerProcess[]> {
     const ds = await this.getJson(['get', 'daemonset', name, '-n', namespace]);
-    const admin = (await this.getJson(['config', 'view', '--raw'])) as { clusters: { cluster: Record<string, string> }[] };
-    const caCrt = Buffer.from(admin.clusters[0].cluster['certificate-authority-data'], 'base64').toString();
-    const port = Number(new URL(this.cp.server).port);
     const started: ContainerProcess[] = [];
-    this.#runs++;
     for (const node of this.cluster.nodes) {
       const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(daemonSetPod(ds, node.name)))) as Obj;
-      const podName: string = created.metadata.name;
-      const ips = node.underlayIPs.map((ip) => ({ ip }));
-      const status = { phase: 'Running', hostIP: ips[0].ip, hostIPs: ips, podIP: ips[0].ip, podIPs: ips, conditions: [{ type: 'Ready', status: 'True' }] };
-      await this.kubectl(['patch', 'pod', podName, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
-      const pod = await this.getJson(['get', 'pod', podName, '-n', namespace]);
-      const token = (await this.kubectl(['create', 'token', pod.spec.serviceAccountName, '-n', namespace, '--duration=1h', '--bound-object-kind', 'Pod', '--bound-object-name', podName])).trim();
-      for (const container of pod.spec.containers as Obj[]) {
-        const dir = join(this.cp.dir, `kubelet-${this.#runs}-${node.name}-${container.name}`);
-        await mkdir(dir, { recursive: true });
-        const script = join(dir, 'run.sh');
-        const made = await containerScript({ pod, container, netns: node.netns, dir, token, caCrt, apiHost: '127.0.0.1', apiPort: port });
-        await writeFile(script, made.script);
-        const c = new ContainerProcess({ node: node.name, netns: node.netns, pod, container, script, skippedMounts: made.skipped });
-        this.containers.push(c);
-        started.push(c);
-      }
+      started.push(...(await this.runPod(namespace, created.metadata.name)));
     }
     await Promise.all(started.map((c) => c.waitFor((r) => r.msg === 'resynced dataplane', 30_000, 'first sync')));
+    return started;
+  }
+
+  /**
+   * The kubelet's part for a pod bound to a simulated node: sets its status (host network:
+   * the node's addresses), mounts it a token bound to it, and starts its containers.
+   */
+  async runPod(namespace: string, podName: string): Promise<ContainerProcess[]> {
+    const bound = await this.getJson(['get', 'pod', podName, '-n', namespace]);
+    const node = this.cluster.nodes.find((n) => n.name === bound.spec.nodeName);
+    if (node === undefined) throw new Error(`pod ${namespace}/${podName} is not bound to a simulated node (${bound.spec.nodeName})`);
+    const ips = node.underlayIPs.map((ip) => ({ ip }));
+    const status = { phase: 'Running', hostIP: ips[0].ip, hostIPs: ips, podIP: ips[0].ip, podIPs: ips, conditions: [{ type: 'Ready', status: 'True' }] };
+    await this.kubectl(['patch', 'pod', podName, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+    const pod = await this.getJson(['get', 'pod', podName, '-n', namespace]);
+    const sa: string = pod.spec.serviceAccountName ?? 'default';
+    // Without a controller manager only the chart's account exists: another pod gets none.
+    const accounts = await this.kubectl(['get', 'serviceaccounts', '-n', namespace, '-o', 'name']);
+    const token = accounts.split('\n').includes(`serviceaccount/${sa}`)
+      ? (await this.kubectl(['create', 'token', sa, '-n', namespace, '--duration=1h', '--bound-object-kind', 'Pod', '--bound-object-name', podName])).trim()
+      : '';
+    const admin = (await this.getJson(['config', 'view', '--raw'])) as { clusters: { cluster: Record<string, string> }[] };
+    const caCrt = Buffer.from(admin.clusters[0].cluster['certificate-authority-data'], 'base64').toString();
+    const started: ContainerProcess[] = [];
+    this.#runs++;
+    for (const container of pod.spec.containers as Obj[]) {
+      const dir = join(this.cp.dir, `kubelet-${this.#runs}-${node.name}-${container.name}`);
+      await mkdir(dir, { recursive: true });
+      const script = join(dir, 'run.sh');
+      const made = await containerScript({ pod, container, netns: node.netns, dir, token, caCrt, apiHost: '127.0.0.1', apiPort: Number(new URL(this.cp.server).port) });
+      await writeFile(script, made.script);
+      const c = new ContainerProcess({ node: node.name, netns: node.netns, pod, container, script, skippedMounts: made.skipped });
+      this.containers.push(c);
+      started.push(c);
+    }
     return started;
   }
 

@@ -297,6 +297,18 @@ export class ContainerProcess {
     });
   }
 
+  /** Resolves with the exit code (null: killed by a signal) once the process has exited. */
+  exitCode(timeoutMs: number): Promise<number | null> {
+    if (this.exited) return Promise.resolve(this.child.exitCode);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`container on ${this.node} still running after ${timeoutMs} ms; last lines:\n${this.log.slice(-12).join('\n')}`)), timeoutMs);
+      this.child.once('exit', (code) => {
+        clearTimeout(timer);
+        resolve(code);
+      });
+    });
+  }
+
   /** SIGTERM, as the kubelet stops a container; SIGKILL after the grace period. */
   async stop(graceMs = 5000): Promise<void> {
     if (this.exited) return;

@@ -13,7 +13,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { A1, B1, B2 } from '../conformance/harness.ts';
-import { CHART, type Cell, ChartCluster, type Obj, parseDocs } from './helm-harness.ts';
+import { CHART, type Cell, ChartCluster, type Obj, parseDocs, run } from './helm-harness.ts';
 import type { ContainerProcess } from './helm-kubelet.ts';
 import { policyObject } from './kube-harness.ts';
 
@@ -207,5 +207,35 @@ describe('the chart on a real API server: install, agents that enforce policy, u
     const crds = await readFile(join(CHART, 'crds/weir.dev_nodepolicystatuses.yaml'), 'utf8');
     assert.match(crds, /name: nodepolicystatuses\.weir\.dev/);
     await k.kubectl(['get', 'crd', 'nodepolicystatuses.weir.dev', 'networkpolicystatuses.weir.dev']);
+  });
+  test('after helm uninstall the rules stay, so a new pod is cut off, until weir cleanup run by kubectl debug on each node removes them', async () => {
+    // A pod started after the uninstall: no agent learns its address, and the rules left in
+    // place drop the traffic of every pod they do not know.
+    await k.cluster.addPod({ namespace: 'alpha', name: 'a3', node: 'node-a', ips: ['10.244.1.13', 'fd00:10:244:1::13'] });
+    const A3 = 'alpha/a3';
+    await k.expect((c) => c.source === c.target || (c.source !== A3 && c.target !== A3), 'a3 cut off by the rules left behind');
+    // docs/install.md#uninstall: the command an operator runs, its pod run as a kubelet would.
+    const debuggers: ContainerProcess[] = [];
+    for (const node of ['node-a', 'node-b']) {
+      const out = await k.kubectl(['debug', `node/${node}`, '-n', NS, '--profile=netadmin', '--image=weir:0.1.0', '--arguments-only', '--', 'cleanup']);
+      const pod = /pod (node-debugger-\S+) /.exec(out)?.[1];
+      assert.ok(pod, out);
+      debuggers.push(...(await k.runPod(NS, pod)));
+    }
+    for (const d of debuggers) assert.equal(await d.exitCode(20_000), 0, d.log.join('\n'));
+    assert.ok(
+      debuggers.every((d) => d.log.some((l) => /removed everything Weir owned/.test(l))),
+      debuggers.flatMap((d) => d.log).join('\n'),
+    );
+    await k.expect(() => true, 'weir cleanup: nothing of Weir left, a3 reached like every pod');
+    for (const node of k.cluster.nodes) {
+      for (const save of ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-legacy-save', 'ip6tables-legacy-save']) {
+        const r = await run('ip', ['netns', 'exec', node.netns, save]);
+        assert.doesNotMatch(r.stdout, /weir:/, `${node.name} ${save}`);
+      }
+    }
+    // Forced: no kubelet here confirms the deletion of the (completed) debug pods.
+    await k.kubectl(['delete', 'pods', '-n', NS, '-l', 'app.kubernetes.io/managed-by=kubectl-debug', '--grace-period=0', '--force']);
+    assert.equal((await k.kubectl(['get', 'pods', '-n', NS, '-o', 'name'])).trim(), '');
   });
 });
