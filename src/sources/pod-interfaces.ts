@@ -5,7 +5,8 @@
 //
 // The container runtime pins every pod sandbox's network namespace under /var/run/netns
 // (containerd and CRI-O both do), so the namespace behind a bridge port is found by its
-// netns id, and its addresses are read from inside it (`ip -n`, which needs CAP_SYS_ADMIN).
+// netns id, and its addresses are read from inside it (`nsenter --net`, which needs
+// CAP_SYS_ADMIN but, unlike `ip -n`, no mount of its own).
 // Only the pod's own interface counts: addresses the runtime configured, not ones a packet
 // claims, so ARP or neighbour-table poisoning cannot move a binding.
 
@@ -14,6 +15,9 @@ import type { Logger } from '../log.ts';
 import { canonicalIp } from '../model/cidr.ts';
 import type { CalcEvent, ModelEvent, PodInterfaceEvent } from '../model/types.ts';
 import type { Source, SourceBatch } from './types.ts';
+
+/** Where the runtime pins pod network namespaces (iproute2's NETNS_RUN_DIR). */
+const NETNS_DIR = '/var/run/netns';
 
 /** Address -> bridge port name. */
 export type PortBindings = ReadonlyMap<string, string>;
@@ -43,15 +47,16 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
     if (!said.has(key)) log.warn(fields, msg);
   };
 
-  const json = async (args: string[]): Promise<unknown> => {
-    const r = await runner.run('ip', args);
-    if (r.exitCode !== 0) throw new Error(`ip ${args.join(' ')} exited with ${r.exitCode}: ${r.stderr.trim()}`);
+  const json = async (cmd: string, args: string[]): Promise<unknown> => {
+    const r = await runner.run(cmd, args);
+    if (r.exitCode !== 0) throw new Error(`${cmd} ${args.join(' ')} exited with ${r.exitCode}: ${r.stderr.trim()}`);
     return r.stdout.trim() === '' ? [] : JSON.parse(r.stdout);
   };
 
   return {
     async scan() {
       const out = new Map<string, string>();
+      saying = new Set();
       const links = await runner.run('ip', ['-j', '-d', 'link', 'show', 'master', bridge]);
       if (links.exitCode !== 0) {
         // No bridge yet (no pod ever started on this node): nothing is bound.
@@ -67,21 +72,27 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
       );
       if (ports.length === 0) return out;
       const names = new Map<number, string>();
-      for (const e of (await json(['-j', 'netns', 'list-id'])) as { nsid?: number; name?: string }[]) {
+      for (const e of (await json('ip', ['-j', 'netns', 'list-id'])) as { nsid?: number; name?: string }[]) {
         if (typeof e.nsid === 'number' && typeof e.name === 'string') names.set(e.nsid, e.name);
       }
       const next = new Map<string, readonly string[]>();
       const claims = new Map<string, string[]>();
-      saying = new Set();
       await Promise.all(
         ports.map(async (p) => {
           const ns = names.get(p.nsid);
-          if (ns === undefined) return; // not a pinned namespace: not a pod sandbox we can read
+          if (ns === undefined) {
+            warnOnce(
+              `unpinned ${p.ifname}`,
+              { port: p.ifname, dir: NETNS_DIR },
+              `the namespace behind pod bridge port ${p.ifname} is not pinned under ${NETNS_DIR} (is it mounted?): its pod cannot send`,
+            );
+            return;
+          }
           const key = `${ns}/${p.peerIndex}/${p.ifindex}/${p.ifname}`;
           let ips = cache.get(key);
           if (ips === undefined) {
             try {
-              ips = addressesOf((await json(['-n', ns, '-j', 'addr', 'show'])) as AddrLink[], p.peerIndex);
+              ips = addressesOf((await json('nsenter', [`--net=${NETNS_DIR}/${ns}`, 'ip', '-j', 'addr', 'show'])) as AddrLink[], p.peerIndex);
             } catch (err) {
               warnOnce(`read ${key}`, { port: p.ifname, netns: ns, err: (err as Error).message }, 'cannot read the addresses of a pod interface: its pod cannot send');
               return;

@@ -21,6 +21,7 @@ export const AGENT_PROGRAMS: readonly (readonly string[])[] = [
   ['iptables-restore', '--version'],
   ['ipset', 'version'],
   ['ip', '-V'],
+  ['nsenter', '--version'],
   ['modprobe', '--version'],
 ];
 

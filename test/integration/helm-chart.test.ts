@@ -82,8 +82,8 @@ describe('charts/weir rendered by helm', () => {
       privileged: false,
       readOnlyRootFilesystem: true,
       capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN'] },
-      appArmorProfile: { type: 'Unconfined' },
     });
+    assert.equal(ds.spec.template.metadata.annotations, undefined, 'no AppArmor exception: source binding mounts nothing');
     const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath]));
     assert.deepEqual(volumes, {
       'xtables-lock': { path: '/run/xtables.lock', type: 'FileOrCreate' },
@@ -116,15 +116,12 @@ describe('charts/weir rendered by helm', () => {
     assert.ok(c.args.includes('--source-binding=off'));
   });
 
-  test('before Kubernetes 1.30, or when turned off, no admission policies; the AppArmor profile becomes the annotation', async () => {
+  test('before Kubernetes 1.30, or when turned off, no admission policies', async () => {
     const old = await render(['--kube-version', '1.29.0']);
     assert.deepEqual(
       old.filter((d) => d.kind.startsWith('ValidatingAdmissionPolicy')),
       [],
     );
-    const ds = find(old, 'DaemonSet')!;
-    assert.equal(ds.spec.template.metadata.annotations['container.apparmor.security.beta.kubernetes.io/agent'], 'unconfined');
-    assert.equal(agentContainer(old).securityContext.appArmorProfile, undefined);
     const off = await render(['--set', 'admissionPolicies.enabled=false']);
     assert.deepEqual(
       off.filter((d) => d.kind.startsWith('ValidatingAdmissionPolicy')),

@@ -19,7 +19,7 @@ function kernel(ports: unknown[], namespaces: Record<number, [string, unknown]>)
     const a = call.args.join(' ');
     if (a === '-j -d link show master cni0') return ok(ports);
     if (a === '-j netns list-id') return ok(Object.entries(namespaces).map(([nsid, [name]]) => ({ nsid: Number(nsid), name })));
-    const m = /^-n (\S+) -j addr show$/.exec(a);
+    const m = call.cmd === 'nsenter' ? /^--net=\/var\/run\/netns\/(\S+) ip -j addr show$/.exec(a) : null;
     const ns = m && Object.values(namespaces).find(([name]) => name === m[1]);
     if (ns) return ok(ns[1]);
     return { stdout: '', stderr: `unexpected ip ${a}`, exitCode: 1 };
@@ -55,7 +55,7 @@ test('no bridge yet means nothing is bound; a known port is not read again', asy
   const scanner = createPodInterfaceScanner(runner, 'cni0', silentLogger());
   await scanner.scan();
   await scanner.scan();
-  assert.equal(runner.calls.filter((c) => c.args[0] === '-n').length, 1);
+  assert.equal(runner.calls.filter((c) => c.cmd === 'nsenter').length, 1);
 });
 
 const localPod = (uid: string, ips: string[], nodeName = 'node-a'): Pod => ({
@@ -167,4 +167,17 @@ test('a problem that lasts is said once, not at every scan', async () => {
   const scanner = createPodInterfaceScanner(runner, 'cni0', log);
   for (let i = 0; i < 5; i++) await scanner.scan();
   assert.equal(warnings.length, 1, warnings.join('\n'));
+});
+
+test('a bridge port whose namespace is not pinned is said once, and its pod stays unbound', async () => {
+  const runner = kernel([port('veth1', 10, 2, 7)], {});
+  const warnings: string[] = [];
+  const log = silentLogger();
+  log.warn = ((_o: unknown, msg: string) => {
+    warnings.push(msg);
+  }) as typeof log.warn;
+  const scanner = createPodInterfaceScanner(runner, 'cni0', log);
+  for (let i = 0; i < 3; i++) assert.equal((await scanner.scan()).size, 0);
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0], /veth1 is not pinned under \/var\/run\/netns/);
 });
