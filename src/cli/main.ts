@@ -9,6 +9,7 @@ import { ConfigError, WeirError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import { parse, toConfig, usage } from './flags.ts';
 import { formatRendered, render } from './render.ts';
+import { waitForSignal } from './signals.ts';
 
 // A small young generation keeps the resident size of a large cluster's start-up burst
 // down (measured: ~400 MB -> ~300 MB RSS for 100k pods) at a small cost in GC time.
@@ -51,13 +52,6 @@ async function main(argv: readonly string[]): Promise<number> {
     default:
       throw new ConfigError([`unknown command "${command}"; expected agent, render, cleanup or demo`]);
   }
-}
-
-function waitForSignal(): Promise<void> {
-  return new Promise((resolve) => {
-    process.once('SIGINT', () => resolve());
-    process.once('SIGTERM', () => resolve());
-  });
 }
 
 main(process.argv.slice(2)).then(
