@@ -8,9 +8,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { type Cluster, createCluster } from '../../src/sim/cluster.ts';
-import { type Cell, diffMatrix, expectMatrix, type Matrix, probeMatrix, renderMatrix } from '../../src/sim/prober.ts';
+import type { Cell, Matrix } from '../../src/sim/prober.ts';
 import { baseNamespaces, basePods, NODES, type PodDef } from '../conformance/harness.ts';
-import { forgetProbeFlows } from '../support/conntrack.ts';
+import { expectConverged } from '../support/eventually.ts';
 import { type Bridge, bridgeApiServer } from './bridge.ts';
 import { type ControlPlane, startControlPlane } from './controlplane.ts';
 import { ContainerProcess, containerScript, daemonSetPod, type Obj } from './helm-kubelet.ts';
@@ -212,21 +212,8 @@ export class ChartCluster {
   }
 
   /** Probes the full truth table until it matches, and throws with the last diff otherwise. */
-  async expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
-    const expected = expectMatrix(this.cluster, {}, allowed);
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      await forgetProbeFlows(this.cluster);
-      const actual = await probeMatrix(this.cluster);
-      const diff = diffMatrix(expected, actual);
-      if (diff.length === 0) return actual;
-      if (Date.now() > deadline) {
-        throw new Error(
-          `${what}: ${diff.length} cells differ:\n  ${diff.slice(0, 30).join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}\n\nagent errors:\n${this.containers.flatMap((a) => a.errors).join('\n') || 'none'}`,
-        );
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
+    return expectConverged(this.cluster, allowed, what, () => this.containers.flatMap((a) => a.errors), timeoutMs);
   }
 
   async stop(): Promise<void> {

@@ -13,6 +13,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { A1, B1, B2 } from '../conformance/harness.ts';
+import { eventually } from '../support/eventually.ts';
 import { CHART, type Cell, ChartCluster, type Obj, parseDocs, run } from './helm-harness.ts';
 import type { ContainerProcess } from './helm-kubelet.ts';
 import { policyObject } from './kube-harness.ts';
@@ -22,22 +23,6 @@ const ALL_ON = join(CHART, 'ci/all-on-values.yaml');
 
 /** alpha's web pod takes port 80 from beta's pods only (and itself). */
 const fromBetaOn80 = (c: Cell) => c.target !== A1 || c.source === A1 || ((c.source === B1 || c.source === B2) && c.proto === 'tcp' && c.port === 80);
-
-async function eventually<T>(what: string, fn: () => Promise<T>, good: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  let err: unknown;
-  while (Date.now() < deadline) {
-    try {
-      last = await fn();
-      if (good(last)) return last;
-    } catch (e) {
-      err = e;
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`${what}: not reached; last ${JSON.stringify(last)?.slice(0, 1500)} ${err ? String(err) : ''}`);
-}
 
 const cond = (obj: Obj, type: string) => (obj.status?.conditions ?? []).find((c: { type: string }) => c.type === type);
 

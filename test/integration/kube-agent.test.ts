@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { A1, A2, B1, B2, G1 } from '../conformance/harness.ts';
+import { eventually } from '../support/eventually.ts';
 import { KubeIntegration, policyObject, type Cell } from './kube-harness.ts';
 
 describe('weir agent --kubeconfig against a real API server', () => {
@@ -77,21 +78,6 @@ describe('status written back to the cluster', () => {
   type Json = Record<string, any>;
   const getJson = async (args: string[]) => JSON.parse(await k.kubectl([...args, '-o', 'json'])) as Json;
   const cond = (obj: Json, type: string) => (obj.status?.conditions ?? []).find((c: { type: string }) => c.type === type);
-  async function eventually<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
-    const deadline = Date.now() + timeoutMs;
-    let last: T | undefined;
-    let err: unknown;
-    while (Date.now() < deadline) {
-      try {
-        last = await fn();
-        if (ok(last)) return last;
-      } catch (e) {
-        err = e;
-      }
-      await new Promise((r) => setTimeout(r, 250));
-    }
-    throw new Error(`${what}: not reached; last ${JSON.stringify(last)?.slice(0, 1500)} ${err ? String(err) : ''}`);
-  }
 
   test('each node reports Ready and Programmed; a policy reports Accepted and Enforced on the nodes that run its pods', async () => {
     for (const node of ['node-a', 'node-b']) {

@@ -8,10 +8,10 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createCluster, type Cluster } from '../../src/sim/cluster.ts';
-import { diffMatrix, expectMatrix, probeMatrix, renderMatrix, type Cell, type Matrix } from '../../src/sim/prober.ts';
+import type { Cell, Matrix } from '../../src/sim/prober.ts';
+import { expectConverged } from '../support/eventually.ts';
 import { basePods, baseNamespaces, NODES, type PodDef } from '../conformance/harness.ts';
 import { AgentProcess } from '../support/agent-process.ts';
-import { forgetProbeFlows } from '../support/conntrack.ts';
 import { bridgeApiServer, type Bridge } from './bridge.ts';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
 
@@ -94,25 +94,9 @@ export class KubeIntegration {
     await this.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
   }
 
-  /**
-   * Probes the full truth table until it matches (the agents enforce asynchronously; there is
-   * no revision to wait for as in manifest mode), and throws with the last diff otherwise.
-   */
-  async expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
-    const expected = expectMatrix(this.cluster, {}, allowed);
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      await forgetProbeFlows(this.cluster);
-      const actual = await probeMatrix(this.cluster);
-      const diff = diffMatrix(expected, actual);
-      if (diff.length === 0) return actual;
-      if (Date.now() > deadline) {
-        throw new Error(
-          `${what}: ${diff.length} cells differ:\n  ${diff.slice(0, 30).join('\n  ')}\n\nexpected:\n${renderMatrix(expected)}\n\nactual:\n${renderMatrix(actual)}\n\nagent errors:\n${this.agents.flatMap((a) => a.errors).join('\n') || 'none'}`,
-        );
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  /** Probes the full truth table until it matches, and throws with the last diff otherwise. */
+  expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
+    return expectConverged(this.cluster, allowed, what, () => this.agents.flatMap((a) => a.errors), timeoutMs);
   }
 
   async stop(): Promise<void> {

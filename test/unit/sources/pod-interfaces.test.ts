@@ -58,6 +58,16 @@ test('no bridge yet means nothing is bound; a known port is not read again', asy
   assert.equal(runner.calls.filter((c) => c.cmd === 'nsenter').length, 1);
 });
 
+/** A silent logger that keeps its warnings. */
+function warningsOf() {
+  const warnings: string[] = [];
+  const log = silentLogger();
+  log.warn = ((_o: unknown, msg: string) => {
+    warnings.push(msg);
+  }) as typeof log.warn;
+  return { log, warnings };
+}
+
 const localPod = (uid: string, ips: string[], nodeName = 'node-a'): Pod => ({
   uid,
   namespace: 'ns',
@@ -159,11 +169,7 @@ test('a problem that lasts is said once, not at every scan', async () => {
     0: ['cni-a', addrs(2, ['10.244.1.5', 'global'])],
     1: ['cni-b', addrs(2, ['10.244.1.5', 'global'])],
   });
-  const warnings: string[] = [];
-  const log = silentLogger();
-  log.warn = ((_o: unknown, msg: string) => {
-    warnings.push(msg);
-  }) as typeof log.warn;
+  const { log, warnings } = warningsOf();
   const scanner = createPodInterfaceScanner(runner, 'cni0', log);
   for (let i = 0; i < 5; i++) await scanner.scan();
   assert.equal(warnings.length, 1, warnings.join('\n'));
@@ -171,11 +177,7 @@ test('a problem that lasts is said once, not at every scan', async () => {
 
 test('a bridge port whose namespace is not pinned is said once, and its pod stays unbound', async () => {
   const runner = kernel([port('veth1', 10, 2, 7)], {});
-  const warnings: string[] = [];
-  const log = silentLogger();
-  log.warn = ((_o: unknown, msg: string) => {
-    warnings.push(msg);
-  }) as typeof log.warn;
+  const { log, warnings } = warningsOf();
   const scanner = createPodInterfaceScanner(runner, 'cni0', log);
   for (let i = 0; i < 3; i++) assert.equal((await scanner.scan()).size, 0);
   assert.equal(warnings.length, 1);
