@@ -311,6 +311,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
 
   async function run(signal: AbortSignal): Promise<void> {
     let failures = 0;
+    let relistedFor410 = false;
     while (!signal.aborted) {
       let why: string;
       let phase = 'list';
@@ -343,16 +344,27 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       } catch (err) {
         if (signal.aborted) break;
         why = describe(err);
+        hook('error', why);
+        if (err instanceof KubeApiError && err.status === 410 && phase === 'watch' && (healthy || !relistedFor410)) {
+          // 410 is routine after a long disconnect, and the server's way of saying "relist":
+          // do it at once. Backing off here (up to 30 s after an outage) kept a change the
+          // watch had missed unrepaired all that time. A failing list backs off as usual.
+          needList = true;
+          relistWhy = `410 Gone: ${err.message}`;
+          relistedFor410 = true; // a second 410 before any progress backs off: no tight loop
+          log.info({ err, kind, resourceVersion: rv }, `${kind} ${phase} failed: ${why}; relisting`);
+          continue;
+        }
         if (err instanceof KubeApiError && err.status === 410) {
           needList = true;
           relistWhy = `410 Gone: ${err.message}`;
         }
-        hook('error', why);
-        // 410 is routine after a long disconnect: the relist repairs it.
-        const level = err instanceof KubeApiError && err.status === 410 ? 'info' : 'warn';
-        log[level]({ err, kind, resourceVersion: rv }, `${kind} ${phase} failed: ${why}`);
+        log.warn({ err, kind, resourceVersion: rv }, `${kind} ${phase} failed: ${why}`);
       }
-      if (healthy) failures = 0;
+      if (healthy) {
+        failures = 0;
+        relistedFor410 = false;
+      }
       failures++;
       const ms = deps.backoff(failures);
       hook('restart', `${why}; retrying in ${ms} ms`);
