@@ -8,31 +8,13 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { A1, A2, B1, B2, Conformance, EXTERNAL, np, type Cell } from './harness.ts';
+import { A1, A2, B1, B2, Conformance, EXTERNAL, np } from './harness.ts';
+import { and, from, ingress, none, not, tcp, v } from './predicates.ts';
 
 /** Peak resident memory one agent may reach while it holds a 1 MB policy (README). */
 const AGENT_RSS_BUDGET_MB = 512;
 const MB = 1 << 20;
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
-
-const self = (x: Cell) => x.source === x.target;
-const tcp = (port: number) => (x: Cell) => x.proto === 'tcp' && x.port === port;
-const from =
-  (...sources: string[]) =>
-  (x: Cell) =>
-    sources.includes(x.source);
-const v = (family: 4 | 6) => (x: Cell) => x.family === family;
-const and =
-  (...ps: ((x: Cell) => boolean)[]) =>
-  (x: Cell) =>
-    ps.every((p) => p(x));
-const not = (p: (x: Cell) => boolean) => (x: Cell) => !p(x);
-const none = () => false;
-
-/** Pods isolated for ingress, each with what may reach it; every other target accepts all. */
-function ingress(rules: Record<string, (x: Cell) => boolean>): (x: Cell) => boolean {
-  return (x) => self(x) || !(x.target in rules) || rules[x.target](x);
-}
 
 /** Host prefixes scattered over the IPv6 space, none in the simulated cluster (fd00::/16). */
 function* v6Hosts(): Generator<string> {

@@ -17,19 +17,8 @@ import { fileURLToPath } from 'node:url';
 import { createNs, deleteNs, inNs, uniquePrefix } from '../../src/sim/netns.ts';
 import { manifestRevision } from '../../src/sources/index.ts';
 import { AgentProcess } from '../support/agent-process.ts';
-import { A1, A2, B1, B2, Conformance, G1, np, type Cell } from './harness.ts';
-
-const self = (x: Cell) => x.source === x.target;
-const from =
-  (...sources: string[]) =>
-  (x: Cell) =>
-    sources.includes(x.source);
-const none = () => false;
-
-/** Pods isolated for ingress, each with what may reach it; every other target accepts all. */
-function ingress(rules: Record<string, (x: Cell) => boolean>): (x: Cell) => boolean {
-  return (x) => self(x) || !(x.target in rules) || rules[x.target](x);
-}
+import { A1, A2, B1, B2, Conformance, G1, np } from './harness.ts';
+import { from, ingress, none, self } from './predicates.ts';
 
 /** A raw NetworkPolicy manifest: `metadata` and `apiVersion` lines are written as given. */
 function rawPolicy(apiVersion: string, metadata: string[], spec: string[]): string {

@@ -9,41 +9,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, type Cell } from './harness.ts';
+import { and, egress, from, ingress, none, or, self, tcp, udp, v } from './predicates.ts';
 
 // The cast's named ports, copied from the harness header: http is TCP everywhere, dns is UDP.
 const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [G1]: 80 };
 
 // Agents see a changed file within their 20 ms debounce; nothing can be awaited for a file that
 // changes no revision, so this is a generous fixed wait.
-
-const self = (x: Cell) => x.source === x.target;
-const tcp = (port?: number) => (x: Cell) => x.proto === 'tcp' && (port === undefined || x.port === port);
-const udp = (port?: number) => (x: Cell) => x.proto === 'udp' && (port === undefined || x.port === port);
-const from =
-  (...sources: string[]) =>
-  (x: Cell) =>
-    sources.includes(x.source);
-const v = (family: 4 | 6) => (x: Cell) => x.family === family;
-const and =
-  (...ps: ((x: Cell) => boolean)[]) =>
-  (x: Cell) =>
-    ps.every((p) => p(x));
-const or =
-  (...ps: ((x: Cell) => boolean)[]) =>
-  (x: Cell) =>
-    ps.some((p) => p(x));
-const none = () => false;
-
-/** Pods isolated for ingress, each with what may reach it; every other target accepts all.
- *  A pod always reaches itself. */
-function ingress(rules: Record<string, (x: Cell) => boolean>): (x: Cell) => boolean {
-  return (x) => self(x) || !(x.target in rules) || rules[x.target](x);
-}
-
-/** One pod isolated for egress with what it may reach among the pods; others unaffected. */
-function egress(source: string, allow: (x: Cell) => boolean): (x: Cell) => boolean {
-  return (x) => self(x) || x.source !== source || allow(x);
-}
 
 /** Polls `check` until it returns true or the deadline passes; returns the last answer. */
 async function until(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {

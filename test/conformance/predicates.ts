@@ -1,0 +1,48 @@
+// The words scenarios write their expected truth tables in. Every predicate is written by hand
+// from docs/semantics (never derived from Weir's code).
+
+import type { Cell } from './harness.ts';
+
+export type Verdict = (x: Cell) => boolean;
+
+export const self: Verdict = (x) => x.source === x.target;
+export const none: Verdict = () => false;
+export const tcp =
+  (port?: number): Verdict =>
+  (x) =>
+    x.proto === 'tcp' && (port === undefined || x.port === port);
+export const udp =
+  (port?: number): Verdict =>
+  (x) =>
+    x.proto === 'udp' && (port === undefined || x.port === port);
+export const from =
+  (...sources: string[]): Verdict =>
+  (x) =>
+    sources.includes(x.source);
+export const v =
+  (family: 4 | 6): Verdict =>
+  (x) =>
+    x.family === family;
+export const and =
+  (...ps: Verdict[]): Verdict =>
+  (x) =>
+    ps.every((p) => p(x));
+export const or =
+  (...ps: Verdict[]): Verdict =>
+  (x) =>
+    ps.some((p) => p(x));
+export const not =
+  (p: Verdict): Verdict =>
+  (x) =>
+    !p(x);
+
+/** Pods isolated for ingress, each with what may reach it; every other target accepts all.
+ *  A pod always reaches itself. */
+export function ingress(rules: Record<string, Verdict>): Verdict {
+  return (x) => self(x) || !(x.target in rules) || rules[x.target](x);
+}
+
+/** One pod isolated for egress with what it may reach among the pods; others unaffected. */
+export function egress(source: string, allow: Verdict): Verdict {
+  return (x) => self(x) || x.source !== source || allow(x);
+}
