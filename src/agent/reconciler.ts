@@ -23,11 +23,12 @@ export interface DataplanePort {
   /** Reads the kernel back, removes own stale objects and repairs drift, then applies. */
   resync(desired: DesiredDataplane): Promise<unknown>;
   status(): { sets: number; chains: number; rules: number };
-  /** A cheap read of FORWARD and the top chain per family: false when Weir's hook is missing
-   *  or misplaced, or the top chain was flushed or edited. */
+  /** A cheap drift check (one iptables-save per family, no ipset read): false when Weir's hook
+   *  is missing or misplaced, or any of its chains was flushed, edited or removed. */
   hookIntact(): Promise<boolean>;
   /** On a node that holds no Weir hook at all (a fresh boot), writes the fail-closed skeleton
-   *  (hook and top chain: traffic of pods Weir does not know yet is dropped); true if it wrote. */
+   *  (the hook, the top and dispatch chains: traffic of pods Weir does not know yet is dropped);
+   *  true if it wrote. */
   guard(desired: DesiredDataplane): Promise<boolean>;
 }
 
