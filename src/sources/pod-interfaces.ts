@@ -10,6 +10,7 @@
 // Only the pod's own interface counts: addresses the runtime configured, not ones a packet
 // claims, so ARP or neighbour-table poisoning cannot move a binding.
 
+import { backoffMs } from '../backoff.ts';
 import type { CommandRunner } from '../dataplane/runner.ts';
 import type { Logger } from '../log.ts';
 import { canonicalIp } from '../model/cidr.ts';
@@ -141,7 +142,9 @@ export interface PodInterfaceOptions {
   readonly log: Logger;
   /** Rescan period while every local pod is bound (ports of re-created sandboxes). */
   readonly rescanMs: number;
-  /** Rescan period while some local pod address has no port yet. */
+  /** First rescan delay while some local pod address has no port yet; it doubles up to
+   *  rescanMs while the address stays unbound (a namespace that cannot be read, say), so a
+   *  lasting problem costs no more than the ordinary rescans. */
   readonly unboundRescanMs: number;
 }
 
@@ -160,6 +163,8 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
   let delivered: { synced: boolean; revision: string } | undefined;
   let syncedSeen = false;
   let deliver: (b: SourceBatch<CalcEvent>) => void = () => {};
+  /** Rescans in a row that left some address unbound. */
+  let unboundScans = 0;
 
   const unbound = () => {
     for (const ips of localIps.values()) for (const ip of ips) if (!bound.has(ip)) return true;
@@ -181,19 +186,24 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
     return events;
   };
 
+  const nextDelay = (): number => {
+    if (!unbound()) {
+      unboundScans = 0;
+      return o.rescanMs;
+    }
+    return backoffMs(++unboundScans, { initialMs: o.unboundRescanMs, maxMs: o.rescanMs });
+  };
+
   const arm = () => {
     if (stopped) return;
     clearTimeout(timer);
-    timer = setTimeout(
-      () => {
-        chain = chain.then(async () => {
-          const events = await rescan();
-          if (events.length > 0 && delivered && !stopped) deliver({ events, ...delivered });
-          arm();
-        });
-      },
-      unbound() ? o.unboundRescanMs : o.rescanMs,
-    );
+    timer = setTimeout(() => {
+      chain = chain.then(async () => {
+        const events = await rescan();
+        if (events.length > 0 && delivered && !stopped) deliver({ events, ...delivered });
+        arm();
+      });
+    }, nextDelay());
     timer.unref?.();
   };
 
@@ -225,6 +235,7 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
         const firstSync = batch.synced && !syncedSeen;
         syncedSeen ||= batch.synced;
         const fresh = track(batch.events);
+        if (fresh) unboundScans = 0; // a new address: look again soon
         chain = chain.then(async () => {
           if (stopped) return;
           const extra = fresh || firstSync ? await rescan() : [];

@@ -183,3 +183,21 @@ test('a bridge port whose namespace is not pinned is said once, and its pod stay
   assert.equal(warnings.length, 1);
   assert.match(warnings[0], /veth1 is not pinned under \/var\/run\/netns/);
 });
+
+test('an address that stays unbound is looked for less and less often, down to the ordinary rescan', async () => {
+  let scans = 0;
+  const scanner: PodInterfaceScanner = {
+    scan: async () => {
+      scans++;
+      return new Map();
+    },
+  };
+  const inner = manualSource();
+  const src = withPodInterfaces(inner, { nodeName: 'node-a', scanner, log: silentLogger(), rescanMs: 160, unboundRescanMs: 10 });
+  await src.start(() => {});
+  inner.push({ events: [{ kind: 'Pod', op: 'upsert', object: localPod('a', ['10.244.1.5']) }], synced: true, revision: 'r1' });
+  await new Promise((r) => setTimeout(r, 600));
+  await src.stop();
+  // 1 for the batch, then delays of 10, 20, 40, 80, 160, 160: at most 7 in 600 ms (60 at a fixed 10 ms).
+  assert.ok(scans >= 4 && scans <= 8, `${scans} scans`);
+});
