@@ -20,7 +20,7 @@ RUN cp /src/package.json /src/package-lock.json ./ \
 FROM debian:bookworm-slim
 # The packages of image/packages.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends iptables ipset iproute2 kmod libstdc++6 \
+    && apt-get install -y --no-install-recommends iptables ipset iproute2 tcpdump kmod libstdc++6 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/local/bin/node /usr/local/bin/node
 WORKDIR /app
