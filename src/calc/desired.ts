@@ -42,7 +42,10 @@ export type Match =
   /** The interface a packet came in on or goes out through (for bridged pods: the bridge). */
   | { readonly kind: 'iface'; readonly dir: 'in' | 'out'; readonly name: string }
   /** The bridge port a packet entered through (br_netfilter): binds a pod's address to its veth. */
-  | { readonly kind: 'bridgePortIn'; readonly port: string };
+  | { readonly kind: 'bridgePortIn'; readonly port: string }
+  /** At most `perSecond` matches a second on average, `burst` at once (the audit log's
+   *  kernel-side cap, so that a flood cannot overwhelm the agent). */
+  | { readonly kind: 'limit'; readonly perSecond: number; readonly burst: number };
 
 export type Action =
   | { readonly kind: 'accept' }
@@ -51,7 +54,10 @@ export type Action =
   | { readonly kind: 'jump'; readonly chain: string }
   | { readonly kind: 'goto'; readonly chain: string }
   /** Set the mark bits under mask to value. */
-  | { readonly kind: 'setMark'; readonly value: number; readonly mask: number };
+  | { readonly kind: 'setMark'; readonly value: number; readonly mask: number }
+  /** Copy the packet's headers to an NFLOG group for the audit log; never ends the chain.
+   *  `prefix` (at most 63 characters of [A-Za-z0-9:_-]) names what the rule means. */
+  | { readonly kind: 'nflog'; readonly group: number; readonly prefix: string; readonly size: number };
 
 export interface Rule {
   readonly matches: readonly Match[];

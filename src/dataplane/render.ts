@@ -59,6 +59,8 @@ export function renderMatch(m: Match): string[] {
       return [`${m.dir === 'in' ? '-i' : '-o'} ${m.name}`];
     case 'bridgePortIn':
       return [`-m physdev --physdev-in ${m.port}`];
+    case 'limit':
+      return [`-m limit --limit ${m.perSecond}/sec --limit-burst ${m.burst}`];
   }
 }
 
@@ -76,6 +78,10 @@ export function renderAction(a: Action): string {
       return `-g ${a.chain}`;
     case 'setMark':
       return `-j MARK --set-xmark ${hex(a.value)}/${hex(a.mask)}`;
+    case 'nflog':
+      // Threshold 1: otherwise the kernel batches events for about a second.
+      if (!/^[A-Za-z0-9:_-]{1,63}$/.test(a.prefix)) throw new RangeError(`NFLOG prefix "${a.prefix}" must be 1 to 63 characters of [A-Za-z0-9:_-]`);
+      return `-j NFLOG --nflog-group ${a.group} --nflog-prefix ${a.prefix} --nflog-size ${a.size} --nflog-threshold 1`;
   }
 }
 
