@@ -3,8 +3,7 @@
 
 import type { Direction } from './rules.ts';
 
-/** How much a policy (or a namespace, or the agent's default) logs. */
-export type AuditLevel = 'off' | 'deny' | 'all';
+export type { AuditLevel } from '../model/types.ts';
 
 export type AuditVerdict = 'allow' | 'deny' | 'would-deny';
 

@@ -5,6 +5,7 @@
 
 import { aggregateCidrs, cidrCovers, formatCidr, parseCidr, prefixSet } from './cidr.ts';
 import type { Cidr } from './cidr.ts';
+import { readPolicyAnnotations } from './annotations.ts';
 import { checkKnownFields, describeValue, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
 import { PROTOCOLS, policyKey } from './types.ts';
 import type { CompiledPolicy, IpBlockPeer, Peer, PolicyError, PolicyRule, PortMatch, Protocol, RawNetworkPolicy, Selector } from './types.ts';
@@ -48,16 +49,17 @@ interface Directions {
 }
 
 export function compilePolicy(raw: RawNetworkPolicy): CompiledPolicy {
+  // What the source found wrong outside the spec comes first: the policy is then invalid,
+  // yet its spec is still read, so it isolates exactly what it would have.
+  const errors: PolicyError[] = [...(raw.errors ?? [])];
   const meta = {
+    ...readPolicyAnnotations(raw.annotations, errors),
     key: policyKey(raw.namespace, raw.name),
     namespace: raw.namespace,
     name: raw.name,
     uid: raw.uid,
     generation: raw.generation,
   };
-  // What the source found wrong outside the spec comes first: the policy is then invalid,
-  // yet its spec is still read, so it isolates exactly what it would have.
-  const errors: PolicyError[] = [...(raw.errors ?? [])];
   const spec = raw.spec;
   if (!isPlainObject(spec)) {
     errors.push({ path: 'spec', message: `must be an object, got ${describeValue(spec)}` });

@@ -37,6 +37,8 @@ export interface Pod {
 export interface Namespace {
   readonly name: string;
   readonly labels: Labels;
+  /** The `weir.dev/audit` annotation as written (absent: none); see annotations.ts. */
+  readonly audit?: string;
 }
 
 /** Where a local pod's address really lives: the node-side bridge port of its interface. */
@@ -73,6 +75,8 @@ export interface RawNetworkPolicy {
   /** Problems a source found outside the spec (metadata, apiVersion), each at its field path
    *  (`metadata.labels.version`, `apiVersion`). Any makes the policy invalid, like a bad spec. */
   readonly errors?: readonly PolicyError[];
+  /** Its `weir.dev/*` annotations as written (the others are no concern of Weir's). */
+  readonly annotations?: Labels;
 }
 
 export type ObjectKind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';
@@ -192,4 +196,13 @@ export interface CompiledPolicy {
   /** Non-empty means invalid: then ingress/egress hold no rules ([] or null), so the pods it
    *  selects stay isolated in the directions it names (both if those are unreadable). */
   readonly errors: readonly PolicyError[];
+  /** From `weir.dev/audit`: what its rules log; null: its namespace's level (or the agent's). */
+  readonly audit: AuditLevel | null;
+  /** From `weir.dev/enforcement`: 'audit' policies never isolate or change a verdict; they only
+   *  log what they would drop. An invalid policy is enforced unless it asks for audit. */
+  readonly enforcement: Enforcement;
 }
+
+/** What the audit log records for a policy's connections: nothing, drops, or everything. */
+export type AuditLevel = 'off' | 'deny' | 'all';
+export type Enforcement = 'enforce' | 'audit';

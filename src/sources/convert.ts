@@ -7,6 +7,7 @@
 import { WeirError } from '../errors.ts';
 import { canonicalCidr, canonicalIp } from '../model/cidr.ts';
 import { NAMESPACE_NAME_LABEL } from '../model/cluster.ts';
+import { AUDIT_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
 import { PROTOCOLS } from '../model/types.ts';
 import { describeValue } from '../model/selector.ts';
 import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawNetworkPolicy } from '../model/types.ts';
@@ -106,6 +107,8 @@ interface Meta {
   readonly namespace: string;
   readonly uid: string;
   readonly labels: Labels;
+  /** Only weir.dev/ keys (weirAnnotations). */
+  readonly annotations: Labels;
   /** false: the name is missing or not a string (name is then ''). */
   readonly nameReadable: boolean;
   /** false: the namespace is not a string, or metadata is not a mapping (namespace is then ''). */
@@ -118,7 +121,7 @@ interface Meta {
 function readMeta(r: Reader, obj: unknown, namespaced: boolean): { root: Rec; md: Rec; meta: Meta } {
   if (!isRecord(obj)) {
     r.problem('', `must be a mapping, got ${describe(obj)}`);
-    return { root: {}, md: {}, meta: { name: '', namespace: '', uid: '', labels: {}, nameReadable: false, namespaceReadable: !namespaced } };
+    return { root: {}, md: {}, meta: { name: '', namespace: '', uid: '', labels: {}, annotations: {}, nameReadable: false, namespaceReadable: !namespaced } };
   }
   if (obj.metadata === undefined || obj.metadata === null) r.problem('metadata', 'is missing');
   const mdReadable = obj.metadata === undefined || obj.metadata === null || isRecord(obj.metadata);
@@ -139,8 +142,8 @@ function readMeta(r: Reader, obj: unknown, namespaced: boolean): { root: Rec; md
   const uidText = r.string(md.uid, 'metadata.uid', '');
   const uid = uidText !== '' ? uidText : namespaced ? `${namespace}/${name}` : name;
   const labels = r.stringMap(md.labels, 'metadata.labels');
-  r.stringMap(md.annotations, 'metadata.annotations');
-  return { root: obj, md, meta: { name, namespace, uid, labels, nameReadable: name !== '', namespaceReadable: namespaced ? namespaceReadable : true } };
+  const annotations = weirAnnotations(r.stringMap(md.annotations, 'metadata.annotations'));
+  return { root: obj, md, meta: { name, namespace, uid, labels, annotations, nameReadable: name !== '', namespaceReadable: namespaced ? namespaceReadable : true } };
 }
 
 function fail(kind: string, meta: Pick<Meta, 'name' | 'namespace'>, problems: readonly Problem[]): never {
@@ -232,7 +235,8 @@ export function toNamespace(obj: unknown): Namespace {
   if (r.problems.length > 0) fail('Namespace', meta, r.problems);
   // The API server always sets this label, overriding any value given.
   const labels: Record<string, string> = { ...meta.labels, [NAMESPACE_NAME_LABEL]: meta.name };
-  return { name: meta.name, labels: sortKeys(labels) };
+  const audit = meta.annotations[AUDIT_ANNOTATION];
+  return { name: meta.name, labels: sortKeys(labels), ...(audit !== undefined ? { audit } : {}) };
 }
 
 export function toNode(obj: unknown, warn: ConvertWarning = ignore): Node {
@@ -299,7 +303,8 @@ export function readNetworkPolicy(obj: unknown, unreadableName: string, sourceEr
   // would have. A whole object that is no mapping has its error at "(object)" (never from a
   // manifest: parse.ts skips what is no mapping; an API object always is one).
   const errors = r.problems.map((p) => (p.path === '' ? { ...p, path: '(object)' } : p));
-  const policy: RawNetworkPolicy = { namespace: meta.namespace, name, uid, generation, spec: root.spec, ...(errors.length > 0 ? { errors } : {}) };
+  const annotations = Object.keys(meta.annotations).length > 0 ? { annotations: meta.annotations } : {};
+  const policy: RawNetworkPolicy = { namespace: meta.namespace, name, uid, generation, spec: root.spec, ...annotations, ...(errors.length > 0 ? { errors } : {}) };
   return { policy, anyNamespace: !meta.namespaceReadable };
 }
 

@@ -25,7 +25,7 @@ function prefixes(family: 4 | 6, cidrs: string[]): PrefixSet {
 }
 
 function valid(podSelector: Selector, ingress: PolicyRule[] | null, egress: PolicyRule[] | null): CompiledPolicy {
-  return { key: 'prod/p', namespace: NS, name: 'p', uid: 'uid-1', generation: 3, podSelector, ingress, egress, errors: [] };
+  return { key: 'prod/p', namespace: NS, name: 'p', uid: 'uid-1', generation: 3, podSelector, ingress, egress, errors: [], audit: null, enforcement: 'enforce' };
 }
 
 describe('compilePolicy compiles valid policies exactly', () => {
@@ -736,6 +736,8 @@ describe('compilePolicy reports the problems a source found outside the spec as 
       ingress: [],
       egress: [],
       errors: [labelError, versionError],
+      audit: null,
+      enforcement: 'enforce',
     });
     // Only the directions the spec names are isolated, as for an invalid spec.
     const ingressOnly = withErrors({ podSelector: {}, ingress: [{}] }, [labelError]);
@@ -766,5 +768,32 @@ describe('compilePolicy reports the problems a source found outside the spec as 
     const many = withErrors('nope', labels(150));
     assert.deepEqual(many.errors, [...labels(LIMITS.errors), { path: 'metadata', message: `51 more errors not listed (at most ${LIMITS.errors} are)` }]);
     assert.deepEqual([many.podSelector, many.ingress, many.egress], [null, [], []]);
+  });
+});
+
+describe("compilePolicy reads Weir's annotations", () => {
+  const spec = { podSelector: {}, ingress: [{}] };
+  const annotated = (annotations: Record<string, string>) => compilePolicy({ namespace: NS, name: 'p', uid: 'uid-1', generation: 3, spec, annotations });
+
+  it('weir.dev/audit sets the level of its rules; none leaves it to the namespace (null)', () => {
+    assert.equal(compile(spec).audit, null);
+    for (const level of ['off', 'deny', 'all'] as const) assert.equal(annotated({ 'weir.dev/audit': level }).audit, level);
+  });
+
+  it('weir.dev/enforcement: audit makes a policy audit-only; none or enforce enforces it', () => {
+    assert.equal(compile(spec).enforcement, 'enforce');
+    assert.equal(annotated({ 'weir.dev/enforcement': 'enforce' }).enforcement, 'enforce');
+    const audit = annotated({ 'weir.dev/enforcement': 'audit' });
+    assert.deepEqual([audit.enforcement, audit.errors, audit.ingress], ['audit', [], [{ peers: null, ports: null }]]);
+  });
+
+  it('an unreadable value makes the policy invalid and enforced, so a typo never stops enforcement', () => {
+    const bad = annotated({ 'weir.dev/enforcement': 'audit-only', 'weir.dev/audit': 'yes' });
+    assert.equal(bad.enforcement, 'enforce');
+    assert.deepEqual(bad.ingress, []);
+    assert.deepEqual(bad.errors, [
+      { path: 'metadata.annotations["weir.dev/enforcement"]', message: 'must be one of enforce, audit, got "audit-only"' },
+      { path: 'metadata.annotations["weir.dev/audit"]', message: 'must be one of off, deny, all, got "yes"' },
+    ]);
   });
 });

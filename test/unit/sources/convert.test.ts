@@ -1,4 +1,4 @@
-import { test } from 'node:test';
+import { describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WeirError } from '../../../src/errors.ts';
 import { namespaceNameOf, readNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
@@ -258,4 +258,17 @@ test('namespaceNameOf reads the name of a Namespace that does not convert, if it
   assert.equal(namespaceNameOf({ metadata: { name: 'n', labels: { tier: 1 } } }), 'n');
   assert.equal(namespaceNameOf({ metadata: { name: 3 } }), null);
   assert.equal(namespaceNameOf('nonsense'), null);
+});
+
+describe("sources keep Weir's annotations, and only those", () => {
+  it('a Namespace carries weir.dev/audit as written', () => {
+    assert.equal(toNamespace({ metadata: { name: 'n', annotations: { 'weir.dev/audit': 'deny', other: 'x' } } }).audit, 'deny');
+    assert.equal('audit' in toNamespace({ metadata: { name: 'n', annotations: { other: 'x' } } }), false);
+  });
+
+  it('a NetworkPolicy carries its weir.dev/ annotations; others produce no difference', () => {
+    const policy = (annotations: Record<string, string>) => toNetworkPolicy({ metadata: { name: 'p', namespace: 'n', annotations }, spec: { podSelector: {} } });
+    assert.deepEqual(policy({ 'weir.dev/enforcement': 'audit', 'kubectl.kubernetes.io/last-applied-configuration': '{}' }).annotations, { 'weir.dev/enforcement': 'audit' });
+    assert.deepEqual(policy({ other: 'x' }), policy({}));
+  });
 });
