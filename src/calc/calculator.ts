@@ -13,12 +13,15 @@ import { narrowing, SelectorIndex } from '../model/label-index.ts';
 import { formatCidr, parseIp } from '../model/cidr.ts';
 import { compilePolicy } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
-import type { CalcEvent, CompiledPolicy, Family, Labels, Pod, PodsPeer } from '../model/types.ts';
+import { namespaceAuditLevel } from '../model/annotations.ts';
+import type { AuditLevel, CalcEvent, CompiledPolicy, Enforcement, Family, Labels, Pod, PodsPeer } from '../model/types.ts';
+import type { AuditCatalog, AuditTag, AuditVerdict } from './audit-tags.ts';
 import { familyOf } from '../model/types.ts';
-import type { DesiredDataplane, DesiredSet, Dirty, Match, Members, Rule, SetType } from './desired.ts';
+import type { Action, DesiredDataplane, DesiredSet, Dirty, Match, Members, Rule, SetType } from './desired.ts';
+import { sha256Base64Url } from './hash.ts';
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
-import type { Direction, MarkBits, SetSpec } from './rules.ts';
+import type { AuditRules, Direction, MarkBits, SetSpec } from './rules.ts';
 import type { AllowAction } from './rules.ts';
 import { bucketTailRule, dispatchTailRules, hostCidr, policyChainRules, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
 
@@ -35,7 +38,26 @@ export interface CalcConfig {
   /** Bind each local pod's address to its bridge port (PodInterface events): a pod may send
    *  only from its own address through its own port, and not before its port is known. */
   readonly sourceBinding?: boolean;
+  /** Audit log rules (NFLOG); absent: none are written, and audit-only policies only stay
+   *  unenforced. */
+  readonly audit?: AuditConfig;
 }
+
+export interface AuditConfig {
+  /** The NFLOG group the agent's reader listens on. */
+  readonly group: number;
+  /** The level of policies whose namespace and own annotations say nothing. */
+  readonly defaultLevel: AuditLevel;
+  /** Kernel-side cap on events per second on this node, per family. */
+  readonly perSecond: number;
+  readonly burst: number;
+}
+
+/** Bytes of each packet NFLOG copies: the IP and transport headers are all the log needs. */
+export const AUDIT_COPY_BYTES = 128;
+/** Tags of audit rules that were removed stay readable this long (in tags): an event the
+ *  kernel logged just before the rule went may still be on its way. */
+const RETIRED_TAGS = 4096;
 
 /** What the status reporter and logs want to know about a policy on this node. */
 export interface PolicyReport {
@@ -45,6 +67,10 @@ export interface PolicyReport {
   readonly errors: CompiledPolicy['errors'];
   /** Local pods it selects. */
   readonly localPods: number;
+  /** 'audit': evaluated and logged, never enforced. */
+  readonly enforcement: Enforcement;
+  /** What its rules log on this node (its annotation, else its namespace's, else the default). */
+  readonly auditLevel: AuditLevel;
 }
 
 class ActiveSet implements DesiredSet {
@@ -75,14 +101,22 @@ class ActiveSet implements DesiredSet {
 
 interface ActivePolicy {
   readonly policy: CompiledPolicy;
+  readonly level: AuditLevel;
   readonly sets: readonly ActiveSet[];
+  /** NFLOG prefixes of its audit rules. */
+  readonly tags: readonly string[];
 }
 
 interface Workload {
   readonly pod: Pod;
-  /** Keys of the policies selecting the pod that isolate each direction, sorted. */
+  /** Keys of the enforced policies selecting the pod that isolate each direction, sorted. */
   readonly ingress: readonly string[];
   readonly egress: readonly string[];
+  /** The same for audit-only policies: they never isolate. */
+  readonly auditIngress: readonly string[];
+  readonly auditEgress: readonly string[];
+  /** NFLOG prefixes of its chains' audit rules. */
+  readonly tags: readonly string[];
 }
 
 export class Calculator {
@@ -112,10 +146,17 @@ export class Calculator {
   readonly #allow: AllowAction;
   /** This node's pod CIDRs, from its Node object. */
   #podCIDRs: readonly string[] = [];
+  /** Namespace -> its weir.dev/audit level, for namespaces that set one. */
+  readonly #nsAudit = new Map<string, AuditLevel>();
+  /** NFLOG prefix -> what its rule means, for the rules desired now, and recently removed. */
+  readonly #tags = new Map<string, AuditTag>();
+  readonly #retiredTags = new Map<string, AuditTag>();
+  readonly #auditRules: AuditRules | undefined;
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
     this.#allow = cfg.allowAction ?? 'ACCEPT';
+    if (cfg.audit) this.#auditRules = { limit: { kind: 'limit', perSecond: cfg.audit.perSecond, burst: cfg.audit.burst } };
     const n = cfg.names;
     for (const f of cfg.families) {
       this.#setChain(f, n.forward, topChainRules({ family: f, fromDispatch: n.fromWorkloadDispatch, toDispatch: n.toWorkloadDispatch, marks: cfg.marks, allowAction: this.#allow }));
@@ -133,6 +174,11 @@ export class Calculator {
 
   get cluster(): ClusterState {
     return this.#cluster;
+  }
+
+  /** What each NFLOG prefix of the audit rules means (removed ones stay for a while). */
+  get auditCatalog(): AuditCatalog {
+    return { lookup: (prefix) => this.#tags.get(prefix) ?? this.#retiredTags.get(prefix) };
   }
 
   /** Applies a batch of events; returns exactly the sets, members and chains they changed. */
@@ -157,7 +203,15 @@ export class Calculator {
   policyReports(): PolicyReport[] {
     const out: PolicyReport[] = [];
     for (const p of this.#cluster.policies.values()) {
-      out.push({ key: p.key, uid: p.uid, generation: p.generation, errors: p.errors, localPods: this.#policyRefs.get(p.key) ?? 0 });
+      out.push({
+        key: p.key,
+        uid: p.uid,
+        generation: p.generation,
+        errors: p.errors,
+        localPods: this.#policyRefs.get(p.key) ?? 0,
+        enforcement: p.enforcement,
+        auditLevel: this.#levelOf(p),
+      });
     }
     return out.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   }
@@ -179,6 +233,7 @@ export class Calculator {
         const name = e.op === 'upsert' ? e.object.name : e.name;
         const old = e.op === 'upsert' ? this.#cluster.upsertNamespace(e.object) : this.#cluster.deleteNamespace(name);
         this.#onNamespaceLabels(name, old, this.#cluster.namespaceLabels(name));
+        this.#onNamespaceAudit(name, e.op === 'upsert' ? namespaceAuditLevel(e.object.audit) : null);
         return;
       }
       case 'Node': {
@@ -259,6 +314,43 @@ export class Calculator {
     }
   }
 
+  /** A namespace's audit level changes what its policies' and pods' chains log. */
+  #onNamespaceAudit(ns: string, level: AuditLevel | null): void {
+    if ((this.#nsAudit.get(ns) ?? null) === level) return;
+    if (level === null) this.#nsAudit.delete(ns);
+    else this.#nsAudit.set(ns, level);
+    if (!this.#cfg.audit) return;
+    for (const p of this.#cluster.policiesIn(ns)) this.#touchedPolicies.add(p.key);
+    for (const uid of [...(this.#workloadsByNs.get(ns) ?? [])]) this.#refreshWorkload(uid, this.#workloads.get(uid)!.pod);
+  }
+
+  /** What a policy's rules log: its own annotation, else its namespace's, else the default. */
+  #levelOf(p: CompiledPolicy): AuditLevel {
+    return p.audit ?? this.#nsAudit.get(p.namespace) ?? this.#cfg.audit?.defaultLevel ?? 'off';
+  }
+
+  /** The NFLOG action of an audit rule, its tag recorded under its prefix (into `owned`). */
+  #auditLog(code: string, identity: string, tag: AuditTag, owned: string[]): Action {
+    const prefix = `weir:${code}:${sha256Base64Url(identity).slice(0, 20)}`;
+    this.#tags.set(prefix, tag);
+    this.#retiredTags.delete(prefix);
+    owned.push(prefix);
+    return { kind: 'nflog', group: this.#cfg.audit!.group, prefix, size: AUDIT_COPY_BYTES };
+  }
+
+  /** Tags an owner no longer writes move to the bounded retired map. */
+  #retireTags(before: readonly string[], after: readonly string[]): void {
+    const keep = new Set(after);
+    for (const prefix of before) {
+      if (keep.has(prefix)) continue;
+      const tag = this.#tags.get(prefix);
+      if (!tag) continue;
+      this.#tags.delete(prefix);
+      this.#retiredTags.set(prefix, tag);
+      if (this.#retiredTags.size > RETIRED_TAGS) this.#retiredTags.delete(this.#retiredTags.keys().next().value!);
+    }
+  }
+
   // ---- local workloads ------------------------------------------------------------------
 
   #isLocal(pod: Pod): boolean {
@@ -269,20 +361,20 @@ export class Calculator {
   #refreshWorkload(uid: string, pod: Pod | undefined): void {
     const old = this.#workloads.get(uid);
     let next: Workload | undefined;
+    const tags: string[] = [];
     if (pod && this.#isLocal(pod)) {
-      const ingress: string[] = [];
-      const egress: string[] = [];
+      const lists = { ingress: [] as string[], egress: [] as string[], auditIngress: [] as string[], auditEgress: [] as string[] };
       for (const p of this.#cluster.policiesIn(pod.namespace)) {
         if (p.podSelector !== null && !selectorMatches(p.podSelector, pod.labels)) continue;
-        if (p.ingress !== null) ingress.push(p.key);
-        if (p.egress !== null) egress.push(p.key);
+        const audit = p.enforcement === 'audit';
+        if (p.ingress !== null) (audit ? lists.auditIngress : lists.ingress).push(p.key);
+        if (p.egress !== null) (audit ? lists.auditEgress : lists.egress).push(p.key);
       }
-      ingress.sort();
-      egress.sort();
-      next = { pod, ingress, egress };
+      for (const l of Object.values(lists)) l.sort();
+      next = { pod, ...lists, tags };
     }
     // Reference counts decide which policies are active on this node.
-    const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress] : []);
+    const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress] : []);
     const before = keys(old);
     const after = keys(next);
     for (const k of after) if (!before.has(k)) this.#refPolicy(k, +1);
@@ -309,14 +401,40 @@ export class Calculator {
         continue;
       }
       const podRef = `${next.pod.namespace}/${next.pod.name}`;
-      const chainsOf = (dir: Direction, list: readonly string[]) => {
+      const chainsOf = (dir: Direction, list: readonly string[], auditOnly: readonly string[]) => {
         const isolated = list.length > 0;
-        const chains = list.map((k) => (dir === 'ingress' ? names.policyIngress(k) : names.policyEgress(k)));
-        return workloadChainRules({ direction: dir, podRef, podIp: ip, policyChains: isolated ? chains : null, marks: this.#cfg.marks, commonChain: names.workloadCommon, allowAction: this.#allow });
+        const chainOf = (k: string) => (dir === 'ingress' ? names.policyIngress(k) : names.policyEgress(k));
+        return workloadChainRules({
+          direction: dir,
+          podRef,
+          podIp: ip,
+          policyChains: isolated ? list.map(chainOf) : null,
+          auditOnlyChains: auditOnly.map(chainOf),
+          marks: this.#cfg.marks,
+          commonChain: names.workloadCommon,
+          allowAction: this.#allow,
+          audit: this.#workloadAudit(uid, dir, list, auditOnly, tags),
+        });
       };
-      this.#setChain(f, tw, chainsOf('ingress', next.ingress));
-      this.#setChain(f, fw, chainsOf('egress', next.egress));
+      this.#setChain(f, tw, chainsOf('ingress', next.ingress, next.auditIngress));
+      this.#setChain(f, fw, chainsOf('egress', next.egress, next.auditEgress));
     }
+    this.#retireTags(old?.tags ?? [], tags);
+  }
+
+  /** The default drop is logged when an isolating policy is audited; what audit-only policies
+   *  would drop always is (that is what they are for). */
+  #workloadAudit(uid: string, dir: Direction, enforced: readonly string[], auditOnly: readonly string[], tags: string[]): WorkloadAudit | undefined {
+    if (!this.#auditRules) return undefined;
+    const refs = (keys: readonly string[]) => keys.map((k) => this.#cluster.policies.get(k)!).map((p) => ({ namespace: p.namespace, name: p.name }));
+    const tag = (verdict: AuditVerdict, keys: readonly string[]): AuditTag => ({ verdict, direction: dir, policy: null, reason: 'default-deny', isolatedBy: refs(keys) });
+    const d = dir === 'ingress' ? 'I' : 'E';
+    if (enforced.length > 0) {
+      if (!enforced.some((k) => this.#levelOf(this.#cluster.policies.get(k)!) !== 'off')) return undefined;
+      return { ...this.#auditRules, logDeny: this.#auditLog(`D${d}`, `${uid}\n${dir}`, tag('deny', enforced), tags) };
+    }
+    if (auditOnly.length === 0) return undefined;
+    return { ...this.#auditRules, logWouldDeny: this.#auditLog(`W${d}`, `${uid}\n${dir}`, tag('would-deny', auditOnly), tags) };
   }
 
   #refPolicy(key: string, delta: number): void {
@@ -332,9 +450,11 @@ export class Calculator {
   #syncPolicy(key: string): void {
     const current = this.#active.get(key);
     const policy = (this.#policyRefs.get(key) ?? 0) > 0 ? this.#cluster.policies.get(key) : undefined;
-    if (current?.policy === policy) return;
+    const level = policy ? this.#levelOf(policy) : 'off';
+    if (current?.policy === policy && (policy === undefined || current?.level === level)) return;
     const names = this.#cfg.names;
     const acquired: ActiveSet[] = [];
+    const tags: string[] = [];
     if (policy) {
       const useSet = (spec: SetSpec) => {
         const s = this.#acquireSet(spec);
@@ -345,10 +465,10 @@ export class Calculator {
         for (const dir of ['ingress', 'egress'] as const) {
           const chain = dir === 'ingress' ? names.policyIngress(key) : names.policyEgress(key);
           if ((dir === 'ingress' ? policy.ingress : policy.egress) === null) this.#deleteChain(f, chain);
-          else this.#setChain(f, chain, policyChainRules(policy, dir, f, this.#cfg.marks, useSet));
+          else this.#setChain(f, chain, policyChainRules(policy, dir, f, this.#cfg.marks, useSet, this.#policyAudit(policy, dir, level, tags)));
         }
       }
-      this.#active.set(key, { policy, sets: acquired });
+      this.#active.set(key, { policy, level, sets: acquired, tags });
     } else {
       for (const f of this.#cfg.families) {
         this.#deleteChain(f, names.policyIngress(key));
@@ -358,6 +478,16 @@ export class Calculator {
     }
     // Release after acquiring, so a set both versions use is never torn down and rebuilt.
     for (const s of current?.sets ?? []) this.#releaseSet(s);
+    this.#retireTags(current?.tags ?? [], tags);
+  }
+
+  /** Level `all`: every allowing rule logs the connections it allows first. */
+  #policyAudit(policy: CompiledPolicy, dir: Direction, level: AuditLevel, tags: string[]) {
+    if (!this.#auditRules || level !== 'all') return undefined;
+    const d = dir === 'ingress' ? 'I' : 'E';
+    const logAllow = (rule: number) =>
+      this.#auditLog(`A${d}`, `${policy.key}\n${dir}\n${rule}`, { verdict: 'allow', direction: dir, policy: { namespace: policy.namespace, name: policy.name, rule } }, tags);
+    return { ...this.#auditRules, logAllow };
   }
 
   // ---- sets -----------------------------------------------------------------------------
@@ -535,6 +665,8 @@ export class Calculator {
     }
   }
 }
+
+type WorkloadAudit = NonNullable<Parameters<typeof workloadChainRules>[0]['audit']>;
 
 /** The /28 or /124 block holding an address: the dispatch bucket it belongs to. */
 function dispatchBlock(ip: string): string {

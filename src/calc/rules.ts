@@ -5,7 +5,7 @@ import { aggregateCidrs, parseCidr, prefixSet } from '../model/cidr.ts';
 import type { Cidr } from '../model/cidr.ts';
 import type { CompiledPolicy, Family, IpBlockPeer, PodsPeer, PortMatch, PrefixSet, Protocol } from '../model/types.ts';
 import { PROTOCOLS } from '../model/types.ts';
-import type { Match, PortRange, Rule } from './desired.ts';
+import type { Action, Match, PortRange, Rule } from './desired.ts';
 
 export interface MarkBits {
   /** Set by a policy rule that allows the packet; ACCEPTed at the end of the top chain. */
@@ -90,19 +90,46 @@ function plainBlocksMatches(family: Family, cidrs: readonly string[], dir: 'src'
   return [{ kind: 'set', set: useSet({ family, peer: prefixSet(family, union) }), dir }];
 }
 
+/** How audit rules log: the kernel-side rate limit every NFLOG rule ends with. */
+export interface AuditRules {
+  readonly limit: Match & { readonly kind: 'limit' };
+}
+
+/**
+ * An NFLOG rule in front of a verdict: new connections only (each logs once, not each packet),
+ * the rate limit last (a limit match spends a token on every packet that reaches it).
+ */
+export function auditRule(audit: AuditRules, matches: readonly Match[], log: Action, comment: string): Rule {
+  return { matches: [{ kind: 'ctstate', states: ['NEW'] }, ...matches, audit.limit], action: log, comment };
+}
+
 /**
  * The rules of one policy chain (cali-pi-* or cali-po-*) for one family. Each allowing rule
  * sets the accept bit; the workload chain returns once the bit is set. `useSet` returns the
  * name of the set for a spec (the caller acquires it); it is called in rule order.
+ * `logAllow`, for a policy audited at level `all`: the NFLOG action of rule i, put in front of
+ * each of its allowing rules; only the first rule that allows a packet logs it.
  */
-export function policyChainRules(policy: CompiledPolicy, direction: Direction, family: Family, marks: MarkBits, useSet: (spec: SetSpec) => string): Rule[] {
+export function policyChainRules(
+  policy: CompiledPolicy,
+  direction: Direction,
+  family: Family,
+  marks: MarkBits,
+  useSet: (spec: SetSpec) => string,
+  audit?: AuditRules & { readonly logAllow: (rule: number) => Action },
+): Rule[] {
   const rules = (direction === 'ingress' ? policy.ingress : policy.egress) ?? [];
   const peerDir = direction === 'ingress' ? 'src' : 'dst';
   const allow = { kind: 'setMark', value: marks.accept, mask: marks.accept } as const;
+  const notYetAllowed: Match = { kind: 'mark', value: 0, mask: marks.accept };
   const out: Rule[] = [];
   rules.forEach((rule, i) => {
     const comment = `${policy.key} ${direction} rule ${i}`;
-    const push = (matches: Match[]) => out.push({ matches, action: allow, comment });
+    const log = audit?.logAllow(i);
+    const push = (matches: Match[]) => {
+      if (audit && log) out.push(auditRule(audit, [notYetAllowed, ...matches], log, `${comment} audit`));
+      out.push({ matches, action: allow, comment });
+    };
 
     // Peer alternatives (OR): none means any address; an ipBlock of the other family is absent.
     const peerAlts: Match[][] = [];
@@ -161,6 +188,15 @@ export interface WorkloadChainInput {
   /** The shared first part of every workload chain (workloadCommonRules). */
   readonly commonChain: string;
   readonly allowAction: AllowAction;
+  /** Audit-only policy chains, when no enforced policy isolates the pod in this direction:
+   *  they decide nothing; what none of them allows is logged with `logWouldDeny`. */
+  readonly auditOnlyChains?: readonly string[];
+  readonly audit?: AuditRules & {
+    /** NFLOG for the default drop of an isolated pod (its isolating policies are audited). */
+    readonly logDeny?: Action;
+    /** NFLOG for what the audit-only policies would drop. */
+    readonly logWouldDeny?: Action;
+  };
 }
 
 /** ICMPv6 router solicitation/advertisement, neighbour solicitation/advertisement. */
@@ -179,7 +215,19 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
       comment: `${w.podRef} to itself`,
     });
   }
+  const consult = (chains: readonly string[]) => {
+    for (const chain of chains) {
+      rules.push({ matches: [], action: { kind: 'jump', chain } });
+      rules.push({ matches: [{ kind: 'mark', value: accept, mask: accept }], action: { kind: 'return' } });
+    }
+  };
+  const preposition = w.direction === 'ingress' ? 'to' : 'from';
   if (w.policyChains === null) {
+    // Audit-only policies: a packet none of them allows would be dropped if they were enforced.
+    if (w.audit?.logWouldDeny && w.auditOnlyChains && w.auditOnlyChains.length > 0) {
+      consult(w.auditOnlyChains);
+      rules.push(auditRule(w.audit, [], w.audit.logWouldDeny, `audit-only policies would drop ${w.direction} ${preposition} ${w.podRef}`));
+    }
     rules.push({
       matches: [],
       action: { kind: 'setMark', value: accept, mask: accept },
@@ -187,11 +235,9 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
     });
     return rules;
   }
-  for (const chain of w.policyChains) {
-    rules.push({ matches: [], action: { kind: 'jump', chain } });
-    rules.push({ matches: [{ kind: 'mark', value: accept, mask: accept }], action: { kind: 'return' } });
-  }
-  rules.push({ matches: [], action: { kind: 'drop' }, comment: `no policy allows ${w.direction} ${w.direction === 'ingress' ? 'to' : 'from'} ${w.podRef}` });
+  consult(w.policyChains);
+  if (w.audit?.logDeny) rules.push(auditRule(w.audit, [], w.audit.logDeny, `audit the default drop ${preposition} ${w.podRef}`));
+  rules.push({ matches: [], action: { kind: 'drop' }, comment: `no policy allows ${w.direction} ${preposition} ${w.podRef}` });
   return rules;
 }
 

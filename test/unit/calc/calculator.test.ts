@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
 import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index.ts';
+import type { Calculator } from '../../../src/calc/index.ts';
 import { EMPTY, Mirror, diff, newCalc, pod, policy, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
@@ -97,7 +98,8 @@ function randomWorlds(seed: number, steps: number): World[] {
       pods.set(somePod.uid, { ...somePod, ips: other.ips });
     } else if (choice < 0.72) {
       const n = pick(NAMESPACES);
-      nss.set(n.name, { name: n.name, labels: pick(L({}, { team: 'a' }, { team: 'b' }, { team: 'b', tier: 'data' })) });
+      const audit = pick([undefined, undefined, 'deny', 'all', 'off', 'bogus']);
+      nss.set(n.name, { name: n.name, labels: pick(L({}, { team: 'a' }, { team: 'b' }, { team: 'b', tier: 'data' })), ...(audit ? { audit } : {}) });
     } else if (choice < 0.78) {
       nss.delete(pick(['web', 'db', 'ops']));
     } else if (choice < 0.9) {
@@ -107,14 +109,15 @@ function randomWorlds(seed: number, steps: number): World[] {
       else pols.set(k, p);
     } else {
       const k = `web/p${next++}`;
-      pols.set(
-        k,
-        policy('web', k.slice(4), {
+      const annotations = pick(L({}, { 'weir.dev/audit': 'all' }, { 'weir.dev/audit': 'off' }, { 'weir.dev/enforcement': 'audit' }, { 'weir.dev/enforcement': 'audit', 'weir.dev/audit': 'deny' }));
+      pols.set(k, {
+        ...policy('web', k.slice(4), {
           podSelector: pick([{}, { matchLabels: { app: 'web' } }]),
           ingress: [{ from: [{ namespaceSelector: pick([{}, { matchLabels: { team: 'b' } }]), podSelector: pick([{}, { matchLabels: { app: 'db' } }]) }] }],
           egress: r() < 0.5 ? [{ ports: [{ port: 'http' }] }] : undefined,
         }),
-      );
+        annotations,
+      });
     }
     out.push({ pods, namespaces: nss, policies: pols, nodes, ports });
   }
@@ -125,10 +128,25 @@ function somePodOf(pods: ReadonlyMap<string, Pod>): Pod | undefined {
   return pods.size > 0 ? [...pods.values()][0] : undefined;
 }
 
-function cold(w: World): string {
+function coldCalc(w: World): Calculator {
   const c = newCalc();
   c.applyEvents(diff(EMPTY, w));
-  return snapshot(c.desired);
+  return c;
+}
+
+function cold(w: World): string {
+  return snapshot(coldCalc(w).desired);
+}
+
+/** Every NFLOG prefix the desired chains hold, with the tag the catalog reads it back as. */
+function auditTags(c: Calculator): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const f of [4, 6] as const) {
+    for (const rules of c.desired.chains[f].values()) {
+      for (const r of rules) if (r.action.kind === 'nflog') out[r.action.prefix] = c.auditCatalog.lookup(r.action.prefix) ?? 'missing';
+    }
+  }
+  return out;
 }
 
 describe('incremental calc', () => {
@@ -144,6 +162,7 @@ describe('incremental calc', () => {
         mirror.update(c.desired, dirty);
         const got = snapshot(c.desired);
         assert.equal(got, cold(w), `seed ${seed} step ${i}: incremental differs from cold`);
+        assert.deepEqual(auditTags(c), auditTags(coldCalc(w)), `seed ${seed} step ${i}: audit tags differ from cold`);
         assert.equal(snapshot(mirror.view(c.desired.topChain)), got, `seed ${seed} step ${i}: Dirty missed a change`);
         prev = w;
       }

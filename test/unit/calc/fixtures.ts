@@ -17,10 +17,12 @@ export interface World {
 
 export const NODE = 'node-a';
 export const MARKS = { accept: 0x10000, pass: 0x20000 };
+/** Audit rules are written only where an annotation asks for them (the default is off). */
+export const AUDIT = { group: 77, defaultLevel: 'off', perSecond: 100, burst: 200 } as const;
 
 /** The agent's own shape: the pod bridge fails closed and addresses are bound to ports. */
 export function newCalc(): Calculator {
-  return new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4, 6], marks: MARKS, podBridge: 'cni0', sourceBinding: true });
+  return new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4, 6], marks: MARKS, podBridge: 'cni0', sourceBinding: true, audit: AUDIT });
 }
 
 export function pod(ns: string, name: string, o: Partial<Pod> & { ip4?: number; ip6?: boolean } = {}): Pod {
