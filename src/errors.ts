@@ -13,7 +13,9 @@ export type ErrorCode =
   | 'WEIR_MANIFEST_OBJECT'
   | 'WEIR_POLICY_INVALID'
   | 'WEIR_PRECONDITION'
-  | 'WEIR_KUBE_API';
+  | 'WEIR_KUBE_API'
+  | 'WEIR_AUDIT_STREAM'
+  | 'WEIR_AUDIT_READER';
 
 export interface WeirErrorOptions {
   readonly cause?: unknown;
@@ -142,5 +144,33 @@ export class KubeApiError extends WeirError {
     this.path = path;
     this.status = status;
     this.reason = reason;
+  }
+}
+
+/** The audit reader's input is not the pcap stream of an NFLOG group (bad magic, another link
+ *  type, a record longer than any NFLOG message): the reader restarts tcpdump. */
+export class AuditStreamError extends WeirError {
+  /** Byte offset in the stream where the problem was found. */
+  readonly offset: number;
+  constructor(offset: number, detail: string) {
+    super('WEIR_AUDIT_STREAM', `audit reader: at byte ${offset} of the tcpdump stream: ${detail}`);
+    this.offset = offset;
+  }
+}
+
+/** The audit reader's tcpdump could not start or exited; restarted with backoff. */
+export class AuditReaderError extends WeirError {
+  readonly command: readonly string[];
+  readonly exitCode: number | undefined;
+  readonly signal: string | undefined;
+  readonly stderr: string;
+  constructor(command: readonly string[], exitCode: number | undefined, signal: string | undefined, stderr: string, options?: WeirErrorOptions) {
+    const tail = stderr.trim().split('\n').slice(-3).join('\n');
+    const how = exitCode !== undefined ? `exited with ${exitCode}` : signal !== undefined ? `was killed by ${signal}` : 'could not be started';
+    super('WEIR_AUDIT_READER', `audit reader: ${command.join(' ')} ${how}${tail ? `: ${tail}` : ''}`, options);
+    this.command = command;
+    this.exitCode = exitCode;
+    this.signal = signal;
+    this.stderr = stderr;
   }
 }
