@@ -57,6 +57,7 @@ export function startReporting(d: ReportingDeps): Reporting {
         generation: p.generation,
         accepted: p.errors.length === 0 ? { ok: true, message: 'the policy is valid and supported' } : { ok: false, message: formatPolicyErrors(p.errors) },
         desiredNodes: cluster.nodesEnforcing(p),
+        mode: p.enforcement,
       });
     }
     aggregator.update({ policies });

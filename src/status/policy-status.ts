@@ -14,6 +14,8 @@ export interface PolicyStatusInput {
   readonly accepted: { readonly ok: boolean; readonly message: string };
   /** Nodes running a pod the policy selects: the nodes that must enforce it. */
   readonly desiredNodes: readonly string[];
+  /** 'audit' (weir.dev/enforcement: audit): evaluated and logged, never enforced. Default enforce. */
+  readonly mode?: 'enforce' | 'audit';
 }
 
 /** Where a policy's current generation stands across the nodes that must enforce it. */
@@ -34,6 +36,8 @@ export interface PolicyStatus {
   readonly realized: string;
   /** The first MAX_PENDING_LISTED pending nodes. */
   readonly nodesPending: readonly string[];
+  /** enforce or audit (the printer column Mode): an audit-only policy enforces nothing. */
+  readonly mode: 'enforce' | 'audit';
 }
 
 export const MAX_PENDING_LISTED = 10;
@@ -46,7 +50,11 @@ export function policyConditionSpecs(policy: PolicyStatusInput, r: Realization):
   // Enforced reports realization either way.
   const gen = `generation ${policy.generation}`;
   let enforced: ConditionSpec;
-  if (r.desired === 0) {
+  if (policy.mode === 'audit') {
+    // Never True: a security team reading Enforced must not take an audit-only policy as held.
+    const where = r.desired === 0 ? 'no node runs a pod it selects' : `${r.realized}/${r.desired} nodes log what ${gen} would drop`;
+    enforced = { type: 'Enforced', status: 'False', reason: 'AuditOnly', message: `audit-only (weir.dev/enforcement: audit), never enforced: ${where}` };
+  } else if (r.desired === 0) {
     enforced = { type: 'Enforced', status: 'True', reason: 'NoPodsSelected', message: 'no node runs a pod this policy selects' };
   } else if (r.pending.length === 0) {
     enforced = { type: 'Enforced', status: 'True', reason: 'AllNodesRealized', message: `${r.realized}/${r.desired} nodes enforce ${gen}` };
@@ -71,6 +79,7 @@ export function buildPolicyStatus(policy: PolicyStatusInput, r: Realization, pre
     nodesRealized: r.realized,
     realized: `${r.realized}/${r.desired}`,
     nodesPending: r.pending.slice(0, MAX_PENDING_LISTED),
+    mode: policy.mode ?? 'enforce',
   };
 }
 
@@ -85,9 +94,10 @@ export function parsePolicyStatus(raw: unknown): PolicyStatus | null {
     nodesRealized: num(s.nodesRealized),
     realized: typeof s.realized === 'string' ? s.realized : '',
     nodesPending: Array.isArray(s.nodesPending) ? (s.nodesPending as unknown[]).filter((n): n is string => typeof n === 'string') : [],
+    mode: s.mode === 'audit' ? 'audit' : 'enforce',
   };
 }
 
 export function policyStatusKey(s: PolicyStatus): string {
-  return JSON.stringify([s.observedGeneration, conditionsKey(s.conditions), s.nodesDesired, s.nodesRealized, s.realized, s.nodesPending]);
+  return JSON.stringify([s.observedGeneration, conditionsKey(s.conditions), s.nodesDesired, s.nodesRealized, s.realized, s.nodesPending, s.mode]);
 }

@@ -164,8 +164,8 @@ describe('status writers against a real API server', () => {
     await assert.rejects(cp.kubectl(['get', 'networkpolicystatus', 'gone', '-n', NS]), /NotFound|not found/);
 
     const table = await cp.kubectl(['get', 'networkpolicystatuses', '-n', NS]);
-    assert.match(table, /^NAME\s+ACCEPTED\s+ENFORCED\s+REALIZED\s+AGE\n/);
-    assert.match(table, /\nweb\s+True\s+True\s+1\/1\s+\S+/);
+    assert.match(table, /^NAME\s+ACCEPTED\s+ENFORCED\s+MODE\s+REALIZED\s+AGE\n/);
+    assert.match(table, /\nweb\s+True\s+True\s+enforce\s+1\/1\s+\S+/);
 
     const lease = await getJson<{ spec: { holderIdentity?: string; leaseTransitions: number } }>(['get', 'lease', 'weir-policy-status', '-n', 'kube-system']);
     assert.equal(lease.spec.holderIdentity, undefined, 'released on stop');

@@ -263,6 +263,7 @@ describe('policy status aggregator', () => {
         nodesRealized: 1,
         realized: '1/2',
         nodesPending: ['node-b'],
+        mode: 'enforce',
       });
       const badStatus = api.get(POLSTATUS('shop', 'bad'))!.status as { conditions: { type: string; status: string; message: string }[] };
       assert.deepEqual(badStatus.conditions[0], {

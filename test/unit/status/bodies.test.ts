@@ -86,11 +86,11 @@ describe('server-side apply bodies', () => {
     );
   });
   test('NetworkPolicyStatus status', () => {
-    const status: PolicyStatus = { observedGeneration: 2, conditions: [], nodesDesired: 1, nodesRealized: 1, realized: '1/1', nodesPending: [] };
+    const status: PolicyStatus = { observedGeneration: 2, conditions: [], nodesDesired: 1, nodesRealized: 1, realized: '1/1', nodesPending: [], mode: 'audit' };
     assert.equal(
       JSON.stringify(policyStatusBody(ref, status)),
       '{"apiVersion":"weir.dev/v1alpha1","kind":"NetworkPolicyStatus","metadata":{"name":"web","namespace":"shop"},' +
-        '"status":{"observedGeneration":2,"conditions":[],"nodesDesired":1,"nodesRealized":1,"realized":"1/1","nodesPending":[]}}',
+        '"status":{"observedGeneration":2,"conditions":[],"nodesDesired":1,"nodesRealized":1,"realized":"1/1","nodesPending":[],"mode":"audit"}}',
     );
   });
   test('delete options carry a uid precondition', () => {

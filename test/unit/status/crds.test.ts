@@ -200,12 +200,13 @@ describe('CRDs', () => {
       ],
     },
     {
-      name: 'NetworkPolicyStatus printer columns: Accepted, Enforced, Realized, Age',
+      name: 'NetworkPolicyStatus printer columns: Accepted, Enforced, Mode, Realized, Age',
       crd: policyCrd,
       object: { status: policyStatus, metadata: { creationTimestamp: '2025-06-01T11:00:00Z' } },
       expected: [
         ['Accepted', 'string', 'False'],
         ['Enforced', 'string', 'False'],
+        ['Mode', 'string', 'enforce'],
         ['Realized', 'string', '1/2'],
         ['Age', 'date', '2025-06-01T11:00:00Z'],
       ],

@@ -31,6 +31,14 @@ describe('policyConditionSpecs', () => {
       ],
     },
     {
+      name: 'an audit-only policy is never reported enforced, wherever its nodes stand',
+      input: { ...policy(['node-a', 'node-b']), mode: 'audit' },
+      expected: [
+        ['Accepted', 'True', 'Valid', 'the spec is valid and supported'],
+        ['Enforced', 'False', 'AuditOnly', 'audit-only (weir.dev/enforcement: audit), never enforced: 1/2 nodes log what generation 3 would drop'],
+      ],
+    },
+    {
       name: 'pending nodes are named',
       input: policy(['node-a', 'node-b', 'node-x']),
       expected: [
@@ -95,6 +103,7 @@ describe('buildPolicyStatus', () => {
         nodesRealized: 1,
         realized: '1/2',
         nodesPending: ['node-b'],
+        mode: 'enforce',
       }),
     );
     assert.deepEqual(parsePolicyStatus(JSON.parse(JSON.stringify(status))), status);
