@@ -48,7 +48,7 @@ export interface AuditConfig {
   readonly group: number;
   /** The level of policies whose namespace and own annotations say nothing. */
   readonly defaultLevel: AuditLevel;
-  /** Kernel-side cap on events per second on this node, per family. */
+  /** Kernel-side cap on events per second on this node, per family (one bucket for every rule). */
   readonly perSecond: number;
   readonly burst: number;
 }
@@ -156,7 +156,7 @@ export class Calculator {
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
     this.#allow = cfg.allowAction ?? 'ACCEPT';
-    if (cfg.audit) this.#auditRules = { limit: { kind: 'limit', perSecond: cfg.audit.perSecond, burst: cfg.audit.burst } };
+    if (cfg.audit) this.#auditRules = { limit: { kind: 'limit', name: `${cfg.names.prefix}-audit`, perSecond: cfg.audit.perSecond, burst: cfg.audit.burst } };
     const n = cfg.names;
     for (const f of cfg.families) {
       this.#setChain(f, n.forward, topChainRules({ family: f, fromDispatch: n.fromWorkloadDispatch, toDispatch: n.toWorkloadDispatch, marks: cfg.marks, allowAction: this.#allow }));

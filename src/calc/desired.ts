@@ -43,9 +43,10 @@ export type Match =
   | { readonly kind: 'iface'; readonly dir: 'in' | 'out'; readonly name: string }
   /** The bridge port a packet entered through (br_netfilter): binds a pod's address to its veth. */
   | { readonly kind: 'bridgePortIn'; readonly port: string }
-  /** At most `perSecond` matches a second on average, `burst` at once (the audit log's
-   *  kernel-side cap, so that a flood cannot overwhelm the agent). */
-  | { readonly kind: 'limit'; readonly perSecond: number; readonly burst: number };
+  /** At most `perSecond` matches a second on average, `burst` at once, counted in one bucket
+   *  shared by every rule with the same `name` (per family): the audit log's kernel-side cap
+   *  per node, so that a flood cannot overwhelm the agent. */
+  | { readonly kind: 'limit'; readonly name: string; readonly perSecond: number; readonly burst: number };
 
 export type Action =
   | { readonly kind: 'accept' }

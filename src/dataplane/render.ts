@@ -60,7 +60,8 @@ export function renderMatch(m: Match): string[] {
     case 'bridgePortIn':
       return [`-m physdev --physdev-in ${m.port}`];
     case 'limit':
-      return [`-m limit --limit ${m.perSecond}/sec --limit-burst ${m.burst}`];
+      // hashlimit, not limit: rules with one name share one bucket, so the cap is per node.
+      return [`-m hashlimit --hashlimit-upto ${m.perSecond}/sec --hashlimit-burst ${m.burst} --hashlimit-name ${m.name}`];
   }
 }
 

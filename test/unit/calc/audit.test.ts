@@ -36,7 +36,7 @@ describe('audit rules follow the annotations', () => {
     const first = logs[0];
     assert.deepEqual(first.matches[0], { kind: 'ctstate', states: ['NEW'] });
     assert.deepEqual(first.matches[1], { kind: 'mark', value: 0, mask: MARKS.accept });
-    assert.deepEqual(first.matches.at(-1), { kind: 'limit', perSecond: AUDIT.perSecond, burst: AUDIT.burst });
+    assert.deepEqual(first.matches.at(-1), { kind: 'limit', name: 'cali-audit', perSecond: AUDIT.perSecond, burst: AUDIT.burst });
     assert.deepEqual(first.action, { kind: 'nflog', group: AUDIT.group, prefix: prefixOf(first), size: 128 });
     // Each NFLOG rule sits right before the allowing rule whose matches it repeats.
     const i = rules.indexOf(first);

@@ -214,3 +214,22 @@ const setLineCases: { name: string; actual: string; expected: string }[] = [
 for (const c of setLineCases) {
   test(`ipset line: ${c.name}`, () => assert.equal(c.actual, c.expected));
 }
+
+test('an audit rule renders as NFLOG with threshold 1 behind a shared per-node hashlimit', () => {
+  const rule: Rule = {
+    matches: [
+      { kind: 'ctstate', states: ['NEW'] },
+      { kind: 'limit', name: 'cali-audit', perSecond: 1000, burst: 2000 },
+    ],
+    action: { kind: 'nflog', group: 77, prefix: 'weir:AI:abc-_9', size: 128 },
+  };
+  assert.deepEqual(renderRuleBodies(rule), [
+    '-m conntrack --ctstate NEW -m hashlimit --hashlimit-upto 1000/sec --hashlimit-burst 2000 --hashlimit-name cali-audit -j NFLOG --nflog-group 77 --nflog-prefix weir:AI:abc-_9 --nflog-size 128 --nflog-threshold 1',
+  ]);
+});
+
+test('an NFLOG prefix that iptables-restore would quote or cut is refused', () => {
+  for (const prefix of ['', 'has space', 'quote"', 'x'.repeat(64)]) {
+    assert.throws(() => renderRuleBodies({ matches: [], action: { kind: 'nflog', group: 77, prefix, size: 128 } }), /NFLOG prefix/);
+  }
+});
