@@ -64,6 +64,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     podBridge: cfg.podBridge,
     allowAction: cfg.allowAction,
     sourceBinding: cfg.sourceBinding,
+    audit: cfg.audit.enabled ? { group: cfg.audit.nflogGroup, defaultLevel: cfg.audit.defaultLevel, perSecond: cfg.audit.rate, burst: 2 * cfg.audit.rate } : undefined,
   });
   const dataplane = createDataplane({
     runner,

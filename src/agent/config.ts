@@ -2,7 +2,8 @@
 // every problem at once. Flags and environment variables both land here (cli/).
 
 import { validatePrefix } from '../calc/names.ts';
-import type { Family } from '../model/types.ts';
+import { AUDIT_LEVELS } from '../model/annotations.ts';
+import type { AuditLevel, Family } from '../model/types.ts';
 import { ConfigError } from '../errors.ts';
 
 export type Backend = 'auto' | 'nft' | 'legacy';
@@ -50,6 +51,25 @@ export interface AgentConfig {
   /** Bind each local pod's address to its bridge port, read from the pod's pinned network
    *  namespace: a pod cannot send with another's address, nor before its port is known. */
   readonly sourceBinding: boolean;
+  readonly audit: AuditSettings;
+}
+
+/** The audit log: NFLOG rules where annotations ask for them, read back into JSON lines. */
+export interface AuditSettings {
+  /** Off: no NFLOG rule is written and no reader runs (audit-only policies still never enforce). */
+  readonly enabled: boolean;
+  /** The level of policies whose own and namespace annotations say nothing. */
+  readonly defaultLevel: AuditLevel;
+  /** NFLOG group (1 to 3 are Calico's). */
+  readonly nflogGroup: number;
+  /** Kernel-side cap on audit events per second on this node, per family (burst twice that). */
+  readonly rate: number;
+  readonly file: string;
+  /** Bytes a file may reach before it is rotated; old files kept. */
+  readonly maxSize: number;
+  readonly maxFiles: number;
+  /** Every line on standard output too. */
+  readonly stdout: boolean;
 }
 
 /** kube-proxy's masquerade and drop bits. */
@@ -79,6 +99,7 @@ export function defaultConfig(): AgentConfig {
     podBridge: 'cni0',
     allowAction: 'ACCEPT',
     sourceBinding: true,
+    audit: { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10 << 20, maxFiles: 5, stdout: false },
   };
 }
 
@@ -124,6 +145,13 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   ] as const) {
     if (!Number.isFinite(v) || v < 0) problems.push(`${k} must be a non-negative number, got ${v}`);
   }
+  const a = c.audit;
+  if (!AUDIT_LEVELS.includes(a.defaultLevel)) problems.push(`audit default "${a.defaultLevel}" must be one of ${AUDIT_LEVELS.join(', ')}`);
+  if (!Number.isInteger(a.nflogGroup) || a.nflogGroup < 4 || a.nflogGroup > 65535) problems.push(`audit NFLOG group ${a.nflogGroup} must be a whole number from 4 to 65535 (1 to 3 are Calico's)`);
+  if (!Number.isInteger(a.rate) || a.rate < 1 || a.rate > 100_000) problems.push(`audit rate ${a.rate} must be a whole number of events per second from 1 to 100000`);
+  if (a.enabled && !a.file.startsWith('/')) problems.push(`audit log file "${a.file}" must be an absolute path`);
+  if (!Number.isInteger(a.maxSize) || a.maxSize < 4096) problems.push(`audit log max size ${a.maxSize} must be a whole number of bytes, at least 4096`);
+  if (!Number.isInteger(a.maxFiles) || a.maxFiles < 1) problems.push(`audit log max files ${a.maxFiles} must be a whole number, at least 1`);
   if (c.retryMaxMs < c.retryMinMs) problems.push(`retry maximum (${c.retryMaxMs} ms) is below the minimum (${c.retryMinMs} ms)`);
   if (problems.length > 0) throw new ConfigError(problems);
   return { ...c, markMask: mask };

@@ -18,6 +18,14 @@ export const FLAGS = {
   'pod-bridge': { type: 'string', help: 'bridge the local pods hang off (default cni0): traffic through it that belongs to no known local pod is dropped' },
   'allow-action': { type: 'string', help: 'ACCEPT (default) or RETURN: what happens to a connection policy allows; RETURN lets later FORWARD rules still apply' },
   'source-binding': { type: 'string', help: "on (default) or off: bind each local pod's address to its bridge port (needs CAP_SYS_ADMIN and /var/run/netns)" },
+  audit: { type: 'string', help: 'on or off (default off): write NFLOG rules where weir.dev/audit annotations (or --audit-default) ask, and log each connection they see' },
+  'audit-default': { type: 'string', help: 'off (default), deny or all: the audit level of policies whose own and namespace annotations say nothing' },
+  'audit-log-file': { type: 'string', help: 'the audit log, JSON lines (default /var/log/weir/audit.log)' },
+  'audit-log-max-size': { type: 'string', help: 'bytes an audit log file may reach before it is rotated (default 10485760)' },
+  'audit-log-max-files': { type: 'string', help: 'rotated audit log files kept (default 5)' },
+  'audit-stdout': { type: 'boolean', help: 'write every audit line to standard output too' },
+  'audit-nflog-group': { type: 'string', help: "NFLOG group of the audit rules (default 77; 1 to 3 are Calico's)" },
+  'audit-rate': { type: 'string', help: 'kernel-side cap on audit events per second on this node (default 1000)' },
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
   'debounce-ms': { type: 'string', help: 'quiet time before a write, so bursts coalesce (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
@@ -114,6 +122,16 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     hookCheckIntervalMs: num('hook-check-interval', d.hookCheckIntervalMs, 1000),
     watchIdleTimeoutMs: num('watch-idle-timeout', d.watchIdleTimeoutMs, 1000),
     relistIntervalMs: num('relist-interval', d.relistIntervalMs, 1000),
+    audit: {
+      enabled: onOff('audit', d.audit.enabled),
+      defaultLevel: (str('audit-default')?.toLowerCase() ?? d.audit.defaultLevel) as AgentConfig['audit']['defaultLevel'],
+      nflogGroup: num('audit-nflog-group', d.audit.nflogGroup),
+      rate: num('audit-rate', d.audit.rate),
+      file: str('audit-log-file') ?? d.audit.file,
+      maxSize: num('audit-log-max-size', d.audit.maxSize),
+      maxFiles: num('audit-log-max-files', d.audit.maxFiles),
+      stdout: values['audit-stdout'] === true || d.audit.stdout,
+    },
   };
   try {
     const valid = validateConfig(cfg, need);

@@ -89,6 +89,38 @@ describe('weir CLI', () => {
     );
   });
 
+  test('the audit log is off by default; its flags fill the audit settings, and bad values are named', () => {
+    const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
+    assert.deepEqual(cfgOf([]).audit, { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10485760, maxFiles: 5, stdout: false });
+    const argv = [
+      '--audit',
+      'on',
+      '--audit-default',
+      'deny',
+      '--audit-nflog-group',
+      '90',
+      '--audit-rate',
+      '50',
+      '--audit-log-file',
+      '/tmp/a.log',
+      '--audit-log-max-size',
+      '65536',
+      '--audit-log-max-files',
+      '2',
+      '--audit-stdout',
+    ];
+    assert.deepEqual(cfgOf(argv).audit, { enabled: true, defaultLevel: 'deny', nflogGroup: 90, rate: 50, file: '/tmp/a.log', maxSize: 65536, maxFiles: 2, stdout: true });
+    assert.equal(cfgOf([], { WEIR_AUDIT: 'on', WEIR_AUDIT_DEFAULT: 'all' }).audit.defaultLevel, 'all');
+    assert.throws(
+      () => cfgOf(['--audit', 'on', '--audit-default', 'some', '--audit-nflog-group', '2', '--audit-log-file', 'rel.log']),
+      (e: unknown) =>
+        e instanceof ConfigError &&
+        /audit default "some" must be one of off, deny, all/.test(e.message) &&
+        /audit NFLOG group 2 must be a whole number from 4 to 65535 \(1 to 3 are Calico's\)/.test(e.message) &&
+        /audit log file "rel.log" must be an absolute path/.test(e.message),
+    );
+  });
+
   test('an unknown command or flag is a clear error', () => {
     assert.match(weir(['enforce']).stderr, /unknown command "enforce"/);
     assert.match(weir(['render', '--nodename', 'x']).stderr, /Unknown option '--nodename'/);
