@@ -2,8 +2,9 @@
 # A real Kubernetes control plane (etcd + kube-apiserver, no controllers, no nodes) for the
 # integration tests, all on 127.0.0.1.
 #
-#   control-plane.sh build                    build kubectl and kube-apiserver once per release
-#                                             (cached); prints the directory holding them
+#   control-plane.sh build                    build kubectl, kube-apiserver and kube-proxy once
+#                                             per release (cached); prints the directory
+#                                             holding them
 #   control-plane.sh start DIR                start etcd and kube-apiserver with state in DIR;
 #                                             writes DIR/kubeconfig, DIR/token, DIR/pids
 #                                             ("name pid starttime" lines), DIR/ports.env
@@ -11,7 +12,9 @@
 #   control-plane.sh stop DIR                 kill exactly the processes listed in DIR/pids
 #
 # Every command is idempotent. The binaries are built from the Go module k8s.io/kubernetes at
-# the release pinned in hack/controlplane/go.mod; etcd is Debian's etcd-server package.
+# the release pinned in hack/controlplane/go.mod (kube-proxy, for the Services tests, from
+# hack/controlplane/kube-proxy.mod: the same release and pins in a module file of its own, so
+# its extra dependencies never change the other two builds); etcd is Debian's etcd-server.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,16 +31,18 @@ log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
 
 k8s_version() {
-  local v
-  v=$(sed -n 's#^[[:space:]]*k8s\.io/kubernetes \(v1\.[0-9]*\.[0-9]*\).*#\1#p' "$module_dir/go.mod" | head -n1)
-  [ -n "$v" ] || die "no k8s.io/kubernetes requirement in $module_dir/go.mod"
+  local v file=${1:-go.mod}
+  v=$(sed -n 's#^[[:space:]]*k8s\.io/kubernetes \(v1\.[0-9]*\.[0-9]*\).*#\1#p' "$module_dir/$file" | head -n1)
+  [ -n "$v" ] || die "no k8s.io/kubernetes requirement in $module_dir/$file"
   echo "$v"
 }
 
 bin_dir() { echo "$cache_root/$(k8s_version)/bin"; }
 
-# A build is reused only if it came from the same go.mod and go.sum.
-module_stamp() { cat "$module_dir/go.mod" "$module_dir/go.sum" | sha256sum | cut -d' ' -f1; }
+# A build is reused only if it came from the same module files: go.mod and go.sum for
+# kube-apiserver and kubectl, kube-proxy.mod and kube-proxy.sum for kube-proxy.
+module_stamp() { cat "$module_dir/$1.mod" "$module_dir/$1.sum" | sha256sum | cut -d' ' -f1; }
+control_plane_stamp() { cat "$module_dir/go.mod" "$module_dir/go.sum" | sha256sum | cut -d' ' -f1; }
 
 cmd_build() {
   local version
@@ -51,37 +56,72 @@ cmd_build() {
   ) 9>"$cache_root/$version/build.lock"
 }
 
+# True when BIN holds the binaries named after the stamp file and module stamp given.
+current() {
+  local bin=$1 stampfile=$2 stamp=$3
+  shift 3
+  local b
+  for b in "$@"; do [ -x "$bin/$b" ] || return 1; done
+  [ "$(cat "$bin/$stampfile" 2>/dev/null)" = "$stamp" ]
+}
+
+# One go build of the commands given, into DIR, from the module file given.
+go_build() {
+  local version=$1 dir=$2 modfile=$3 build_log=$4 started
+  shift 4
+  local minor=${version#v1.} ldflags="-s -w" pkg modflag=()
+  minor=${minor%%.*}
+  # The version stamps the release build scripts set; without them /version says v0.0.0-master.
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  [ "$modfile" = go.mod ] || modflag=("-modfile=$modfile")
+  started=$(date +%s)
+  if ! (cd "$module_dir" && CGO_ENABLED=0 go build "${modflag[@]}" -trimpath -ldflags="$ldflags" -o "$dir/" "$@") >>"$build_log" 2>&1; then
+    tail -n 40 "$build_log" >&2
+    rm -rf "$dir"
+    die "go build of $* failed after $(($(date +%s) - started))s (full log: $build_log)"
+  fi
+  log "built $* in $(($(date +%s) - started))s"
+}
+
 build_locked() {
-  local version=$1 bin stamp tmp ldflags started
+  local version=$1 bin cp_stamp kp_stamp tmp need_cp=1 need_kp=1 b build_log
   bin=$(bin_dir)
-  stamp=$(module_stamp)
-  if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kubectl" ] && [ "$(cat "$bin/stamp" 2>/dev/null)" = "$stamp" ]; then
+  cp_stamp=$(control_plane_stamp)
+  kp_stamp=$(module_stamp kube-proxy)
+  [ "$(k8s_version kube-proxy.mod)" = "$version" ] ||
+    die "$module_dir/kube-proxy.mod does not pin k8s.io/kubernetes $version like go.mod: run hack/controlplane/gen-gomod.sh $version"
+  current "$bin" stamp "$cp_stamp" kube-apiserver kubectl && need_cp=0
+  current "$bin" kube-proxy.stamp "$kp_stamp" kube-proxy && need_kp=0
+  if [ "$need_cp$need_kp" = 00 ]; then
     echo "$bin"
     return
   fi
   command -v go >/dev/null || die "go not found (expected on PATH or in /usr/local/go/bin)"
   tmp=$(mktemp -d "$cache_root/$version/build.XXXXXX")
   chmod 755 "$tmp"
-  # The version stamps the release build scripts set; without them /version says v0.0.0-master.
-  local minor=${version#v1.}
-  minor=${minor%%.*}
-  ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-  done
-  local build_log="$cache_root/$version/build.log"
-  log "building kube-apiserver and kubectl $version into $bin (cold: about 10 minutes on 2 cores; log in $build_log)"
-  started=$(date +%s)
-  if ! (cd "$module_dir" && CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl) >"$build_log" 2>&1; then
-    tail -n 40 "$build_log" >&2
-    rm -rf "$tmp"
-    die "go build failed after $(($(date +%s) - started))s (full log: $build_log)"
+  # What is still current moves over as hard links: adding kube-proxy to a cache that holds
+  # the other two never rebuilds them, and a daemon running an old binary keeps its inode.
+  [ "$need_cp" = 1 ] || for b in kube-apiserver kubectl stamp; do ln "$bin/$b" "$tmp/$b"; done
+  [ "$need_kp" = 1 ] || for b in kube-proxy kube-proxy.stamp; do ln "$bin/$b" "$tmp/$b"; done
+  build_log="$cache_root/$version/build.log"
+  : >"$build_log"
+  local started=$SECONDS
+  if [ "$need_cp" = 1 ]; then
+    log "building kube-apiserver and kubectl $version into $bin (cold: about 10 minutes on 2 cores; log in $build_log)"
+    go_build "$version" "$tmp" go.mod "$build_log" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+    echo "$cp_stamp" >"$tmp/stamp"
   fi
-  echo "$stamp" >"$tmp/stamp"
+  if [ "$need_kp" = 1 ]; then
+    # After the other two it mostly reuses their compiled packages from Go's build cache.
+    log "building kube-proxy $version into $bin (log in $build_log)"
+    go_build "$version" "$tmp" kube-proxy.mod "$build_log" k8s.io/kubernetes/cmd/kube-proxy
+    echo "$kp_stamp" >"$tmp/kube-proxy.stamp"
+  fi
   rm -rf "$bin"
   mv "$tmp" "$bin"
-  log "built in $(($(date +%s) - started))s: $(cd "$bin" && du -h kube-apiserver kubectl | tr '\t\n' '  ')"
+  log "built in $((SECONDS - started))s: $(cd "$bin" && du -h kube-apiserver kubectl kube-proxy | tr '\t\n' '  ')"
   echo "$bin"
 }
 
