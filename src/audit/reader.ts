@@ -63,6 +63,8 @@ export interface AuditReader {
   /** Ends the child (SIGTERM to its PID, SIGKILL after killAfterMs) and waits for it. */
   stop(): Promise<void>;
   readonly state: ReaderState;
+  /** The running child's PID (tcpdump's, behind an exec'ing prefix); undefined between children. */
+  readonly pid: number | undefined;
   stats(): ReaderStats;
 }
 
@@ -221,6 +223,9 @@ export function createTcpdumpReader(opts: ReaderOptions, handlers: ReaderHandler
     },
     get state() {
       return state;
+    },
+    get pid() {
+      return child?.pid;
     },
     stats: () => ({ ...stats }),
   };
