@@ -1,0 +1,140 @@
+// Section 1: the cost of a new connection through a policed pod. The server pod on node-a is
+// selected by K policies (K = 1, 100, 1000): K-1 of them allow TCP 8080 from peers the client
+// does not match (podSelector peer=pN, 50 phantom pods), one, named to sort last, allows the
+// client. Clients on node-a (same node: one bridge hop, node-a's FORWARD) and node-b (cross
+// node: node-b's FORWARD out, node-a's FORWARD in) connect in a bounded sequential loop
+// (latency), then with several connects always in flight (new connections per second).
+
+import { inParallel } from './api.ts';
+import { buildConnectLoop, connectLatency, connectRate } from './connect-loop.ts';
+import { type Ctx, kernelState, quiet } from './context.ts';
+import type { EnforcerName } from './enforcers.ts';
+import { phantomPlace, policyObject, type PodDef } from './env.ts';
+import { dist, percentile, type Value } from './table.ts';
+
+const NS = 'bench';
+export const SERVER: PodDef = { namespace: NS, name: 'server', node: 'node-a', ips: ['10.244.1.10', 'fd00:10:244:1::10'], labels: { app: 'server' } };
+export const CLIENT_A: PodDef = { namespace: NS, name: 'client-a', node: 'node-a', ips: ['10.244.1.11', 'fd00:10:244:1::11'], labels: { app: 'client' } };
+export const CLIENT_B: PodDef = { namespace: NS, name: 'client-b', node: 'node-b', ips: ['10.244.2.11', 'fd00:10:244:2::11'], labels: { app: 'client' } };
+export const OTHER_A: PodDef = { namespace: NS, name: 'other-a', node: 'node-a', ips: ['10.244.1.12', 'fd00:10:244:1::12'], labels: { app: 'other' } };
+const PEER_LABELS = 50;
+/** The port every policy of the scene allows, served by connect-loop's own server in the server pod. */
+export const PORT = 8080;
+
+/** The bench namespace, its four simulated pods and the 50 phantom peers; idempotent. */
+let sceneReady = false;
+export async function connectScene(ctx: Ctx): Promise<void> {
+  if (sceneReady) return;
+  await ctx.env.ensureNamespace(NS);
+  for (const p of [SERVER, CLIENT_A, CLIENT_B, OTHER_A]) await ctx.env.addSimPod(p);
+  const first = ctx.env.reservePhantoms(PEER_LABELS);
+  await ctx.env.addPhantomPods(first, first + PEER_LABELS, (i) => ({
+    namespace: NS,
+    name: `peer-${i - first}`,
+    node: phantomPlace(i).node,
+    ips: [phantomPlace(i).ip],
+    labels: { peer: `p${i - first}` },
+  }));
+  sceneReady = true;
+}
+
+const SERVER_SELECTOR = { matchLabels: { app: 'server' } };
+const clientPolicy = policyObject(NS, 'zz-allow-client', {
+  podSelector: SERVER_SELECTOR,
+  ingress: [{ from: [{ podSelector: { matchLabels: { app: 'client' } } }], ports: [{ protocol: 'TCP', port: PORT }] }],
+});
+const otherPolicy = (i: number) =>
+  policyObject(NS, `p${String(i).padStart(4, '0')}`, {
+    podSelector: SERVER_SELECTOR,
+    ingress: [{ from: [{ podSelector: { matchLabels: { peer: `p${i % PEER_LABELS}` } } }], ports: [{ protocol: 'TCP', port: PORT }] }],
+  });
+
+/** Makes exactly K policies select the server: K-1 others and the client's. */
+export async function setPolicyCount(ctx: Ctx, k: number): Promise<void> {
+  const { api } = ctx.env;
+  const have = new Set((await api.list('NetworkPolicy', NS)).map((p) => p.name));
+  const want = new Set(['zz-allow-client', ...Array.from({ length: k - 1 }, (_, i) => otherPolicy(i).metadata.name)]);
+  await inParallel(
+    [...have].filter((n) => !want.has(n)),
+    16,
+    (n) => api.delete('NetworkPolicy', NS, n),
+  );
+  await api.apply(clientPolicy);
+  await inParallel(
+    Array.from({ length: k - 1 }, (_, i) => i).filter((i) => !have.has(otherPolicy(i).metadata.name)),
+    16,
+    (i) => api.apply(otherPolicy(i)),
+  );
+}
+
+export async function benchConnect(ctx: Ctx): Promise<void> {
+  const bin = buildConnectLoop();
+  await connectScene(ctx);
+  const { connects, rateMs, inflight, rounds } = ctx.flags;
+  for (const k of ctx.flags.policies) {
+    await setPolicyCount(ctx, k);
+    type Acc = Partial<Record<EnforcerName, number[]>>;
+    const lat: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
+    const rate: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
+    const state = { rules: {} as Partial<Record<EnforcerName, Value>>, sets: {} as Partial<Record<EnforcerName, Value>> };
+    let failures = '';
+    // Rounds alternate the order of the enforcers, so that a slow drift of the machine's load
+    // (others' tests) does not always fall on the same one; samples are pooled.
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? ctx.enforcers() : ctx.enforcers().reverse();
+      for (const spec of order) {
+        await ctx.env.turn(spec, async (t) => {
+          const policed = spec.name !== 'none';
+          const server = SERVER.ips[0];
+          await t.spawnHelper(t.pod('bench/server').netns, [bin, 'serve', String(PORT), 'bench/server']);
+          const ready = await t.until(
+            [
+              { from: 'bench/client-a', ip: server, port: PORT, allowed: true },
+              { from: 'bench/client-b', ip: server, port: PORT, allowed: true },
+              { from: 'bench/other-a', ip: server, port: PORT, allowed: !policed },
+            ],
+            120_000,
+            `${k} policies`,
+          );
+          await quiet(t);
+          const ks = kernelState(t, 'node-a');
+          state.rules[spec.name] = { p50: ks.rules };
+          state.sets[spec.name] = { p50: ks.sets, text: `(${ks.members} members)` };
+          const load = ctx.sampleLoad();
+          const line: string[] = [];
+          for (const [where, from] of [
+            ['same', t.pod('bench/client-a').netns],
+            ['cross', t.pod('bench/client-b').netns],
+          ] as const) {
+            // Warm-up: neighbour entries and the first-run costs of the path.
+            await connectLatency(bin, from, server, PORT, 50);
+            const run = await connectLatency(bin, from, server, PORT, connects);
+            (lat[where][spec.name] ??= []).push(...run.samples);
+            if (run.failures) failures += ` ${spec.name} ${where}: ${run.failures} failed (${[...run.reasons].map(([r, n]) => `${r} ×${n}`).join(', ')});`;
+            const r = await connectRate(bin, from, server, PORT, inflight, rateMs);
+            (rate[where][spec.name] ??= []).push(r.perSecond);
+            if (r.fail) failures += ` ${spec.name} ${where} rate: ${r.fail} failed;`;
+            line.push(`${where}-node p50 ${percentile(run.samples, 50).toFixed(1)} p99 ${percentile(run.samples, 99).toFixed(1)} µs, ${r.perSecond.toFixed(0)} conn/s`);
+          }
+          ctx.log(
+            `  round ${round + 1}, ${spec.name}, ${k} policies (enforced ${ready.toFixed(0)} ms after its first sync; node-a: ${ks.rules} filter rules, ${ks.sets} ipsets; load ${load.toFixed(2)}): ${line.join('; ')}`,
+          );
+        });
+      }
+    }
+    const section = `1 connect, ${k} polic${k === 1 ? 'y' : 'ies'}`;
+    const note = failures ? `failed connects:${failures}` : undefined;
+    const dists = (acc: Acc) => Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, dist(xs)]));
+    // A rate per round: its median across rounds.
+    const medians = (acc: Acc) => Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, { p50: percentile(xs, 50) }]));
+    ctx.add(
+      { section, figure: 'connect latency, same node', unit: 'µs', better: 'lower', values: dists(lat.same), note },
+      { section, figure: 'connect latency, cross node', unit: 'µs', better: 'lower', values: dists(lat.cross) },
+      { section, figure: `new connections/s, same node (${inflight} in flight)`, unit: 'conn/s', better: 'higher', values: medians(rate.same) },
+      { section, figure: `new connections/s, cross node (${inflight} in flight)`, unit: 'conn/s', better: 'higher', values: medians(rate.cross) },
+      { section, figure: 'filter rules on node-a (IPv4)', unit: 'rules', better: 'lower', values: state.rules },
+      { section, figure: 'ipsets on node-a', unit: 'sets', better: 'lower', values: state.sets },
+    );
+    if (note) ctx.log(`  ${note}`);
+  }
+}
