@@ -28,6 +28,8 @@ export interface WriterOptions {
   readonly clock?: Clock;
   /** Every error of the file (open, write, rotation). */
   readonly onError?: (err: Error) => void;
+  /** Every line that will never reach the file. */
+  readonly onLost?: (lines: number) => void;
 }
 
 export interface WriterStats {
@@ -60,6 +62,10 @@ export function createAuditWriter(opts: WriterOptions): AuditWriter {
   let opening: Promise<void> | undefined;
   let retry: unknown;
   let stopped = false;
+  const lose = () => {
+    stats.lost++;
+    opts.onLost?.(1);
+  };
 
   const fail = (err: Error, s: RotatingFileStream | undefined) => {
     stats.errors++;
@@ -109,11 +115,11 @@ export function createAuditWriter(opts: WriterOptions): AuditWriter {
       if (opts.stdout !== undefined) opts.stdout.write(text);
       const s = stream;
       if (s === undefined || s.destroyed || s.writableLength > maxBuffered) {
-        stats.lost++;
+        lose();
         return;
       }
       s.write(text, (err) => {
-        if (err) stats.lost++;
+        if (err) lose();
         else stats.written++;
       });
     },

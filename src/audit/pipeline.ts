@@ -1,0 +1,232 @@
+// The audit log: reader -> catalog.lookup(prefix) -> pod names -> one-second deduplication ->
+// JSON lines in a rotated file. A side stage: the agent hands it the model's events
+// (applyModel, cheap and synchronous) and it reads calc's catalog; it never calls into the
+// reconcile loop, and nothing it does can fail or delay enforcement. Every event it cannot
+// turn into a line is counted in weir_audit_lost_total.
+
+import type { Registry } from 'prom-client';
+import type { AuditCatalog, AuditTag, PolicyRef } from '../calc/audit-tags.ts';
+import type { WeirError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import type { ModelEvent } from '../model/types.ts';
+import { type Clock, systemClock } from '../status/clock.ts';
+import { AddressBook } from './addresses.ts';
+import { Deduper, dedupeKey } from './dedupe.ts';
+import { createAuditMetrics } from './metrics.ts';
+import type { NflogEvent } from './pcap.ts';
+import { type AuditReader, createTcpdumpReader, type ReaderHandlers } from './reader.ts';
+import { createAuditWriter } from './writer.ts';
+
+/** What the agent fills from its flags (AgentConfig.audit, plus the node's name). */
+export interface AuditLogConfig {
+  /** Written into every line. */
+  readonly node: string;
+  /** The NFLOG group the audit rules log to (--audit-nflog-group). */
+  readonly nflogGroup: number;
+  /** The kernel's cap on audit events per second and family (--audit-rate): it bounds the
+   *  lines that may wait for their window at 8 x rate (both families, bursts included). */
+  readonly rate: number;
+  /** --audit-log-file: absolute path; its directory is created. */
+  readonly file: string;
+  /** --audit-log-max-size: bytes before the file is rotated. */
+  readonly maxSize: number;
+  /** --audit-log-max-files: rotated files kept. */
+  readonly maxFiles: number;
+  /** --audit-stdout: every line on standard output too. */
+  readonly stdout: boolean;
+  /** The argv that runs tcpdump. Default ['tcpdump'] (the agent's own network namespace). */
+  readonly tcpdump?: readonly string[];
+  /** Identical lines within this window of the first become one line. Default 1000 ms. */
+  readonly dedupeWindowMs?: number;
+  /** Deleted pods' addresses stay named: how many, how long. Default 10,000 and 5 min. */
+  readonly deletedPods?: { readonly max?: number; readonly ttlMs?: number };
+}
+
+export interface AuditLogDeps {
+  readonly config: AuditLogConfig;
+  /** calc's catalog of audit prefixes; read on every event, never written. */
+  readonly catalog: AuditCatalog;
+  /** The agent's registry: the weir_audit_* metrics are registered here. */
+  readonly registry: Registry;
+  readonly log: Logger;
+  /** Wall clock: deduplication windows and the read delay. */
+  readonly clock?: Clock;
+  /** Every error the reader or the file reports (the agent counts them in weir_errors_total). */
+  readonly onError?: (err: WeirError | Error) => void;
+  /** Another reader (tests); default: tcpdump on config.nflogGroup. */
+  readonly reader?: (handlers: ReaderHandlers) => AuditReader;
+  /** Where --audit-stdout writes; default process.stdout. */
+  readonly stdout?: NodeJS.WritableStream;
+}
+
+export interface Endpoint {
+  readonly ip: string;
+  /** null for a protocol without ports (ICMP) or a non-first fragment. */
+  readonly port: number | null;
+  /** Empty for an address that is no pod (an ipBlock peer, a host outside the cluster). */
+  readonly namespace: string;
+  readonly pod: string;
+}
+
+/** One line of the audit log, in the order its fields are written. */
+export interface AuditLine {
+  /** RFC 3339, milliseconds, UTC: the kernel's time of the first connection of the line. */
+  readonly time: string;
+  readonly node: string;
+  readonly verdict: AuditTag['verdict'];
+  readonly direction: AuditTag['direction'];
+  readonly policy: { readonly namespace: string; readonly name: string; readonly rule: number } | null;
+  readonly reason?: 'default-deny';
+  readonly isolatedBy?: readonly PolicyRef[];
+  /** The first connection's source port when several were folded. */
+  readonly src: Endpoint;
+  readonly dst: Endpoint;
+  readonly protocol: string;
+  /** Connections this line stands for. */
+  count: number;
+}
+
+export interface AuditStats {
+  readonly linesWaiting: number;
+  readonly addresses: number;
+  readonly deletedAddresses: number;
+}
+
+/** The one interface the agent uses. Construction does no I/O. */
+export interface AuditLog {
+  /** Opens the file and starts the reader; never throws for either (both retry). */
+  start(): Promise<void>;
+  /** The model's events, in the batches calc gets them: only Pod events are used. */
+  applyModel(events: readonly ModelEvent[]): void;
+  /** Stops the reader, writes every waiting line, closes the file. */
+  stop(): Promise<void>;
+  stats(): AuditStats;
+}
+
+const NO_POD = { namespace: '', pod: '' };
+
+export function createAuditLog(deps: AuditLogDeps): AuditLog {
+  const { config, catalog, log } = deps;
+  const clock = deps.clock ?? systemClock;
+  const metrics = createAuditMetrics(deps.registry);
+  const addresses = new AddressBook({ deletedMax: config.deletedPods?.max, deletedTtlMs: config.deletedPods?.ttlMs });
+  const deduper = new Deduper<AuditLine>({ windowMs: config.dedupeWindowMs ?? 1000, maxPending: 8 * config.rate });
+  const writer = createAuditWriter({
+    file: config.file,
+    maxSize: config.maxSize,
+    maxFiles: config.maxFiles,
+    stdout: config.stdout ? (deps.stdout ?? process.stdout) : undefined,
+    log,
+    clock,
+    onError: (err) => deps.onError?.(err),
+    onLost: (n) => metrics.lost.inc({ where: 'write' }, n),
+  });
+  let timer: unknown;
+  let timerAt = Number.POSITIVE_INFINITY;
+  let started = false;
+  const unknownSeen = new Set<string>();
+
+  const endpoint = (ip: string, port: number | null): Endpoint => {
+    const ref = addresses.lookup(ip) ?? NO_POD;
+    return { ip, port, namespace: ref.namespace, pod: ref.pod };
+  };
+
+  const lineOf = (e: NflogEvent, tag: AuditTag): AuditLine => {
+    const base = {
+      time: new Date(e.time).toISOString(),
+      node: config.node,
+      verdict: tag.verdict,
+      direction: tag.direction,
+      policy: tag.policy === null ? null : { namespace: tag.policy.namespace, name: tag.policy.name, rule: tag.policy.rule },
+    };
+    const why =
+      tag.policy === null ? { ...(tag.reason ? { reason: tag.reason } : {}), ...(tag.isolatedBy ? { isolatedBy: tag.isolatedBy.map((r) => ({ namespace: r.namespace, name: r.name })) } : {}) } : {};
+    return { ...base, ...why, src: endpoint(e.srcIp, e.srcPort), dst: endpoint(e.dstIp, e.dstPort), protocol: e.protocol, count: 1 };
+  };
+
+  const write = (released: readonly { value: AuditLine; count: number }[]) => {
+    for (const { value, count } of released) {
+      value.count = count;
+      writer.write(JSON.stringify(value));
+    }
+    if (released.length > 0) metrics.lines.inc(released.length);
+  };
+
+  /** One timer, at the oldest open window's end. */
+  const arm = () => {
+    const at = deduper.nextDue();
+    if (at === undefined || at >= timerAt) return;
+    if (timer !== undefined) clock.clearTimeout(timer);
+    timerAt = at;
+    timer = clock.setTimeout(
+      () => {
+        timer = undefined;
+        timerAt = Number.POSITIVE_INFINITY;
+        write(deduper.due(clock.now()));
+        arm();
+      },
+      Math.max(0, at - clock.now()),
+    );
+  };
+
+  const handlers: ReaderHandlers = {
+    events(batch) {
+      const now = clock.now();
+      const verdicts = { allow: 0, deny: 0, 'would-deny': 0 };
+      let unknown = 0;
+      let overflow = 0;
+      for (const e of batch) {
+        const tag = catalog.lookup(e.prefix);
+        if (tag === undefined) {
+          unknown++;
+          if (!unknownSeen.has(e.prefix) && unknownSeen.size < 100) {
+            unknownSeen.add(e.prefix);
+            log.debug({ prefix: e.prefix }, 'audit: an event of an NFLOG prefix no current audit rule has; dropped');
+          }
+          continue;
+        }
+        verdicts[tag.verdict]++;
+        const delay = (now - e.time) / 1000;
+        if (delay >= 0) metrics.readDelay.observe(delay);
+        if (deduper.add(dedupeKey(tag, e), now, () => lineOf(e, tag)) === 'dropped') overflow++;
+      }
+      for (const [verdict, n] of Object.entries(verdicts)) if (n > 0) metrics.events.inc({ verdict }, n);
+      if (unknown > 0) metrics.lost.inc({ where: 'unknown-prefix' }, unknown);
+      if (overflow > 0) metrics.lost.inc({ where: 'overflow' }, overflow);
+      write(deduper.due(now));
+      arm();
+    },
+    state(state, err) {
+      metrics.readerUp.set(state === 'running' ? 1 : 0);
+      if (state === 'starting' && started) metrics.readerRestarts.inc();
+      if (state === 'starting') started = true;
+      if (err !== undefined) deps.onError?.(err);
+    },
+    lost: (n) => metrics.lost.inc({ where: 'queue' }, n),
+    malformed: (n) => metrics.lost.inc({ where: 'malformed' }, n),
+  };
+
+  const reader = deps.reader?.(handlers) ?? createTcpdumpReader({ group: config.nflogGroup, command: config.tcpdump ?? ['tcpdump'], log, clock }, handlers);
+  metrics.readerUp.set(0);
+
+  return {
+    async start() {
+      await writer.start();
+      started = false;
+      reader.start();
+    },
+    applyModel(events) {
+      addresses.apply(events);
+    },
+    async stop() {
+      await reader.stop();
+      if (timer !== undefined) clock.clearTimeout(timer);
+      timer = undefined;
+      timerAt = Number.POSITIVE_INFINITY;
+      write(deduper.flush());
+      await writer.stop();
+      metrics.readerUp.set(0);
+    },
+    stats: () => ({ linesWaiting: deduper.size, addresses: addresses.size, deletedAddresses: addresses.deletedSize }),
+  };
+}

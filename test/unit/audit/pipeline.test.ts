@@ -1,0 +1,324 @@
+// The audit pipeline end to end: events (from a real child's pcap stream, or handed in by a
+// test reader) -> catalog -> pod names -> deduplication -> JSON lines in a real file, with
+// the metrics it keeps. The kernel side is test/kernel/audit-reader.test.ts.
+
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { Registry } from 'prom-client';
+import { type AuditLine, type AuditLogConfig, createAuditLog } from '../../../src/audit/index.ts';
+import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
+import type { AuditReader, ReaderHandlers, ReaderState } from '../../../src/audit/reader.ts';
+import type { AuditCatalog, AuditTag } from '../../../src/calc/audit-tags.ts';
+import { silentLogger } from '../../../src/log.ts';
+import type { ModelEvent, Pod } from '../../../src/model/types.ts';
+import type { Clock } from '../../../src/status/clock.ts';
+
+const FIXTURE = fileURLToPath(new URL('./fixtures/nflog-le.pcap', import.meta.url));
+const root = await mkdtemp(join(tmpdir(), 'weir-audit-pipeline-'));
+after(() => rm(root, { recursive: true, force: true }));
+let seq = 0;
+
+async function eventually(check: () => void | Promise<void>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+}
+
+/** A clock whose time moves only when the test says; timers fire as it passes them. */
+function manualClock(start = 1_000_000): Clock & { advance(ms: number): void } {
+  let now = start;
+  let timers: { at: number; fn: () => void; id: number }[] = [];
+  let ids = 0;
+  return {
+    now: () => now,
+    setTimeout: (fn, ms) => {
+      const id = ids++;
+      timers.push({ at: now + ms, fn, id });
+      return id;
+    },
+    clearTimeout: (id) => {
+      timers = timers.filter((t) => t.id !== id);
+    },
+    advance(ms: number) {
+      const until = now + ms;
+      for (;;) {
+        const next = timers.filter((t) => t.at <= until).sort((a, b) => a.at - b.at)[0];
+        if (next === undefined) break;
+        timers = timers.filter((t) => t !== next);
+        now = next.at;
+        next.fn();
+      }
+      now = until;
+    },
+  };
+}
+
+/** A reader the test drives: it hands events and states to the pipeline's handlers. */
+function testReader() {
+  let handlers: ReaderHandlers | undefined;
+  let state: ReaderState = 'stopped';
+  const reader = (h: ReaderHandlers): AuditReader => {
+    handlers = h;
+    return {
+      start: () => {
+        state = 'running';
+        h.state?.('starting');
+        h.state?.('running');
+      },
+      stop: async () => {
+        state = 'stopped';
+        h.state?.('stopped');
+      },
+      get state() {
+        return state;
+      },
+      pid: undefined,
+      stats: () => ({ restarts: 0, queueDrops: 0, events: 0, malformed: 0 }),
+    };
+  };
+  return { reader, emit: (batch: NflogEvent[]) => handlers!.events(batch), handlers: () => handlers! };
+}
+
+const catalogOf = (tags: Record<string, AuditTag>): AuditCatalog => ({ lookup: (p) => tags[p] });
+
+const pod = (namespace: string, name: string, ips: string[]): Pod => ({
+  uid: `${namespace}/${name}`,
+  namespace,
+  name,
+  labels: {},
+  nodeName: 'node-a',
+  hostNetwork: false,
+  phase: 'Running',
+  terminating: false,
+  ips,
+  ports: [],
+});
+const up = (p: Pod): ModelEvent => ({ kind: 'Pod', op: 'upsert', object: p });
+
+function config(over: Partial<AuditLogConfig> = {}): AuditLogConfig {
+  return { node: 'node-a', nflogGroup: 77, rate: 1000, file: join(root, `case${seq++}`, 'audit.log'), maxSize: 1 << 20, maxFiles: 2, stdout: false, ...over };
+}
+
+const readLines = async (file: string): Promise<AuditLine[]> =>
+  (await readFile(file, 'utf8').catch(() => ''))
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as AuditLine);
+
+async function metric(registry: Registry, name: string): Promise<Record<string, number>> {
+  const m = registry.getSingleMetric(name);
+  if (m === undefined) return {};
+  const got = await m.get();
+  return Object.fromEntries(got.values.map((v) => [Object.values(v.labels).join(',') || '', v.value]));
+}
+
+const event = (over: Partial<NflogEvent> = {}): NflogEvent => ({
+  time: Date.UTC(2026, 10, 24, 6, 44, 19, 890.844),
+  readTime: Date.UTC(2026, 10, 24, 6, 44, 19, 891),
+  prefix: 'weir:AI:allow',
+  family: 4,
+  protocol: 'TCP',
+  srcIp: '10.244.1.2',
+  srcPort: 40001,
+  dstIp: '10.244.2.3',
+  dstPort: 8080,
+  ...over,
+});
+
+const ALLOW: AuditTag = { verdict: 'allow', direction: 'ingress', policy: { namespace: 'shop', name: 'web', rule: 1 } };
+const DENY: AuditTag = {
+  verdict: 'deny',
+  direction: 'egress',
+  policy: null,
+  reason: 'default-deny',
+  isolatedBy: [
+    { namespace: 'shop', name: 'lockdown' },
+    { namespace: 'shop', name: 'web' },
+  ],
+};
+
+test("a real child's pcap stream becomes exactly one line per connection, with the issue's fields in order", async () => {
+  const cfg = config({ tcpdump: ['sh', '-c', `echo "tcpdump: listening on nflog:77" >&2; cat ${FIXTURE}; exec sleep 30`, 'tcpdump'], dedupeWindowMs: 20 });
+  const registry = new Registry();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:test': ALLOW }), registry, log: silentLogger() });
+  audit.applyModel([up(pod('team-a', 'client', ['10.99.0.1', 'fd99::1'])), up(pod('team-b', 'server', ['10.99.0.2']))]);
+  await audit.start();
+  await eventually(async () => assert.equal((await readLines(cfg.file)).length, 8));
+  await audit.stop();
+  const events = new NflogPcapParser().push(await readFile(FIXTURE));
+  const text = (await readFile(cfg.file, 'utf8')).split('\n').filter((l) => l !== '');
+  assert.deepEqual(
+    text.map((l) => JSON.parse(l)),
+    events.map((e) => ({
+      time: new Date(e.time).toISOString(),
+      node: 'node-a',
+      verdict: 'allow',
+      direction: 'ingress',
+      policy: { namespace: 'shop', name: 'web', rule: 1 },
+      src: { ip: e.srcIp, port: e.srcPort, namespace: 'team-a', pod: 'client' },
+      dst: { ip: e.dstIp, port: e.dstPort, namespace: e.dstIp === '10.99.0.2' ? 'team-b' : '', pod: e.dstIp === '10.99.0.2' ? 'server' : '' },
+      protocol: e.protocol,
+      count: 1,
+    })),
+  );
+  assert.deepEqual(Object.keys(JSON.parse(text[0])), ['time', 'node', 'verdict', 'direction', 'policy', 'src', 'dst', 'protocol', 'count']);
+  assert.match(JSON.parse(text[0]).time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 8 });
+  assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 0 });
+});
+
+test('identical connections within one second are one line with their count, written when the second is over', async () => {
+  const clock = manualClock();
+  const r = testReader();
+  const cfg = config();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  await audit.start();
+  r.emit([event({ srcPort: 40001 })]);
+  clock.advance(400);
+  r.emit([event({ srcPort: 40002 }), event({ dstPort: 9090 })]);
+  clock.advance(500);
+  r.emit([event({ srcPort: 40003 })]);
+  clock.advance(99);
+  await new Promise((res) => setTimeout(res, 50));
+  assert.deepEqual(await readLines(cfg.file), [], 'written before its second was over');
+  clock.advance(1);
+  await eventually(async () => assert.equal((await readLines(cfg.file)).length, 1));
+  const [first] = await readLines(cfg.file);
+  assert.equal(first.count, 3);
+  assert.equal(first.src.port, 40001);
+  assert.equal(first.time, '2026-11-24T06:44:19.890Z');
+  clock.advance(400); // the 9090 line's second is over too
+  await audit.stop();
+  assert.deepEqual(
+    (await readLines(cfg.file)).map((l) => [l.dst.port, l.count]),
+    [
+      [8080, 3],
+      [9090, 1],
+    ],
+  );
+});
+
+test('a drop no policy explains: policy null, reason default-deny and the isolating policies; addresses of no pod have empty names', async () => {
+  const clock = manualClock();
+  const r = testReader();
+  const cfg = config();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AD:x': DENY }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  audit.applyModel([up(pod('shop', 'web-1', ['fd00:10:244:1::2']))]);
+  await audit.start();
+  r.emit([event({ prefix: 'weir:AD:x', family: 6, protocol: 'UDP', srcIp: 'fd00:10:244:1::2', srcPort: 5000, dstIp: '2001:db8::9', dstPort: 53 })]);
+  await audit.stop(); // flushes the open second
+  const lines = await readLines(cfg.file);
+  assert.deepEqual(lines, [
+    {
+      time: '2026-11-24T06:44:19.890Z',
+      node: 'node-a',
+      verdict: 'deny',
+      direction: 'egress',
+      policy: null,
+      reason: 'default-deny',
+      isolatedBy: [
+        { namespace: 'shop', name: 'lockdown' },
+        { namespace: 'shop', name: 'web' },
+      ],
+      src: { ip: 'fd00:10:244:1::2', port: 5000, namespace: 'shop', pod: 'web-1' },
+      dst: { ip: '2001:db8::9', port: 53, namespace: '', pod: '' },
+      protocol: 'UDP',
+      count: 1,
+    },
+  ]);
+});
+
+test('an event of a prefix the catalog does not know is counted and dropped, never written with a guess', async () => {
+  const r = testReader();
+  const cfg = config();
+  const registry = new Registry();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: manualClock(), reader: r.reader });
+  await audit.start();
+  r.emit([event({ prefix: 'weir:AI:gone' }), event({ prefix: 'someone-else' }), event()]);
+  await audit.stop();
+  assert.deepEqual(
+    (await readLines(cfg.file)).map((l) => l.policy?.name),
+    ['web'],
+  );
+  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), { 'unknown-prefix': 2 });
+  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 1 });
+});
+
+test('a connection seen just after its pod was deleted is still named; a reused IP names its new pod', async () => {
+  const clock = manualClock();
+  const r = testReader();
+  const cfg = config();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  const old = pod('shop', 'web-1', ['10.244.2.3']);
+  audit.applyModel([up(pod('shop', 'client', ['10.244.1.2'])), up(old)]);
+  await audit.start();
+  audit.applyModel([{ kind: 'Pod', op: 'delete', uid: old.uid }]);
+  r.emit([event()]);
+  clock.advance(1000);
+  audit.applyModel([up(pod('bank', 'api-7', ['10.244.2.3']))]);
+  r.emit([event()]);
+  await audit.stop();
+  assert.deepEqual(
+    (await readLines(cfg.file)).map((l) => `${l.dst.namespace}/${l.dst.pod}`),
+    ['shop/web-1', 'bank/api-7'],
+  );
+});
+
+test("the reader's state and losses become metrics: up, restarts, and lost by where", async () => {
+  const r = testReader();
+  const registry = new Registry();
+  const audit = createAuditLog({ config: config(), catalog: catalogOf({}), registry, log: silentLogger(), clock: manualClock(), reader: r.reader });
+  await audit.start();
+  assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 1 });
+  const h = r.handlers();
+  h.state?.('backoff');
+  assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 0 });
+  h.state?.('starting');
+  h.state?.('running');
+  h.lost?.(17);
+  h.malformed?.(2);
+  assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 1 });
+  assert.deepEqual(await metric(registry, 'weir_audit_reader_restarts_total'), { '': 1 });
+  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), { queue: 17, malformed: 2 });
+  await audit.stop();
+  assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 0 });
+});
+
+test('a file that cannot be written costs lines (counted as lost where=write), never an exception in the reader', async () => {
+  const dir = join(root, `case${seq++}`);
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'blocked'), 'a file where the directory should be');
+  const r = testReader();
+  const registry = new Registry();
+  const errors: unknown[] = [];
+  const cfg = config({ file: join(dir, 'blocked', 'audit.log') });
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: manualClock(), reader: r.reader, onError: (e) => errors.push(e) });
+  await audit.start();
+  assert.doesNotThrow(() => r.emit([event(), event({ dstPort: 1 })]));
+  await audit.stop();
+  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), { write: 2 });
+  assert.ok(errors.length >= 1);
+});
+
+test('more distinct lines than may wait in one second are dropped and counted (where=overflow), bounding memory', async () => {
+  const r = testReader();
+  const registry = new Registry();
+  const cfg = config({ rate: 10 }); // at most 8 x 10 lines wait
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: manualClock(), reader: r.reader });
+  await audit.start();
+  r.emit(Array.from({ length: 100 }, (_, i) => event({ dstPort: 1000 + i })));
+  await audit.stop();
+  assert.equal((await readLines(cfg.file)).length, 80);
+  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), { overflow: 20 });
+  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 100 });
+});
