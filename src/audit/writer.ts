@@ -2,7 +2,9 @@
 // audit.log.1 ... audit.log.N, the oldest removed), and optionally to standard output. It never
 // throws into the pipeline and never blocks it: a line that cannot be written (the file cannot
 // be opened, a write fails, too much is already buffered) is counted as lost, and the file is
-// opened again after a pause.
+// opened again after a pause. Lines written in one turn of the event loop go out as a few
+// chunks, not one write each: the stream writes every chunk with its own system call, which
+// could not keep up with a burst (measured: a third of 30,000 lines lost with 4 MiB buffered).
 
 import { mkdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
@@ -13,7 +15,8 @@ import { type Clock, systemClock } from '../status/clock.ts';
 export interface WriterOptions {
   /** Absolute path of the current file; rotated files get .1, .2, ... beside it. */
   readonly file: string;
-  /** Bytes after which the file is rotated (it ends with the line that crossed it). */
+  /** Bytes after which the file is rotated. It ends with the chunk that crossed it: at most
+   *  one line, or maxSize / 16 (64 KiB at most), more. */
   readonly maxSize: number;
   /** Rotated files kept. */
   readonly maxFiles: number;
@@ -62,10 +65,15 @@ export function createAuditWriter(opts: WriterOptions): AuditWriter {
   let opening: Promise<void> | undefined;
   let retry: unknown;
   let stopped = false;
-  const lose = () => {
-    stats.lost++;
-    opts.onLost?.(1);
+  const lose = (n: number) => {
+    stats.lost += n;
+    opts.onLost?.(n);
   };
+  /** Lines of this turn of the event loop, not yet handed to the stream. */
+  let pending: string[] = [];
+  let pendingBytes = 0;
+  let flushScheduled = false;
+  const chunkBytes = Math.max(256, Math.min(64 << 10, Math.floor(opts.maxSize / 16)));
 
   const fail = (err: Error, s: RotatingFileStream | undefined) => {
     stats.errors++;
@@ -105,26 +113,61 @@ export function createAuditWriter(opts: WriterOptions): AuditWriter {
     return opening;
   };
 
+  /** Hands the pending lines to the stream (and stdout) in chunks of at most chunkBytes. */
+  function flush(): void {
+    flushScheduled = false;
+    const lines = pending;
+    pending = [];
+    pendingBytes = 0;
+    let chunk = '';
+    let count = 0;
+    const send = () => {
+      if (count === 0) return;
+      const text = chunk;
+      const n = count;
+      chunk = '';
+      count = 0;
+      if (opts.stdout !== undefined) opts.stdout.write(text);
+      const s = stream;
+      if (s === undefined || s.destroyed) {
+        lose(n);
+        return;
+      }
+      s.write(text, (err) => {
+        if (err) lose(n);
+        else stats.written += n;
+      });
+    };
+    for (const line of lines) {
+      if (count > 0 && chunk.length + line.length + 1 > chunkBytes) send();
+      chunk += `${line}\n`;
+      count++;
+    }
+    send();
+  }
+
   return {
     start: () => {
       stopped = false;
       return open();
     },
     write(line: string) {
-      const text = `${line}\n`;
-      if (opts.stdout !== undefined) opts.stdout.write(text);
       const s = stream;
-      if (s === undefined || s.destroyed || s.writableLength > maxBuffered) {
-        lose();
+      if (s === undefined || s.destroyed || s.writableLength + pendingBytes > maxBuffered) {
+        if (opts.stdout !== undefined) opts.stdout.write(`${line}\n`);
+        lose(1);
         return;
       }
-      s.write(text, (err) => {
-        if (err) lose();
-        else stats.written++;
-      });
+      pending.push(line);
+      pendingBytes += line.length + 1;
+      if (!flushScheduled) {
+        flushScheduled = true;
+        setImmediate(flush);
+      }
     },
     async stop() {
       stopped = true;
+      flush();
       if (retry !== undefined) {
         clock.clearTimeout(retry);
         retry = undefined;
