@@ -81,7 +81,7 @@ describe('charts/weir rendered by helm', () => {
     assert.deepEqual(c.securityContext, {
       privileged: false,
       readOnlyRootFilesystem: true,
-      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN'] },
+      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SETUID', 'SETGID'] },
     });
     assert.equal(ds.spec.template.metadata.annotations, undefined, 'no AppArmor exception: source binding mounts nothing');
     const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath]));
@@ -89,11 +89,13 @@ describe('charts/weir rendered by helm', () => {
       'xtables-lock': { path: '/run/xtables.lock', type: 'FileOrCreate' },
       'lib-modules': { path: '/lib/modules' },
       netns: { path: '/var/run/netns', type: 'DirectoryOrCreate' },
+      'audit-log': { path: '/var/log/weir', type: 'DirectoryOrCreate' },
     });
     assert.deepEqual(c.volumeMounts, [
       { name: 'xtables-lock', mountPath: '/run/xtables.lock' },
       { name: 'lib-modules', mountPath: '/lib/modules', readOnly: true },
       { name: 'netns', mountPath: '/var/run/netns', mountPropagation: 'HostToContainer', readOnly: true },
+      { name: 'audit-log', mountPath: '/var/log/weir' },
     ]);
     assert.deepEqual(c.env[0], { name: 'WEIR_NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } });
     assert.deepEqual(c.ports, [{ name: 'metrics', containerPort: 9476, protocol: 'TCP' }]);
@@ -109,11 +111,32 @@ describe('charts/weir rendered by helm', () => {
       privileged: false,
       allowPrivilegeEscalation: false,
       readOnlyRootFilesystem: true,
-      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW'] },
+      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SETUID', 'SETGID'] },
     });
     assert.ok(!c.volumeMounts.some((m: Obj) => m.name === 'netns'));
     assert.ok(!find(docs, 'DaemonSet')!.spec.template.spec.volumes.some((v: Obj) => v.name === 'netns'));
     assert.ok(c.args.includes('--source-binding=off'));
+  });
+
+  test("with the audit log off the agent gets neither CAP_SETUID/CAP_SETGID (tcpdump's drop to its own user) nor the host's log directory", async () => {
+    const docs = await render(['--set', 'audit.enabled=false', '--set', 'agent.sourceBinding=false']);
+    const c = agentContainer(docs);
+    assert.deepEqual(c.securityContext.capabilities, { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW'] });
+    assert.ok(!c.volumeMounts.some((m: Obj) => m.name === 'audit-log'));
+    assert.ok(!find(docs, 'DaemonSet')!.spec.template.spec.volumes.some((v: Obj) => v.name === 'audit-log'));
+    assert.ok(c.args.includes('--audit=off'));
+    assert.equal(agentConfig(docs).config.audit.enabled, false);
+  });
+
+  test('the audit log directory is the host path given, mounted at the same path, and the file is in it', async () => {
+    const docs = await render(['--set', 'audit.hostPath=/srv/weir/audit', '--set', 'audit.file=conn.log']);
+    const c = agentContainer(docs);
+    assert.deepEqual(find(docs, 'DaemonSet')!.spec.template.spec.volumes.find((v: Obj) => v.name === 'audit-log').hostPath, { path: '/srv/weir/audit', type: 'DirectoryOrCreate' });
+    assert.deepEqual(
+      c.volumeMounts.find((m: Obj) => m.name === 'audit-log'),
+      { name: 'audit-log', mountPath: '/srv/weir/audit' },
+    );
+    assert.equal(agentConfig(docs).config.audit.file, '/srv/weir/audit/conn.log');
   });
 
   test('before Kubernetes 1.30, or when turned off, no admission policies', async () => {
@@ -147,15 +170,22 @@ describe('charts/weir rendered by helm', () => {
   test("every operator flag of weir agent is set through values, and the defaults are the agent's own", async () => {
     const docs = await render();
     const args: string[] = agentContainer(docs).args;
+    const allArgs: string[] = agentContainer(await render(['-f', ALL_ON])).args;
     const operatorFlags = Object.keys(FLAGS).filter((f) => !(f in NOT_VALUES));
+    // A string flag is always passed, with its value; a boolean flag (--audit-stdout) takes
+    // none, so it is passed when on (every option on) and left out when off, the agent's default.
+    const passed = (f: string) => (FLAGS[f as keyof typeof FLAGS].type === 'boolean' ? allArgs.includes(`--${f}`) && !args.includes(`--${f}`) : args.some((a) => a.startsWith(`--${f}=`)));
     assert.deepEqual(
-      operatorFlags.filter((f) => !args.some((a) => a.startsWith(`--${f}=`))),
+      operatorFlags.filter((f) => !passed(f)),
       [],
       'flags the chart does not pass',
     );
     const { command, config } = agentConfig(docs);
     assert.equal(command, 'agent');
-    assert.deepEqual({ ...config, metricsAddr: '' }, { ...defaultConfig(), nodeName: 'node-a' });
+    // The one default the chart changes: it turns the audit log on (its levels stay off until
+    // an annotation or audit.defaultLevel asks), so that annotations work once installed.
+    assert.equal(config.audit.enabled, true);
+    assert.deepEqual({ ...config, metricsAddr: '', audit: { ...config.audit, enabled: false } }, { ...defaultConfig(), nodeName: 'node-a' });
     assert.equal(config.metricsAddr, '[172.31.0.1]:9476');
 
     const all = agentConfig(await render(['-f', ALL_ON])).config;
@@ -170,6 +200,7 @@ describe('charts/weir rendered by helm', () => {
         watchIdleTimeoutMs: all.watchIdleTimeoutMs,
         relistIntervalMs: all.relistIntervalMs,
         metricsAddr: all.metricsAddr,
+        audit: all.audit,
       },
       {
         logLevel: 'debug',
@@ -181,6 +212,7 @@ describe('charts/weir rendered by helm', () => {
         watchIdleTimeoutMs: 120_000,
         relistIntervalMs: 600_000,
         metricsAddr: '[172.31.0.1]:9477',
+        audit: { enabled: true, defaultLevel: 'deny', nflogGroup: 78, rate: 2000, file: '/var/log/weir-audit/connections.log', maxSize: 1_048_576, maxFiles: 3, stdout: true },
       },
     );
   });
@@ -224,6 +256,10 @@ describe('charts/weir rendered by helm', () => {
       [['--set', 'agent.markMask=ffff0000'], /at '\/agent\/markMask': '.*' does not match pattern/],
       [['--set', 'agent.sourceBinding=yes'], /at '\/agent\/sourceBinding': got string, want boolean/],
       [['--set', 'updateStrategy.maxUnavailable=0'], /at '\/updateStrategy\/maxUnavailable'/],
+      [['--set', 'audit.defaultLevel=verbose'], /at '\/audit\/defaultLevel': value must be one of 'off', 'deny', 'all'/],
+      [['--set', 'audit.nflogGroup=2'], /at '\/audit\/nflogGroup': minimum: got 2, want 4/],
+      [['--set', 'audit.hostPath=var/log'], /at '\/audit\/hostPath': '.*' does not match pattern/],
+      [['--set', 'audit.file=a/b.log'], /at '\/audit\/file': '.*' does not match pattern/],
     ];
     for (const [args, message] of cases) {
       const r = await helm(['template', 'weir', CHART, ...args]);
