@@ -3,15 +3,17 @@
 // loop ready; nothing is written before that batch says the source is synced.
 
 import { KubeConfig } from '@kubernetes/client-node';
+import { createAuditLog } from '../audit/index.ts';
 import { Calculator, makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/index.ts';
-import { ConfigError } from '../errors.ts';
+import { ConfigError, WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
 import { createKubeSource, createManifestSource } from '../sources/index.ts';
 import { createPodInterfaceScanner, withPodInterfaces } from '../sources/pod-interfaces.ts';
 import type { Source } from '../sources/types.ts';
+import type { ModelEvent } from '../model/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
 import { preflight } from './preflight.ts';
@@ -83,6 +85,17 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   });
   // Chains or sets named like Weir's that Weir did not write (Felix's): refuse to run at all.
   await dataplane.checkOwnership();
+  // The audit log is a side stage: it reads calc's catalog and the model's pods, and never
+  // holds up the loop (its reader and file retry on their own).
+  const audit = cfg.audit.enabled
+    ? createAuditLog({
+        config: { node: cfg.nodeName, nflogGroup: cfg.audit.nflogGroup, rate: cfg.audit.rate, file: cfg.audit.file, maxSize: cfg.audit.maxSize, maxFiles: cfg.audit.maxFiles, stdout: cfg.audit.stdout },
+        catalog: calc.auditCatalog,
+        registry: metrics.registry,
+        log,
+        onError: (err) => metrics.errors.inc({ reason: err instanceof WeirError ? err.code : 'audit' }),
+      })
+    : undefined;
   // Status goes back to the cluster only when the cluster is the source.
   let reporting: Reporting | undefined;
   const reconciler = new Reconciler({
@@ -121,9 +134,14 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
 
   // The fail-closed skeleton on a fresh node: the only write before the source is synced.
   await reconciler.start();
+  await audit?.start();
   try {
-    await source.start((batch) => reconciler.onBatch(batch));
+    await source.start((batch) => {
+      audit?.applyModel(batch.events.filter((e): e is ModelEvent => e.kind !== 'PodInterface'));
+      reconciler.onBatch(batch);
+    });
   } catch (err) {
+    await audit?.stop();
     await reconciler.stop();
     await reporting?.stop();
     server?.server.close();
@@ -139,6 +157,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     async stop() {
       await source.stop();
       await reconciler.stop();
+      await audit?.stop();
       await reporting?.stop();
       await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
       server?.server.closeAllConnections();

@@ -22,6 +22,8 @@ import { AgentProcess } from '../support/agent-process.ts';
 import { forgetProbeFlows } from '../support/conntrack.ts';
 
 export type { Cell };
+/** Flags added to every agent's, or a function giving each node's. */
+export type AgentArgs = readonly string[] | ((node: string) => readonly string[]);
 export const EXTERNAL = 'external';
 
 export interface PodDef {
@@ -68,12 +70,14 @@ export class Conformance {
   readonly cluster: Cluster;
   readonly dir: string;
   readonly #agents: AgentProcess[] = [];
-  #agentArgs: readonly string[] = [];
+  #agentArgs: AgentArgs = [];
   /** Raw files: their last content that parses, and the ones now broken on disk. */
   readonly #goodRaw = new Map<string, string>();
   readonly #brokenRaw = new Set<string>();
   pods = new Map<string, PodDef>();
   namespaces: Record<string, Record<string, string>> = {};
+  /** Annotations of the namespaces (weir.dev/audit), by namespace. */
+  namespaceAnnotations: Record<string, Record<string, string>> = {};
   policies: unknown[] = [];
 
   private constructor(cluster: Cluster, dir: string) {
@@ -82,8 +86,8 @@ export class Conformance {
   }
 
   /** Builds the cluster, writes the base manifests and starts one agent per node, each with
-   *  `agentArgs` added to its flags. */
-  static async start(tag = 'wconf', agentArgs: readonly string[] = []): Promise<Conformance> {
+   *  `agentArgs` added to its flags (or the flags it returns for that node). */
+  static async start(tag = 'wconf', agentArgs: AgentArgs = []): Promise<Conformance> {
     const pods = basePods();
     const cluster = await createCluster({
       tag,
@@ -113,6 +117,7 @@ export class Conformance {
     for (const key of [...this.pods.keys()]) if (!basePods().some((p) => `${p.namespace}/${p.name}` === key)) await this.removePod(key, false);
     this.pods = new Map(basePods().map((p) => [`${p.namespace}/${p.name}`, p]));
     this.namespaces = baseNamespaces();
+    this.namespaceAnnotations = {};
     this.policies = [];
     await this.#writeAll();
     await this.settle();
@@ -282,12 +287,17 @@ export class Conformance {
   }
 
   #spawnAgent(node: string, netns: string): AgentProcess {
-    return new AgentProcess(node, netns, ['--manifests', this.dir, '--log-level', 'info', '--resync-interval', '5', ...this.#agentArgs]);
+    const extra = typeof this.#agentArgs === 'function' ? this.#agentArgs(node) : this.#agentArgs;
+    return new AgentProcess(node, netns, ['--manifests', this.dir, '--log-level', 'info', '--resync-interval', '5', ...extra]);
   }
 
   async #writeAll(): Promise<void> {
     const items: unknown[] = [
-      ...Object.entries(this.namespaces).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } })),
+      ...Object.entries(this.namespaces).map(([name, labels]) => ({
+        apiVersion: 'v1',
+        kind: 'Namespace',
+        metadata: { name, labels, ...(this.namespaceAnnotations[name] ? { annotations: this.namespaceAnnotations[name] } : {}) },
+      })),
       ...NODES.map((n) => ({ apiVersion: 'v1', kind: 'Node', metadata: { name: n.name }, spec: { podCIDRs: n.podCIDRs } })),
       ...[...this.pods.values()].map((p) => ({
         apiVersion: 'v1',
