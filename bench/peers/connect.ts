@@ -17,16 +17,17 @@ export const SERVER: PodDef = { namespace: NS, name: 'server', node: 'node-a', i
 export const CLIENT_A: PodDef = { namespace: NS, name: 'client-a', node: 'node-a', ips: ['10.244.1.11', 'fd00:10:244:1::11'], labels: { app: 'client' } };
 export const CLIENT_B: PodDef = { namespace: NS, name: 'client-b', node: 'node-b', ips: ['10.244.2.11', 'fd00:10:244:2::11'], labels: { app: 'client' } };
 export const OTHER_A: PodDef = { namespace: NS, name: 'other-a', node: 'node-a', ips: ['10.244.1.12', 'fd00:10:244:1::12'], labels: { app: 'other' } };
+export const OTHER_B: PodDef = { namespace: NS, name: 'other-b', node: 'node-b', ips: ['10.244.2.12', 'fd00:10:244:2::12'], labels: { app: 'other' } };
 const PEER_LABELS = 50;
 /** The port every policy of the scene allows, served by connect-loop's own server in the server pod. */
 export const PORT = 8080;
 
-/** The bench namespace, its four simulated pods and the 50 phantom peers; idempotent. */
+/** The bench namespace, its five simulated pods and the 50 phantom peers; idempotent. */
 let sceneReady = false;
 export async function connectScene(ctx: Ctx): Promise<void> {
   if (sceneReady) return;
   await ctx.env.ensureNamespace(NS);
-  for (const p of [SERVER, CLIENT_A, CLIENT_B, OTHER_A]) await ctx.env.addSimPod(p);
+  for (const p of [SERVER, CLIENT_A, CLIENT_B, OTHER_A, OTHER_B]) await ctx.env.addSimPod(p);
   const first = ctx.env.reservePhantoms(PEER_LABELS);
   await ctx.env.addPhantomPods(first, first + PEER_LABELS, (i) => ({
     namespace: NS,

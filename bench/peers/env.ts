@@ -196,6 +196,8 @@ export class Turn {
   readonly cluster: Cluster;
   readonly bridges = new Map<string, Bridge>();
   readonly procs = new Map<string, EnforcerProcess>();
+  /** When the enforcers were started (performance.now()). */
+  startedAt = 0;
   /** Helper processes of the turn (servers in pods), killed with it. */
   readonly #helpers = new Set<ChildProcess>();
   readonly #clients = new Map<string, ProbeClient>();
@@ -222,6 +224,7 @@ export class Turn {
     try {
       const port = Number(new URL(env.cp.server).port);
       for (const n of cluster.nodes) t.bridges.set(n.name, await bridgeApiServer(n.netns, port));
+      t.startedAt = performance.now();
       for (const n of cluster.nodes) t.startEnforcer(n.name);
       await Promise.all([...t.procs.values()].map((p) => p.nextSync(opts.syncTimeoutMs ?? 180_000)));
       return t;

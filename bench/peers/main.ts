@@ -24,6 +24,9 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { benchConnect } from './connect.ts';
+import { benchFaults } from './faults.ts';
+import { benchLatency } from './latency.ts';
+import { benchResources } from './resources.ts';
 import { Ctx, type Flags } from './context.ts';
 import { ENFORCERS, type EnforcerName, prepareEnforcers } from './enforcers.ts';
 import { BenchEnv, machine } from './env.ts';
@@ -111,6 +114,18 @@ async function main(): Promise<void> {
     if (flags.only.has('connect')) {
       log('\n== 1. new-connection cost through a policed pod');
       await benchConnect(ctx);
+    }
+    if (flags.only.has('latency')) {
+      log('\n== 2. API write -> enforced, seen with real packets');
+      await benchLatency(ctx);
+    }
+    if (flags.only.has('resources')) {
+      log(`\n== 3. memory and CPU, at rest and during churn (${flags.churnRate} pod changes/s for ${flags.churnSeconds} s)`);
+      await benchResources(ctx);
+    }
+    if (flags.only.has('faults')) {
+      log('\n== 4. faults');
+      await benchFaults(ctx);
     }
   } finally {
     await env.stop();

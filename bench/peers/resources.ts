@@ -1,0 +1,126 @@
+// Section 3: memory and CPU of each enforcer process on node-a (read from /proc: RSS, and CPU
+// time of the process and its waited-for children, iptables-restore and ipset included), at
+// rest and during churn: pod label changes through the API at a fixed rate (default 100/s for
+// 60 s), each moving a phantom pod in or out of a policy's peer set. After the churn, one more
+// change is timed from its write to its enforcement: the backlog an enforcer carries.
+
+import { setTimeout as sleep } from 'node:timers/promises';
+import { buildConnectLoop } from './connect-loop.ts';
+import { OTHER_A, PORT, SERVER, setPolicyCount } from './connect.ts';
+import { type Ctx, quiet } from './context.ts';
+import type { EnforcerName, Usage } from './enforcers.ts';
+import { key, type Turn } from './env.ts';
+import { firstAllowed } from './latency.ts';
+import { podCount, scalePods, scaleTo } from './scale.ts';
+import type { Value } from './table.ts';
+
+const REST_S = 10;
+
+type Col = Partial<Record<EnforcerName, Value>>;
+
+function usageOrThrow(t: Turn, node: string): Usage {
+  const p = t.procs.get(node);
+  const u = p?.usage();
+  if (!u) throw new Error(`${t.spec.name} on ${node} is not running: ${p?.log.slice(-10).join('\n')}`);
+  return u;
+}
+
+/** Label patches at `rate` per second for `seconds`; resolves with the rate achieved. */
+async function churn(ctx: Ctx, rate: number, seconds: number, flips: Map<number, boolean>): Promise<{ sent: number; achieved: number; errors: number }> {
+  const { api } = ctx.env;
+  const t0 = performance.now();
+  const end = t0 + seconds * 1000;
+  let sent = 0;
+  let inflight = 0;
+  let errors = 0;
+  let k = 0;
+  const pending: Promise<unknown>[] = [];
+  while (performance.now() < end) {
+    const due = Math.floor(((performance.now() - t0) / 1000) * rate);
+    while (sent < due && inflight < 64) {
+      const pod = scalePods[k % scalePods.length];
+      const base = Number(pod.app.slice(1));
+      const flipped = !(flips.get(k % scalePods.length) ?? false);
+      flips.set(k % scalePods.length, flipped);
+      k++;
+      sent++;
+      inflight++;
+      pending.push(
+        api
+          .patch('Pod', pod.namespace, pod.name, { metadata: { labels: { app: `a${flipped ? base ^ 1 : base}` } } })
+          .catch(() => void errors++)
+          .finally(() => void inflight--),
+      );
+    }
+    await sleep(5);
+  }
+  await Promise.all(pending);
+  return { sent, achieved: sent / ((performance.now() - t0) / 1000), errors };
+}
+
+export async function benchResources(ctx: Ctx): Promise<void> {
+  const bin = buildConnectLoop();
+  const size = Math.max(...ctx.flags.pods);
+  await scaleTo(ctx, size);
+  await setPolicyCount(ctx, 1);
+  const { churnRate, churnSeconds } = ctx.flags;
+  const section = `3 memory and CPU, ${podCount(ctx).toLocaleString('en-US')} pods`;
+  const rows = { restRss: {} as Col, restCpu: {} as Col, churnRss: {} as Col, churnCpu: {} as Col, after: {} as Col, rate: {} as Col };
+  const flips = new Map<number, boolean>();
+  for (const spec of ctx.enforcers(false)) {
+    await ctx.env.turn(spec, async (t) => {
+      await t.spawnHelper(t.pod('bench/server').netns, [bin, 'serve', String(PORT), 'bench/server']);
+      const server = SERVER.ips[0];
+      await t.until(
+        [
+          { from: 'bench/client-a', ip: server, port: PORT, allowed: true },
+          { from: key(OTHER_A), ip: server, port: PORT, allowed: false },
+        ],
+        300_000,
+        'enforced',
+      );
+      await quiet(t, 3000);
+      ctx.sampleLoad();
+      const r0 = usageOrThrow(t, 'node-a');
+      await sleep(REST_S * 1000);
+      const r1 = usageOrThrow(t, 'node-a');
+      rows.restRss[spec.name] = { p50: r1.rssMB };
+      rows.restCpu[spec.name] = { p50: ((r1.cpuS - r0.cpuS) / REST_S) * 100 };
+
+      let peak = r1.rssMB;
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          peak = Math.max(peak, t.procs.get('node-a')?.usage()?.rssMB ?? 0);
+          await sleep(500);
+        }
+      })();
+      const c0 = usageOrThrow(t, 'node-a');
+      const tc = performance.now();
+      const done = await churn(ctx, churnRate, churnSeconds, flips);
+      const c1 = usageOrThrow(t, 'node-a');
+      const wall = (performance.now() - tc) / 1000;
+      sampling = false;
+      await sampler;
+      rows.churnRss[spec.name] = { p50: peak };
+      rows.churnCpu[spec.name] = { p50: ((c1.cpuS - c0.cpuS) / wall) * 100 };
+      rows.rate[spec.name] = { p50: done.achieved, text: done.errors ? `(${done.errors} writes failed)` : undefined };
+      // The backlog: one more change, right after the churn's last write.
+      const t0 = performance.now();
+      await ctx.env.api.patch('Pod', OTHER_A.namespace, OTHER_A.name, { metadata: { labels: { app: 'client' } } });
+      rows.after[spec.name] = { p50: await firstAllowed(t, key(OTHER_A), server, t0, 300_000) };
+      await ctx.env.api.patch('Pod', OTHER_A.namespace, OTHER_A.name, { metadata: { labels: { app: 'other' } } });
+      ctx.log(
+        `  ${spec.name}: at rest ${r1.rssMB.toFixed(0)} MB, ${rows.restCpu[spec.name]!.p50.toFixed(1)}% CPU; churn ${done.achieved.toFixed(0)}/s for ${wall.toFixed(0)} s: peak ${peak.toFixed(0)} MB, ${rows.churnCpu[spec.name]!.p50.toFixed(0)}% CPU; next change enforced ${rows.after[spec.name]!.p50.toFixed(0)} ms after its write`,
+      );
+    });
+  }
+  ctx.add(
+    { section, figure: 'RSS at rest (node-a)', unit: 'MB', better: 'lower', values: rows.restRss },
+    { section, figure: `CPU at rest (node-a, over ${REST_S} s)`, unit: '% of a core', better: 'lower', values: rows.restCpu },
+    { section, figure: `churn: pod label changes sent`, unit: 'changes/s', values: rows.rate },
+    { section, figure: `RSS peak during churn (node-a)`, unit: 'MB', better: 'lower', values: rows.churnRss },
+    { section, figure: `CPU during churn (node-a)`, unit: '% of a core', better: 'lower', values: rows.churnCpu },
+    { section, figure: 'a change right after the churn: write -> enforced', unit: 'ms', better: 'lower', values: rows.after },
+  );
+}
