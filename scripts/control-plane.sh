@@ -22,8 +22,10 @@ module_dir="$repo/hack/controlplane"
 cache_root=${WEIR_CONTROLPLANE_CACHE:-$repo/.cache/controlplane}
 export PATH="$PATH:/usr/local/go/bin"
 
-# Fixed, not chosen per run: only addresses inside the API objects, never routed anywhere.
-service_cidr=10.96.0.0/16
+# Fixed, not chosen per run: only addresses inside the API objects, never routed anywhere
+# (the Services tests' kube-proxy makes them reachable inside simulated nodes). Dual-stack, so
+# that a Service may have an IPv6 ClusterIP too.
+service_cidr=10.96.0.0/16,fd00:10:96::/112
 first_service_ip=10.96.0.1
 ready_timeout_s=${WEIR_CONTROLPLANE_READY_TIMEOUT:-180}
 
