@@ -9,8 +9,9 @@ import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
 import { createIpset, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
+import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
 import { commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
-import { declareChain, deleteChain, deleteRule, filterPayload, insertHook, renderChain, setDestroy } from './render.ts';
+import { declareChain, deleteChain, deleteRule, filterPayload, HOOK_CHAINS, hooksFor, insertHook, renderChain, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
 import { emptyFamilyState, emptyState, familyStateFromSave, hookIsRight, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
 
@@ -31,6 +32,8 @@ export interface DataplaneConfig {
   readonly names: Names;
   readonly families: readonly Family[];
   readonly backend: BackendChoice;
+  /** Hook OUTPUT too, for kube-proxy's IPVS mode (see ipvsHookSpec). Default off. */
+  readonly ipvs?: IpvsChoice;
   readonly log: Logger;
   readonly maxSetSize?: number;
   /** Retries of a restore that met the xtables lock; see DEFAULT_LOCK_RETRY. */
@@ -64,6 +67,8 @@ export interface CleanupStats {
 
 export interface DataplaneStatus {
   readonly backend: Backend | undefined;
+  /** Whether the OUTPUT hook for kube-proxy's IPVS mode is wanted (as of the last kernel read). */
+  readonly ipvs: boolean;
   /** False until the first apply read the kernel back, and again after a failure. */
   readonly inSync: boolean;
   readonly sets: number;
@@ -91,7 +96,8 @@ export interface Dataplane {
    * until the real state replaces them. Returns whether it wrote anything.
    */
   guard(desired: DesiredDataplane): Promise<boolean>;
-  /** Cheap drift check: false when a family's hook or any own chain differs from the record. */
+  /** Cheap drift check: false when a family's hooks or any own chain differ from the record,
+   *  or (--ipvs auto) kube-ipvs0 came or went. */
   hookIntact(): Promise<boolean>;
   status(): DataplaneStatus;
 }
@@ -110,6 +116,10 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
 
   let tools: Tools | undefined;
   let state: AppliedState = emptyState();
+  const ipvsChoice = config.ipvs ?? 'off';
+  // The OUTPUT hook is wanted; with auto, re-learned at every kernel read.
+  let ipvs = ipvsChoice === 'on';
+  const detectIpvs = async (): Promise<boolean> => (ipvsChoice === 'auto' ? ipvsInterfacePresent(config.runner) : ipvsChoice === 'on');
   let dirty = emptyDirty();
   // The record is trusted only after a kernel read; a failed write may have half-applied ipset.
   let needRead = true;
@@ -174,6 +184,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   /** Rebuilds the record from the kernel and marks everything, desired or found, dirty. */
   async function readKernel(t: Tools, desired: DesiredDataplane, into: Dirty): Promise<void> {
     const fresh = await readOwn(t);
+    const wasIpvs = ipvs;
+    ipvs = await detectIpvs();
+    if (ipvs !== wasIpvs) log.info({ ipvs }, ipvs ? 'kube-proxy runs in IPVS mode: hooking OUTPUT too' : 'kube-proxy no longer runs in IPVS mode: unhooking OUTPUT');
     state = fresh;
     const all = emptyDirty();
     for (const name of [...desired.sets.keys(), ...fresh.sets.keys()]) all.sets.set(name, 'all');
@@ -222,7 +235,8 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       stats.membersRemoved = sets.removed;
 
       // (2) One atomic payload per family.
-      const plans = families.map((f) => ({ f, plan: planChains(desired.chains[f], desired.topChain, work.chains[f], state.families[f]) })).filter(({ plan }) => plan.payload !== undefined);
+      const hooks = hooksFor(desired.topChain, ipvs);
+      const plans = families.map((f) => ({ f, plan: planChains(desired.chains[f], hooks, work.chains[f], state.families[f]) })).filter(({ plan }) => plan.payload !== undefined);
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
           // The families are separate tables: write them side by side, record each success.
@@ -233,7 +247,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
             stats.chainsWritten += plan.written.size;
             stats.chainsDeleted += plan.deleted.length;
             stats.rulesWritten += plan.rules;
-            if (plan.hook) stats.hooksWritten++;
+            stats.hooksWritten += plan.hooks.size;
           });
           const failed = results.find((r) => r.status === 'rejected');
           if (failed) throw (failed as PromiseRejectedResult).reason;
@@ -266,9 +280,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       // Only what carries Weir's mark: a chain or set merely named like Weir's is not Weir's.
       const mine = familyStateFromSave(text, names);
       const own = [...mine.chains.keys()];
-      const hooks = mine.hook.specs;
+      const hooks = HOOK_CHAINS.flatMap((builtin) => mine.hooks[builtin].specs.map((spec) => deleteRule(builtin, spec)));
       if (own.length === 0 && hooks.length === 0) continue;
-      const lines = [...own.map(declareChain), ...hooks.map((s) => deleteRule('FORWARD', s)), ...own.map(deleteChain)];
+      const lines = [...own.map(declareChain), ...hooks, ...own.map(deleteChain)];
       await t.iptables.restore(f, filterPayload(lines));
       stats.chainsDeleted += own.length;
       stats.hooksDeleted += hooks.length;
@@ -313,13 +327,14 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       return serial(async () => {
         const t = await getTools();
         const written: Family[] = [];
+        const hooks = hooksFor(desired.topChain, await detectIpvs());
         for (const f of families) {
           const found = familyStateFromSave(await t.iptables.save(f), names);
-          if (found.hook.specs.length > 0) continue;
+          if (found.hooks.FORWARD.specs.length > 0) continue;
           const lines: string[] = [];
           for (const [name] of chains[f]) lines.push(declareChain(name));
           for (const [name, rules] of chains[f]) lines.push(...renderChain(name, rules).lines);
-          lines.push(insertHook(desired.topChain));
+          lines.push(...hooks.map(insertHook));
           await t.iptables.restore(f, filterPayload(lines));
           written.push(f);
         }
@@ -332,10 +347,13 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       return serial(async () => {
         if (needRead) return true; // the next write reads the kernel back anyway
         const t = await getTools();
+        if ((await detectIpvs()) !== ipvs) return false;
         for (const f of families) {
           const found = familyStateFromSave(await t.iptables.save(f), names);
           const want = state.families[f];
-          if (want.hook.specs.length > 0 && !hookIsRight(found.hook, names.forward)) return false;
+          for (const builtin of HOOK_CHAINS) {
+            if (want.hooks[builtin].specs.length > 0 && !hookIsRight(found.hooks[builtin], names.forward)) return false;
+          }
           if (found.chains.size !== want.chains.size) return false;
           for (const [name, hashes] of want.chains) {
             const have = found.chains.get(name);
@@ -354,7 +372,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         chains += state.families[f].chains.size;
         for (const h of state.families[f].chains.values()) rules += h.length;
       }
-      return { backend: tools?.iptables.backend, inSync: !needRead, sets: state.sets.size, members, chains, rules };
+      return { backend: tools?.iptables.backend, ipvs, inSync: !needRead, sets: state.sets.size, members, chains, rules };
     },
   };
 }

@@ -12,6 +12,7 @@ export {
   type DataplaneStatus,
 } from './dataplane.ts';
 export { DEFAULT_LOCK_RETRY, type Backend, type BackendChoice, type RetryInfo, type RetryPolicy } from './iptables.ts';
+export { IPVS_INTERFACE, type IpvsChoice } from './ipvs.ts';
 export {
   DEFAULT_COMMAND_TIMEOUT_MS,
   execaRunner,

@@ -5,7 +5,7 @@
 import type { DesiredDataplane, Rule } from '../calc/desired.ts';
 import type { Family } from '../model/types.ts';
 import { memberKey } from './ipset.ts';
-import { declareChain, deleteChain, deleteRule, filterPayload, hookSpec, insertHook, renderChain, setAdd, setCreate, setDel, setDestroy, setSwap } from './render.ts';
+import { declareChain, deleteChain, deleteRule, filterPayload, HOOK_CHAINS, type Hook, type HookChain, insertHook, renderChain, setAdd, setCreate, setDel, setDestroy, setSwap } from './render.ts';
 import { hookIsRight, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
 
 // ---- Sets ---------------------------------------------------------------------------------
@@ -153,17 +153,19 @@ export interface ChainsPlan {
   /** Chains (re)written, with their new hashes. */
   readonly written: ReadonlyMap<string, string[]>;
   readonly deleted: readonly string[];
-  /** The hook record after the payload, when the hook was touched. */
-  readonly hook: HookState | undefined;
+  /** The record of each hook the payload touched, after it. */
+  readonly hooks: ReadonlyMap<HookChain, HookState>;
   readonly rules: number;
 }
 
 /**
  * One family's payload. Order inside the transaction: declare (create or flush) every chain
  * written or deleted, so no rule still jumps to a chain about to go; drop misplaced hooks;
- * write rules; insert the hook; delete the chains.
+ * write rules; insert the hooks; delete the chains. `hooks` are the hooks the node needs
+ * (hooksFor); one whose target is not desired is not wanted, and a hooked builtin chain with
+ * no wanted hook loses Weir's copies.
  */
-export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, topChain: string, dirty: ReadonlySet<string>, state: FamilyState): ChainsPlan {
+export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, hooks: readonly Hook[], dirty: ReadonlySet<string>, state: FamilyState): ChainsPlan {
   const declares: string[] = [];
   const rules: string[] = [];
   const deletes: string[] = [];
@@ -188,20 +190,23 @@ export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, topChai
   }
 
   const hookLines: string[] = [];
-  let hook: HookState | undefined;
-  const wantHook = chains.has(topChain);
-  if (wantHook ? !hookIsRight(state.hook, topChain) : state.hook.specs.length > 0) {
-    for (const spec of state.hook.specs) hookLines.push(deleteRule('FORWARD', spec));
-    hook = wantHook ? { specs: [hookSpec(topChain)], atTop: true } : { specs: [], atTop: false };
+  const inserts: string[] = [];
+  const hookChanges = new Map<HookChain, HookState>();
+  for (const builtin of HOOK_CHAINS) {
+    const want = hooks.find((h) => h.chain === builtin && chains.has(h.target));
+    const have = state.hooks[builtin];
+    if (want ? hookIsRight(have, want.target) : have.specs.length === 0) continue;
+    for (const spec of have.specs) hookLines.push(deleteRule(builtin, spec));
+    if (want) inserts.push(insertHook(want));
+    hookChanges.set(builtin, want ? { specs: [want.spec], atTop: true } : { specs: [], atTop: false });
   }
 
-  const insert = wantHook && hook !== undefined ? [insertHook(topChain)] : [];
-  const body = [...declares, ...hookLines, ...rules, ...insert, ...deletes];
+  const body = [...declares, ...hookLines, ...rules, ...inserts, ...deletes];
   return {
     payload: body.length > 0 ? filterPayload(body) : undefined,
     written,
     deleted,
-    hook,
+    hooks: hookChanges,
     rules: rules.length,
   };
 }
@@ -210,7 +215,7 @@ export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, topChai
 export function commitChains(state: FamilyState, plan: ChainsPlan): void {
   for (const [name, hashes] of plan.written) state.chains.set(name, hashes);
   for (const name of plan.deleted) state.chains.delete(name);
-  if (plan.hook) state.hook = plan.hook;
+  for (const [builtin, hook] of plan.hooks) state.hooks[builtin] = hook;
 }
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {

@@ -157,7 +157,7 @@ export function renderChain(chain: string, rules: readonly Rule[]): RenderedChai
   return { lines, hashes };
 }
 
-/** The comment that marks Weir's FORWARD hook rule (its target tells which instance). */
+/** The comment that marks Weir's hook rules (their target tells which instance). */
 export const HOOK_COMMENT = `${OWNER_MARK}:hook`;
 
 /** The hash in a rule comment `weir:<hash> ...`, or undefined if Weir did not write the rule. */
@@ -166,8 +166,37 @@ export function ownRuleHash(comment: string | undefined): string | undefined {
   return comment.slice(OWNER_MARK.length + 1).split(' ')[0];
 }
 
-/** The hook rule spec (without `-A FORWARD`), as iptables-save prints it back. */
+/** The builtin chains Weir may hook, each at position 1. */
+export const HOOK_CHAINS = ['FORWARD', 'OUTPUT'] as const;
+export type HookChain = (typeof HOOK_CHAINS)[number];
+
+/** One hook rule: the builtin chain, the own chain it jumps to, and its rule spec. */
+export interface Hook {
+  readonly chain: HookChain;
+  readonly target: string;
+  readonly spec: string;
+}
+
+/** The FORWARD hook rule spec (without `-A FORWARD`), as iptables-save prints it back. */
 export const hookSpec = (topChain: string) => `-m comment --comment "${HOOK_COMMENT}" -j ${topChain}`;
+
+/**
+ * The OUTPUT hook of a node whose kube-proxy runs in IPVS mode. A pod's packet to a Service
+ * address enters INPUT (the address sits on kube-ipvs0), IPVS rewrites it to the backend and
+ * sends it out through OUTPUT: it never crosses FORWARD. This hook sends such packets (requests
+ * IPVS forwarded) through the same top chain as FORWARD, so they meet the client's egress and
+ * a local backend's ingress policy, after the rewrite. Packets from the node's own addresses
+ * (kubelet, the API server, the node's DNS lookups, even when they go through a Service) never
+ * match: Weir does not police the node's own traffic in any mode.
+ */
+export const ipvsHookSpec = (topChain: string) => `-m ipvs --ipvs --vdir ORIGINAL -m addrtype ! --src-type LOCAL ${hookSpec(topChain)}`;
+
+/** The hooks a node needs: FORWARD always, OUTPUT too in IPVS mode. */
+export function hooksFor(topChain: string, ipvs: boolean): Hook[] {
+  const hooks: Hook[] = [{ chain: 'FORWARD', target: topChain, spec: hookSpec(topChain) }];
+  if (ipvs) hooks.push({ chain: 'OUTPUT', target: topChain, spec: ipvsHookSpec(topChain) });
+  return hooks;
+}
 
 // ---- iptables-restore payload lines -------------------------------------------------------
 
@@ -176,7 +205,7 @@ export const declareChain = (chain: string) => `:${chain} - [0:0]`;
 export const deleteChain = (chain: string) => `-X ${chain}`;
 /** Deletes the first rule in `chain` that matches `spec` exactly. */
 export const deleteRule = (chain: string, spec: string) => `-D ${chain} ${spec}`;
-export const insertHook = (topChain: string) => `-I FORWARD 1 ${hookSpec(topChain)}`;
+export const insertHook = (hook: Hook) => `-I ${hook.chain} 1 ${hook.spec}`;
 
 /** Wraps lines in one filter-table transaction for iptables-restore --noflush. */
 export const filterPayload = (lines: readonly string[]) => ['*filter', ...lines, 'COMMIT', ''].join('\n');

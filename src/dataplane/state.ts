@@ -1,5 +1,6 @@
 // The record of what Weir believes the kernel holds: per family, each own chain's rule hashes
-// and the copies of the FORWARD hook; per own set, its header and members. Built from the
+// and the copies of each hook (FORWARD, and OUTPUT in IPVS mode); per own set, its header and
+// members. Built from the
 // kernel at start and on resync, then updated after each successful write.
 
 import type { SetType } from '../calc/desired.ts';
@@ -7,7 +8,7 @@ import type { Names } from '../calc/names.ts';
 import type { Family } from '../model/types.ts';
 import { commentOf, parseSave, targetOf } from './iptables.ts';
 import { memberKey, parseIpsetSave } from './ipset.ts';
-import { HOOK_COMMENT, ownRuleHash } from './render.ts';
+import { HOOK_CHAINS, HOOK_COMMENT, ownRuleHash, type HookChain } from './render.ts';
 
 /** Stands for a rule in an own chain that carries no Weir hash: never equal to a real hash. */
 export const UNKNOWN_HASH = '?';
@@ -24,16 +25,16 @@ export interface AppliedSet extends SetHeader {
 }
 
 export interface HookState {
-  /** Every copy of our hook rule in FORWARD, as specs that `-D FORWARD <spec>` deletes. */
+  /** Every copy of our hook rule in one builtin chain, as specs that `-D <chain> <spec>` deletes. */
   readonly specs: readonly string[];
-  /** True when the first copy is FORWARD's first rule. */
+  /** True when the first copy is the chain's first rule. */
   readonly atTop: boolean;
 }
 
 export interface FamilyState {
   /** Own chain -> rule hashes in kernel order. */
   readonly chains: Map<string, readonly string[]>;
-  hook: HookState;
+  readonly hooks: Record<HookChain, HookState>;
 }
 
 export interface AppliedState {
@@ -41,15 +42,16 @@ export interface AppliedState {
   readonly families: { readonly 4: FamilyState; readonly 6: FamilyState };
 }
 
-export const emptyFamilyState = (): FamilyState => ({ chains: new Map(), hook: { specs: [], atTop: false } });
+const noHook = (): HookState => ({ specs: [], atTop: false });
+export const emptyFamilyState = (): FamilyState => ({ chains: new Map(), hooks: { FORWARD: noHook(), OUTPUT: noHook() } });
 
 export function emptyState(): AppliedState {
   return { sets: new Map(), families: { 4: emptyFamilyState(), 6: emptyFamilyState() } };
 }
 
-/** The hook is right when there is exactly one copy, it is first, and it jumps to topChain. */
-export function hookIsRight(hook: HookState, topChain: string): boolean {
-  return hook.specs.length === 1 && hook.atTop && targetOf(hook.specs[0]) === topChain;
+/** A hook is right when there is exactly one copy, it is first, and it jumps to `target`. */
+export function hookIsRight(hook: HookState, target: string): boolean {
+  return hook.specs.length === 1 && hook.atTop && targetOf(hook.specs[0]) === target;
 }
 
 /**
@@ -70,7 +72,7 @@ export function familyStateFromSave(saveText: string, names: Names, foreign: str
   }
   // An unmarked chain that a marked rule jumps to is Weir's, flushed or edited by someone else.
   const targets = new Set<string>();
-  for (const name of [...chains.keys(), 'FORWARD']) {
+  for (const name of [...chains.keys(), ...HOOK_CHAINS]) {
     for (const spec of saved.get(name) ?? []) if (ownRuleHash(commentOf(spec))) targets.add(targetOf(spec) ?? '');
   }
   for (const name of unmarked) {
@@ -81,10 +83,12 @@ export function familyStateFromSave(saveText: string, names: Names, foreign: str
       );
     else foreign.push(name);
   }
-  const forward = saved.get('FORWARD') ?? [];
   const isOurHook = (s: string) => commentOf(s) === HOOK_COMMENT && targetOf(s) === names.forward;
-  const specs = forward.filter(isOurHook);
-  return { chains, hook: { specs, atTop: forward.length > 0 && isOurHook(forward[0]) } };
+  const hookIn = (chain: HookChain): HookState => {
+    const rules = saved.get(chain) ?? [];
+    return { specs: rules.filter(isOurHook), atTop: rules.length > 0 && isOurHook(rules[0]) };
+  };
+  return { chains, hooks: { FORWARD: hookIn('FORWARD'), OUTPUT: hookIn('OUTPUT') } };
 }
 
 /** Rebuilds the set record from `ipset save` output: sets with Weir's prefix and its mark;

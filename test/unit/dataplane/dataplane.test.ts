@@ -6,6 +6,7 @@ import { PreconditionError, RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createDataplane, type ApplyStep } from '../../../src/dataplane/dataplane.ts';
 import { recordingRunner, type RecordedCall, type RunResult } from '../../../src/dataplane/runner.ts';
+import { renderChain } from '../../../src/dataplane/render.ts';
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 
 const names = makeNames('cali');
@@ -51,7 +52,7 @@ test('first apply reads the kernel, creates sets, then writes one payload per fa
   assert.match(runner.calls[4].input!, /--match-set cali40s:a src/);
   assert.match(runner.calls[4].input!, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD/);
   assert.deepEqual([stats.resynced, stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.rulesWritten, stats.hooksWritten], [true, 2, 2, 4, 4, 2]);
-  assert.deepEqual(dp.status(), { backend: 'nft', inSync: true, sets: 2, members: 2, chains: 4, rules: 4 });
+  assert.deepEqual(dp.status(), { backend: 'nft', ipvs: false, inSync: true, sets: 2, members: 2, chains: 4, rules: 4 });
 });
 
 test('an apply with nothing dirty runs no command', async () => {
@@ -244,4 +245,115 @@ test("chains and sets named like Weir's that Weir did not write make it refuse, 
   const stats = await dp.cleanup();
   assert.deepEqual(stats, { chainsDeleted: 0, hooksDeleted: 0, setsDeleted: 0 });
   assert.ok(!runner.calls.some((c) => c.cmd.endsWith('-restore') && c.input !== undefined && c.input.trim() !== ''), 'nothing written');
+});
+
+// ---- IPVS: kube-proxy's IPVS mode forwards Service traffic INPUT -> OUTPUT, never FORWARD ----
+
+const OUTPUT_HOOK = '-m ipvs --ipvs --vdir ORIGINAL -m addrtype ! --src-type LOCAL -m comment --comment "weir:hook" -j cali-FORWARD';
+
+/** What iptables-save prints once `base` (IPv4) is written, with the hooks given. */
+function savedBase(hooks: { forward?: boolean; output?: 'first' | 'second' | 'none' }): string {
+  const rules = [...base.chains[4]].flatMap(([name, r]) => renderChain(name, r).lines);
+  const output = ['-A OUTPUT -j KUBE-FIREWALL'];
+  if (hooks.output === 'first') output.unshift(`-A OUTPUT ${OUTPUT_HOOK}`);
+  if (hooks.output === 'second') output.push(`-A OUTPUT ${OUTPUT_HOOK}`);
+  return [
+    '*filter',
+    ':INPUT ACCEPT [0:0]',
+    ':FORWARD ACCEPT [0:0]',
+    ':OUTPUT ACCEPT [0:0]',
+    ':KUBE-FIREWALL - [0:0]',
+    ':cali-FORWARD - [0:0]',
+    ':cali-x - [0:0]',
+    ...(hooks.forward === false ? [] : ['-A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD']),
+    ...output,
+    ...rules,
+    'COMMIT',
+    '',
+  ].join('\n');
+}
+
+/** A kernel for IPv4 whose save text and kube-ipvs0 presence the test sets as it goes. */
+function ipvsKernel(k: { save4: string; ipvs0: boolean }) {
+  return recordingRunner((c) => {
+    if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: k.save4 };
+    if (c.cmd === 'ip' && c.args.join(' ') === '-o link show dev kube-ipvs0') {
+      return k.ipvs0 ? { ...OK, stdout: '9: kube-ipvs0: <BROADCAST,NOARP> mtu 1500 qdisc noop state DOWN\n' } : { ...OK, exitCode: 1, stderr: 'Device "kube-ipvs0" does not exist.\n' };
+    }
+    return OK;
+  });
+}
+
+test('with --ipvs on, the first apply hooks OUTPUT at 1 too, and the hook check notices that hook moved', async () => {
+  const runner = fakeKernel();
+  const dp = createDataplane({ runner, names, families: [4, 6], backend: 'nft', log: silentLogger(), ipvs: 'on' });
+  const stats = await dp.apply(base);
+  for (const cmd of ['iptables-nft-restore', 'ip6tables-nft-restore']) {
+    const payload = runner.calls.find((c) => c.cmd === cmd)!.input!;
+    assert.match(
+      payload,
+      /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD\n-I OUTPUT 1 -m ipvs --ipvs --vdir ORIGINAL -m addrtype ! --src-type LOCAL -m comment --comment "weir:hook" -j cali-FORWARD\n/,
+    );
+  }
+  assert.equal(stats.hooksWritten, 4);
+  assert.equal(dp.status().ipvs, true);
+  assert.ok(!runner.calls.some((c) => c.cmd === 'ip'), '--ipvs on never looks for kube-ipvs0');
+
+  const k = { save4: savedBase({ output: 'first' }), ipvs0: false };
+  const one = createDataplane({ runner: ipvsKernel(k), names, families: [4], backend: 'nft', log: silentLogger(), ipvs: 'on' });
+  await one.apply(desired({ chains4: Object.fromEntries(base.chains[4]) }));
+  assert.equal(await one.hookIntact(), true);
+  k.save4 = savedBase({ output: 'second' });
+  assert.equal(await one.hookIntact(), false, 'OUTPUT hook no longer first');
+  k.save4 = savedBase({ output: 'none' });
+  assert.equal(await one.hookIntact(), false, 'OUTPUT hook gone');
+});
+
+test('with --ipvs auto the OUTPUT hook follows kube-ipvs0: added when it appears, removed when it goes, each noticed by the hook check', async () => {
+  const k = { save4: savedBase({ output: 'none' }), ipvs0: false };
+  const runner = ipvsKernel(k);
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger(), ipvs: 'auto' });
+  const d = desired({ chains4: Object.fromEntries(base.chains[4]) });
+  const first = await dp.apply(d);
+  assert.equal(first.hooksWritten, 0, 'no kube-ipvs0: FORWARD only (already right)');
+  assert.equal(dp.status().ipvs, false);
+  assert.equal(await dp.hookIntact(), true);
+
+  k.ipvs0 = true; // kube-proxy switched to IPVS mode
+  assert.equal(await dp.hookIntact(), false, 'kube-ipvs0 appeared');
+  runner.calls.length = 0;
+  await dp.resync(d);
+  const added = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  assert.deepEqual(
+    added.split('\n').filter((l) => l.includes('OUTPUT')),
+    [`-I OUTPUT 1 ${OUTPUT_HOOK}`],
+  );
+  assert.equal(dp.status().ipvs, true);
+
+  k.save4 = savedBase({ output: 'first' });
+  assert.equal(await dp.hookIntact(), true);
+  k.ipvs0 = false; // and back
+  assert.equal(await dp.hookIntact(), false, 'kube-ipvs0 went away');
+  runner.calls.length = 0;
+  await dp.resync(d);
+  const removed = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  assert.deepEqual(
+    removed.split('\n').filter((l) => l.includes('OUTPUT')),
+    [`-D OUTPUT ${OUTPUT_HOOK}`],
+  );
+});
+
+test('cleanup removes an OUTPUT hook too, whatever --ipvs says; the boot guard writes it when IPVS is on', async () => {
+  const runner = fakeKernel({ save4: KERNEL4.replace('-A cali-FORWARD', `-A OUTPUT ${OUTPUT_HOOK}\n-A cali-FORWARD`), ipset: '' });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  const stats = await dp.cleanup();
+  const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  assert.match(payload, new RegExp(`-D OUTPUT ${OUTPUT_HOOK.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n`));
+  assert.equal(stats.hooksDeleted, 2);
+
+  const boot = fakeKernel();
+  const guarded = createDataplane({ runner: boot, names, families: [4], backend: 'nft', log: silentLogger(), ipvs: 'on' });
+  assert.equal(await guarded.guard(desired({ chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [accept] } })), true);
+  const written = boot.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  assert.match(written, /-I FORWARD 1 [^\n]*\n-I OUTPUT 1 -m ipvs /);
 });

@@ -2,8 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Rule } from '../../../src/calc/desired.ts';
 import { commitChains, commitSetChanges, planChains, planSets, type SetsPlanOptions } from '../../../src/dataplane/plan.ts';
-import { hookSpec, renderChain } from '../../../src/dataplane/render.ts';
-import { emptyFamilyState, type AppliedSet, type FamilyState } from '../../../src/dataplane/state.ts';
+import { hookSpec, hooksFor, renderChain } from '../../../src/dataplane/render.ts';
+import { emptyFamilyState, type AppliedSet, type FamilyState, type HookState } from '../../../src/dataplane/state.ts';
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 
 const opts: SetsPlanOptions = { maxElem: 1000, tmpName: (f) => `cali${f}0s:tmp` };
@@ -82,16 +82,19 @@ test('planSets: a scratch set left by a crash is destroyed first and never in st
 });
 
 const chains = (o: Record<string, Rule[]>) => new Map(Object.entries(o));
-const stateWith = (o: Record<string, Rule[]>, hook: FamilyState['hook'] = { specs: [], atTop: false }): FamilyState => ({
+const NO_HOOK = { specs: [], atTop: false };
+const stateWith = (o: Record<string, Rule[]>, forward: HookState = NO_HOOK, output: HookState = NO_HOOK): FamilyState => ({
   chains: new Map(Object.entries(o).map(([n, r]) => [n, renderChain(n, r).hashes])),
-  hook,
+  hooks: { FORWARD: forward, OUTPUT: output },
 });
 const goodHook = { specs: [hookSpec('cali-FORWARD')], atTop: true };
+/** The hooks of a node without IPVS: FORWARD only. */
+const fwd = (top: string) => hooksFor(top, false);
 const body = (payload: string | undefined) => payload?.split('\n').filter((l) => l !== '*filter' && l !== 'COMMIT' && l !== '');
 
 test('planChains: first write declares every chain before any rule, then inserts the hook', () => {
   const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] });
-  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), emptyFamilyState());
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(want.keys()), emptyFamilyState());
   const lines = body(p.payload)!;
   assert.deepEqual(lines.slice(0, 2), [':cali-FORWARD - [0:0]', ':cali-a - [0:0]']);
   assert.match(lines[2], /^-A cali-FORWARD .*-j cali-a$/);
@@ -104,17 +107,17 @@ test('planChains: first write declares every chain before any rule, then inserts
 test('planChains: an unchanged dirty chain is not written; a changed one is', () => {
   const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept, accept] });
   const state = stateWith({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] }, goodHook);
-  const p = planChains(want, 'cali-FORWARD', new Set(want.keys()), state);
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(want.keys()), state);
   assert.deepEqual([...p.written.keys()], ['cali-a']);
   assert.equal(body(p.payload)!.filter((l) => l.includes('cali-FORWARD')).length, 0);
   commitChains(state, p);
-  assert.equal(planChains(want, 'cali-FORWARD', new Set(want.keys()), state).payload, undefined);
+  assert.equal(planChains(want, fwd('cali-FORWARD'), new Set(want.keys()), state).payload, undefined);
 });
 
 test('planChains: a chain no longer desired is flushed first and deleted last, after the rewrite of its user', () => {
   const want = chains({ 'cali-FORWARD': [accept] });
   const state = stateWith({ 'cali-FORWARD': [jump('cali-old')], 'cali-old': [accept] }, goodHook);
-  const lines = body(planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD', 'cali-old']), state).payload)!;
+  const lines = body(planChains(want, fwd('cali-FORWARD'), new Set(['cali-FORWARD', 'cali-old']), state).payload)!;
   assert.deepEqual(lines.slice(0, 2), [':cali-FORWARD - [0:0]', ':cali-old - [0:0]']);
   assert.equal(lines.at(-1), '-X cali-old');
   assert.ok(lines.indexOf('-X cali-old') > lines.findIndex((l) => l.startsWith('-A cali-FORWARD')));
@@ -124,15 +127,15 @@ test('planChains: a misplaced or duplicated hook is deleted by spec and inserted
   const want = chains({ 'cali-FORWARD': [accept] });
   const spec = hookSpec('cali-FORWARD');
   const state = stateWith({ 'cali-FORWARD': [accept] }, { specs: [spec, spec], atTop: false });
-  const p = planChains(want, 'cali-FORWARD', new Set(), state);
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(), state);
   assert.deepEqual(body(p.payload), [`-D FORWARD ${spec}`, `-D FORWARD ${spec}`, `-I FORWARD 1 ${spec}`]);
-  assert.deepEqual(p.hook, goodHook);
+  assert.deepEqual(p.hooks.get('FORWARD'), goodHook);
 });
 
 test('planChains: a hook pointing at an old top chain is replaced before that chain is deleted', () => {
   const want = chains({ 'cali-NEW': [accept] });
   const state = stateWith({ 'cali-FORWARD': [accept] }, goodHook);
-  const lines = body(planChains(want, 'cali-NEW', new Set(['cali-NEW', 'cali-FORWARD']), state).payload)!;
+  const lines = body(planChains(want, fwd('cali-NEW'), new Set(['cali-NEW', 'cali-FORWARD']), state).payload)!;
   const del = lines.indexOf(`-D FORWARD ${hookSpec('cali-FORWARD')}`);
   assert.ok(del >= 0 && del < lines.indexOf('-X cali-FORWARD'));
   assert.ok(lines.includes(`-I FORWARD 1 ${hookSpec('cali-NEW')}`));
@@ -140,14 +143,40 @@ test('planChains: a hook pointing at an old top chain is replaced before that ch
 
 test('planChains: with no top chain desired the hook is removed and none inserted', () => {
   const state = stateWith({}, goodHook);
-  const p = planChains(chains({}), 'cali-FORWARD', new Set(), state);
+  const p = planChains(chains({}), fwd('cali-FORWARD'), new Set(), state);
   assert.deepEqual(body(p.payload), [`-D FORWARD ${hookSpec('cali-FORWARD')}`]);
-  assert.deepEqual(p.hook, { specs: [], atTop: false });
+  assert.deepEqual(p.hooks.get('FORWARD'), NO_HOOK);
 });
 
 test('planChains: an own chain edited by someone else (unknown hashes) is rewritten', () => {
   const want = chains({ 'cali-FORWARD': [fromSet('cali40s:a')] });
-  const state: FamilyState = { chains: new Map([['cali-FORWARD', ['?']]]), hook: goodHook };
-  const p = planChains(want, 'cali-FORWARD', new Set(['cali-FORWARD']), state);
+  const state: FamilyState = { chains: new Map([['cali-FORWARD', ['?']]]), hooks: { FORWARD: goodHook, OUTPUT: NO_HOOK } };
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(['cali-FORWARD']), state);
   assert.deepEqual([...p.written.keys()], ['cali-FORWARD']);
+});
+
+const [, outputHook] = hooksFor('cali-FORWARD', true);
+const goodOutput = { specs: [outputHook.spec], atTop: true };
+
+test('planChains: with IPVS the OUTPUT hook is inserted at 1 beside the FORWARD hook, both to the top chain', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const lines = body(planChains(want, hooksFor('cali-FORWARD', true), new Set(want.keys()), emptyFamilyState()).payload)!;
+  assert.deepEqual(lines.slice(-2), [`-I FORWARD 1 ${hookSpec('cali-FORWARD')}`, `-I OUTPUT 1 ${outputHook.spec}`]);
+});
+
+test('planChains: a moved OUTPUT hook is put back first; a right one is left alone', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const moved = stateWith({ 'cali-FORWARD': [accept] }, goodHook, { specs: [outputHook.spec], atTop: false });
+  const p = planChains(want, hooksFor('cali-FORWARD', true), new Set(), moved);
+  assert.deepEqual(body(p.payload), [`-D OUTPUT ${outputHook.spec}`, `-I OUTPUT 1 ${outputHook.spec}`]);
+  assert.deepEqual([...p.hooks], [['OUTPUT', goodOutput]]);
+  commitChains(moved, p);
+  assert.equal(planChains(want, hooksFor('cali-FORWARD', true), new Set(), moved).payload, undefined);
+});
+
+test('planChains: without IPVS an OUTPUT hook left from IPVS mode is removed, the FORWARD hook kept', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(), stateWith({ 'cali-FORWARD': [accept] }, goodHook, goodOutput));
+  assert.deepEqual(body(p.payload), [`-D OUTPUT ${outputHook.spec}`]);
+  assert.deepEqual([...p.hooks], [['OUTPUT', NO_HOOK]]);
 });

@@ -2,7 +2,21 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import type { PortRange, Rule } from '../../../src/calc/desired.ts';
-import { filterPayload, hookSpec, insertHook, renderChain, renderRuleBodies, ruleHash, sanitizeComment, setAdd, setCreate, setDel, setDestroy, splitPorts } from '../../../src/dataplane/render.ts';
+import {
+  filterPayload,
+  hookSpec,
+  hooksFor,
+  insertHook,
+  renderChain,
+  renderRuleBodies,
+  ruleHash,
+  sanitizeComment,
+  setAdd,
+  setCreate,
+  setDel,
+  setDestroy,
+  splitPorts,
+} from '../../../src/dataplane/render.ts';
 
 const ports = (...ps: (number | [number, number])[]): PortRange[] => ps.map((p) => (typeof p === 'number' ? { from: p, to: p } : { from: p[0], to: p[1] }));
 
@@ -200,7 +214,7 @@ test('a long human comment keeps the whole rule comment within 255 characters', 
 
 test('hook rule and payload framing', () => {
   assert.equal(hookSpec('cali-FORWARD'), '-m comment --comment "weir:hook" -j cali-FORWARD');
-  assert.equal(insertHook('wx-FORWARD'), '-I FORWARD 1 -m comment --comment "weir:hook" -j wx-FORWARD');
+  assert.equal(insertHook(hooksFor('wx-FORWARD', false)[0]), '-I FORWARD 1 -m comment --comment "weir:hook" -j wx-FORWARD');
   assert.equal(filterPayload([':a - [0:0]', '-A a -j ACCEPT']), '*filter\n:a - [0:0]\n-A a -j ACCEPT\nCOMMIT\n');
 });
 
@@ -232,4 +246,16 @@ test('an NFLOG prefix that iptables-restore would quote or cut is refused', () =
   for (const prefix of ['', 'has space', 'quote"', 'x'.repeat(64)]) {
     assert.throws(() => renderRuleBodies({ matches: [], action: { kind: 'nflog', group: 77, prefix, size: 128 } }), /NFLOG prefix/);
   }
+});
+
+test('IPVS hook: OUTPUT position 1, taking only requests IPVS forwarded from a source that is not the node itself, to the same top chain as FORWARD', () => {
+  const [forward, output] = hooksFor('cali-FORWARD', true);
+  assert.deepEqual(forward, { chain: 'FORWARD', target: 'cali-FORWARD', spec: hookSpec('cali-FORWARD') });
+  assert.deepEqual(output, {
+    chain: 'OUTPUT',
+    target: 'cali-FORWARD',
+    spec: '-m ipvs --ipvs --vdir ORIGINAL -m addrtype ! --src-type LOCAL -m comment --comment "weir:hook" -j cali-FORWARD',
+  });
+  assert.equal(insertHook(output), `-I OUTPUT 1 ${output.spec}`);
+  assert.deepEqual(hooksFor('wx-FORWARD', false), [{ chain: 'FORWARD', target: 'wx-FORWARD', spec: hookSpec('wx-FORWARD') }]);
 });
