@@ -23,6 +23,7 @@
 
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { benchConformance } from './conformance.ts';
 import { benchConnect } from './connect.ts';
 import { benchFaults } from './faults.ts';
 import { benchLatency } from './latency.ts';
@@ -126,6 +127,10 @@ async function main(): Promise<void> {
     if (flags.only.has('faults')) {
       log('\n== 4. faults');
       await benchFaults(ctx);
+    }
+    if (flags.only.has('conformance')) {
+      log("\n== 5. Weir's conformance scenarios through the API server");
+      await benchConformance(ctx);
     }
   } finally {
     await env.stop();
