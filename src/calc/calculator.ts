@@ -21,9 +21,9 @@ import type { Action, DesiredDataplane, DesiredSet, Dirty, Match, Members, Rule,
 import { sha256Base64Url } from './hash.ts';
 import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
-import type { AuditRules, Direction, MarkBits, SetSpec } from './rules.ts';
+import type { AllowAlternative, AuditRules, Direction, MarkBits, SetSpec } from './rules.ts';
 import type { AllowAction } from './rules.ts';
-import { bucketTailRule, dispatchTailRules, hostCidr, policyChainRules, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
+import { allowAlternatives, bucketTailRule, dispatchTailRules, hostCidr, mergeable, policyChainRules, setKey, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
 
 export interface CalcConfig {
   readonly nodeName: string;
@@ -83,6 +83,10 @@ class ActiveSet implements DesiredSet {
    *  Its keys are the members; no second collection, since sets can hold 100k entries. */
   readonly counts = new Map<string, number>();
   readonly members: Members;
+  /** Union sets this set is a part of: they follow its members. */
+  readonly unions = new Set<ActiveSet>();
+  /** For a union: its parts (each holding a reference taken by the union). */
+  readonly parts: ActiveSet[] = [];
   constructor(name: string, family: Family, type: SetType, spec: SetSpec) {
     const counts = this.counts;
     this.members = {
@@ -117,6 +121,8 @@ interface Workload {
   readonly auditEgress: readonly string[];
   /** NFLOG prefixes of its chains' audit rules. */
   readonly tags: readonly string[];
+  /** Sets its chains use directly (merged peers), one reference each. */
+  readonly sets: readonly ActiveSet[];
 }
 
 export class Calculator {
@@ -152,6 +158,10 @@ export class Calculator {
   readonly #tags = new Map<string, AuditTag>();
   readonly #retiredTags = new Map<string, AuditTag>();
   readonly #auditRules: AuditRules | undefined;
+  /** A compiled policy's allow alternatives, by direction and family (computed once). */
+  readonly #alternatives = new WeakMap<CompiledPolicy, Map<string, AllowAlternative[]>>();
+  /** Workload set references to drop once the batch's policies are synced. */
+  #releaseLater: ActiveSet[] = [];
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
@@ -362,6 +372,7 @@ export class Calculator {
     const old = this.#workloads.get(uid);
     let next: Workload | undefined;
     const tags: string[] = [];
+    const sets: ActiveSet[] = [];
     if (pod && this.#isLocal(pod)) {
       const lists = { ingress: [] as string[], egress: [] as string[], auditIngress: [] as string[], auditEgress: [] as string[] };
       for (const p of this.#cluster.policiesIn(pod.namespace)) {
@@ -371,7 +382,7 @@ export class Calculator {
         if (p.egress !== null) (audit ? lists.auditEgress : lists.egress).push(p.key);
       }
       for (const l of Object.values(lists)) l.sort();
-      next = { pod, ...lists, tags };
+      next = { pod, ...lists, tags, sets };
     }
     // Reference counts decide which policies are active on this node.
     const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress] : []);
@@ -408,7 +419,7 @@ export class Calculator {
           direction: dir,
           podRef,
           podIp: ip,
-          policyChains: isolated ? list.map(chainOf) : null,
+          policyChains: isolated ? this.#consultOrder(f, dir, list, chainOf, sets) : null,
           auditOnlyChains: auditOnly.map(chainOf),
           marks: this.#cfg.marks,
           commonChain: names.workloadCommon,
@@ -420,6 +431,71 @@ export class Calculator {
       this.#setChain(f, fw, chainsOf('egress', next.egress, next.auditEgress));
     }
     this.#retireTags(old?.tags ?? [], tags);
+    // Released at the end of the batch: a set this workload stops using may be taken up by a
+    // policy chain in the same batch (its audit level changed), and is then never rebuilt.
+    this.#releaseLater.push(...(old?.sets ?? []));
+  }
+
+  /**
+   * What an isolated workload consults, in order: policies audited at level all (their own
+   * chains, so each allow is logged under its rule), then one rule per port signature whose
+   * set is the union of every other enforced policy's peers with that signature (one lookup
+   * however many policies), then the chains of policies with rules that cannot merge. The
+   * per-packet cost follows the distinct port signatures, not the number of policies.
+   */
+  #consultOrder(f: Family, dir: Direction, keys: readonly string[], chainOf: (k: string) => string, sets: ActiveSet[]): (string | readonly Rule[])[] {
+    const policies = keys.map((k) => this.#cluster.policies.get(k)!);
+    const first = policies.filter((p) => this.#ownChain(p)).map((p) => chainOf(p.key));
+    const groups = new Map<string, { rest: readonly Match[]; any: boolean; parts: Map<string, SetSpec>; dir: string }>();
+    const remainder: string[] = [];
+    for (const p of policies) {
+      if (this.#ownChain(p)) continue;
+      let rest = false;
+      for (const alt of this.#alternativesOf(p, dir, f)) {
+        const m = mergeable(alt);
+        if (!m) {
+          rest = true;
+          continue;
+        }
+        const sig = JSON.stringify([m.peer?.dir ?? '', m.rest]);
+        let g = groups.get(sig);
+        if (!g) groups.set(sig, (g = { rest: m.rest, any: false, parts: new Map(), dir: m.peer?.dir ?? '' }));
+        if (m.peer === null) g.any = true;
+        else g.parts.set(setKey(m.peer.spec), m.peer.spec);
+      }
+      if (rest) remainder.push(chainOf(p.key));
+    }
+    const merged: Rule[] = [];
+    const allow = { kind: 'setMark', value: this.#cfg.marks.accept, mask: this.#cfg.marks.accept } as const;
+    for (const sig of [...groups.keys()].sort(compare)) {
+      const g = groups.get(sig)!;
+      const comment = `merged peers of ${dir} policies`;
+      if (g.any) {
+        merged.push({ matches: g.rest, action: allow, comment });
+        continue;
+      }
+      const parts = [...g.parts.keys()].sort(compare).map((k) => g.parts.get(k)!);
+      const spec: SetSpec = parts.length === 1 ? parts[0] : { family: f, peer: { kind: 'union', key: `union|${parts.map(setKey).join('\n')}`, parts } };
+      const set = this.#acquireSet(spec);
+      sets.push(set);
+      merged.push({ matches: [{ kind: 'set', set: set.name, dir: g.dir as 'src' | 'dst' }, ...g.rest], action: allow, comment });
+    }
+    return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
+  }
+
+  /** Audit-only policies and policies audited at level all keep every rule in their own chain
+   *  (audit-only ones are consulted only for would-deny, level-all ones log per rule). */
+  #ownChain(p: CompiledPolicy): boolean {
+    return p.enforcement === 'audit' || this.#levelOf(p) === 'all';
+  }
+
+  #alternativesOf(p: CompiledPolicy, dir: Direction, f: Family): AllowAlternative[] {
+    let byKey = this.#alternatives.get(p);
+    if (!byKey) this.#alternatives.set(p, (byKey = new Map()));
+    const key = `${dir}${f}`;
+    let alts = byKey.get(key);
+    if (!alts) byKey.set(key, (alts = allowAlternatives(p, dir, f)));
+    return alts;
   }
 
   /** The default drop is logged when an isolating policy is audited; what audit-only policies
@@ -464,8 +540,13 @@ export class Calculator {
       for (const f of this.#cfg.families) {
         for (const dir of ['ingress', 'egress'] as const) {
           const chain = dir === 'ingress' ? names.policyIngress(key) : names.policyEgress(key);
-          if ((dir === 'ingress' ? policy.ingress : policy.egress) === null) this.#deleteChain(f, chain);
-          else this.#setChain(f, chain, policyChainRules(policy, dir, f, this.#cfg.marks, useSet, this.#policyAudit(policy, dir, level, tags)));
+          // Merged policies keep only the rules that cannot merge; workloads jump to the chain
+          // only when it holds some (see #consultOrder).
+          const all = this.#alternativesOf(policy, dir, f);
+          const own = this.#ownChain(policy) ? all : all.filter((a) => mergeable(a) === null);
+          const isolates = (dir === 'ingress' ? policy.ingress : policy.egress) !== null;
+          if (!isolates || (own.length === 0 && !this.#ownChain(policy))) this.#deleteChain(f, chain);
+          else this.#setChain(f, chain, policyChainRules(policy, dir, own, this.#cfg.marks, useSet, this.#policyAudit(policy, dir, level, tags)));
         }
       }
       this.#active.set(key, { policy, level, sets: acquired, tags });
@@ -493,8 +574,7 @@ export class Calculator {
   // ---- sets -----------------------------------------------------------------------------
 
   #acquireSet(spec: SetSpec): ActiveSet {
-    const key = spec.peer.key + (spec.namedPort ? `|port=${spec.namedPort.protocol}/${spec.namedPort.name}` : '');
-    const name = this.#cfg.names.peerSet(spec.family, key);
+    const name = this.#cfg.names.peerSet(spec.family, setKey(spec));
     let set = this.#sets.get(name);
     if (!set) {
       set = new ActiveSet(name, spec.family, spec.namedPort ? 'hash:ip,port' : 'hash:net', spec);
@@ -504,6 +584,14 @@ export class Calculator {
       if (peer.kind === 'prefixes') {
         // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
         for (const m of peer.cidrs) this.#addMember(set, m);
+      } else if (peer.kind === 'union') {
+        // A member's count in a union is the number of its parts that hold it.
+        for (const partSpec of peer.parts) {
+          const part = this.#acquireSet(partSpec);
+          set.parts.push(part);
+          part.unions.add(set);
+          for (const m of part.counts.keys()) this.#addMember(set, m);
+        }
       } else {
         for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
         this.#indexSet(set, peer, true);
@@ -518,6 +606,10 @@ export class Calculator {
     this.#sets.delete(set.name);
     this.#dirty.sets.set(set.name, 'all');
     if (set.spec.peer.kind === 'pods') this.#indexSet(set, set.spec.peer, false);
+    for (const part of set.parts.splice(0)) {
+      part.unions.delete(set);
+      this.#releaseSet(part);
+    }
   }
 
   #indexSet(set: ActiveSet, peer: PodsPeer, add: boolean): void {
@@ -542,13 +634,18 @@ export class Calculator {
   #addMember(set: ActiveSet, m: string): void {
     const n = set.counts.get(m) ?? 0;
     set.counts.set(m, n + 1);
-    if (n === 0) this.#dirtyMember(set.name, m);
+    if (n > 0) return;
+    this.#dirtyMember(set.name, m);
+    for (const u of set.unions) this.#addMember(u, m);
   }
 
   #removeMember(set: ActiveSet, m: string): void {
     const n = set.counts.get(m) ?? 0;
     if (n > 1) set.counts.set(m, n - 1);
-    else if (set.counts.delete(m)) this.#dirtyMember(set.name, m);
+    else if (set.counts.delete(m)) {
+      this.#dirtyMember(set.name, m);
+      for (const u of set.unions) this.#removeMember(u, m);
+    }
   }
 
   #dirtyMember(set: string, m: string): void {
@@ -574,6 +671,7 @@ export class Calculator {
   #finishBatch(): Dirty {
     for (const key of this.#touchedPolicies) this.#syncPolicy(key);
     this.#touchedPolicies.clear();
+    for (const set of this.#releaseLater.splice(0)) this.#releaseSet(set);
     if (this.#dirtyBlocks.size > 0) this.#rebuildDispatch();
     return this.takeDirty();
   }

@@ -15,11 +15,46 @@ export interface MarkBits {
 }
 
 /** A set to use: one per family and canonical content: the pods of a peer (for named ports,
- *  with their resolved ports), or a list of prefixes (ipBlocks). */
+ *  with their resolved ports), a list of prefixes (ipBlocks), or the union of such sets. */
 export interface SetSpec {
   readonly family: Family;
-  readonly peer: PodsPeer | PrefixSet;
+  readonly peer: PodsPeer | PrefixSet | UnionPeer;
   readonly namedPort?: { readonly protocol: Protocol; readonly name: string };
+}
+
+/** Every member of its parts (hash:net sets of one family): the peers of several policies'
+ *  rules that match the same ports, tested with one lookup (see mergePeers). */
+export interface UnionPeer {
+  readonly kind: 'union';
+  /** `union|` and the parts' keys, sorted. */
+  readonly key: string;
+  readonly parts: readonly SetSpec[];
+}
+
+/** The key a set is shared by: equal keys, equal members. */
+export function setKey(spec: SetSpec): string {
+  return spec.peer.key + (spec.namedPort ? `|port=${spec.namedPort.protocol}/${spec.namedPort.name}` : '');
+}
+
+/** A set match before the set has a name: calc acquires the set and names it (resolveMatches). */
+export interface SetRef {
+  readonly kind: 'setRef';
+  readonly spec: SetSpec;
+  readonly dir: 'src' | 'dst' | 'dst,dst';
+  readonly negate?: boolean;
+}
+
+export type SpecMatch = Match | SetRef;
+
+/** One way a policy rule allows a packet: all its matches together. */
+export interface AllowAlternative {
+  /** The index of the policy rule (in ingress or egress) it comes from. */
+  readonly rule: number;
+  readonly matches: readonly SpecMatch[];
+}
+
+export function resolveMatches(matches: readonly SpecMatch[], useSet: (spec: SetSpec) => string): Match[] {
+  return matches.map((m) => (m.kind === 'setRef' ? { kind: 'set', set: useSet(m.spec), dir: m.dir, ...(m.negate ? { negate: true } : {}) } : m));
 }
 
 export type Direction = 'ingress' | 'egress';
@@ -75,19 +110,19 @@ function mergeRanges(sorted: readonly PortRange[]): PortRange[] {
 /** An ipBlock with excepts: inside its cidr (any address of the family for a /0, which ipset
  *  cannot hold anyway) and not in its except set. Each such block is its own alternative, so
  *  its excepts never remove what another block of the rule allows. */
-function blockMatches(peer: IpBlockPeer, dir: 'src' | 'dst', useSet: (spec: SetSpec) => string): Match[] {
-  const out: Match[] = [];
+function blockMatches(peer: IpBlockPeer, dir: 'src' | 'dst'): SpecMatch[] {
+  const out: SpecMatch[] = [];
   if (!peer.cidr.endsWith('/0')) out.push({ kind: 'addr', dir, cidr: peer.cidr });
-  if (peer.except !== null) out.push({ kind: 'set', set: useSet({ family: peer.family, peer: peer.except }), dir, negate: true });
+  if (peer.except !== null) out.push({ kind: 'setRef', spec: { family: peer.family, peer: peer.except }, dir, negate: true });
   return out;
 }
 
 /** The ipBlocks without except of one rule: their union is one set (one rule, however many
  *  blocks); a union that is the whole family needs no match at all. */
-function plainBlocksMatches(family: Family, cidrs: readonly string[], dir: 'src' | 'dst', useSet: (spec: SetSpec) => string): Match[] {
+function plainBlocksMatches(family: Family, cidrs: readonly string[], dir: 'src' | 'dst'): SpecMatch[] {
   const union = aggregateCidrs(cidrs.map((c) => parseCidr(c) as Cidr));
   if (union.length === 1 && union[0].prefix === 0) return [];
-  return [{ kind: 'set', set: useSet({ family, peer: prefixSet(family, union) }), dir }];
+  return [{ kind: 'setRef', spec: { family, peer: prefixSet(family, union) }, dir }];
 }
 
 /** How audit rules log: the kernel-side rate limit every NFLOG rule ends with. */
@@ -104,45 +139,27 @@ export function auditRule(audit: AuditRules, matches: readonly Match[], log: Act
 }
 
 /**
- * The rules of one policy chain (cali-pi-* or cali-po-*) for one family. Each allowing rule
- * sets the accept bit; the workload chain returns once the bit is set. `useSet` returns the
- * name of the set for a spec (the caller acquires it); it is called in rule order.
- * `logAllow`, for a policy audited at level `all`: the NFLOG action of rule i, put in front of
- * each of its allowing rules; only the first rule that allows a packet logs it.
+ * Every way a policy allows a packet in one direction and family, in rule order: the peer
+ * alternatives of each rule (OR) with its port alternatives (OR). No peers means any address;
+ * an ipBlock of the other family is absent.
  */
-export function policyChainRules(
-  policy: CompiledPolicy,
-  direction: Direction,
-  family: Family,
-  marks: MarkBits,
-  useSet: (spec: SetSpec) => string,
-  audit?: AuditRules & { readonly logAllow: (rule: number) => Action },
-): Rule[] {
+export function allowAlternatives(policy: CompiledPolicy, direction: Direction, family: Family): AllowAlternative[] {
   const rules = (direction === 'ingress' ? policy.ingress : policy.egress) ?? [];
   const peerDir = direction === 'ingress' ? 'src' : 'dst';
-  const allow = { kind: 'setMark', value: marks.accept, mask: marks.accept } as const;
-  const notYetAllowed: Match = { kind: 'mark', value: 0, mask: marks.accept };
-  const out: Rule[] = [];
+  const out: AllowAlternative[] = [];
   rules.forEach((rule, i) => {
-    const comment = `${policy.key} ${direction} rule ${i}`;
-    const log = audit?.logAllow(i);
-    const push = (matches: Match[]) => {
-      if (audit && log) out.push(auditRule(audit, [notYetAllowed, ...matches], log, `${comment} audit`));
-      out.push({ matches, action: allow, comment });
-    };
-
-    // Peer alternatives (OR): none means any address; an ipBlock of the other family is absent.
-    const peerAlts: Match[][] = [];
+    const push = (matches: SpecMatch[]) => out.push({ rule: i, matches });
+    const peerAlts: SpecMatch[][] = [];
     if (rule.peers === null) peerAlts.push([]);
     else {
       const plain: string[] = [];
       for (const peer of rule.peers) {
-        if (peer.kind === 'pods') peerAlts.push([{ kind: 'set', set: useSet({ family, peer }), dir: peerDir }]);
+        if (peer.kind === 'pods') peerAlts.push([{ kind: 'setRef', spec: { family, peer }, dir: peerDir }]);
         else if (peer.family !== family) continue;
         else if (peer.except === null) plain.push(peer.cidr);
-        else peerAlts.push(blockMatches(peer, peerDir, useSet));
+        else peerAlts.push(blockMatches(peer, peerDir));
       }
-      if (plain.length > 0) peerAlts.push(plainBlocksMatches(family, plain, peerDir, useSet));
+      if (plain.length > 0) peerAlts.push(plainBlocksMatches(family, plain, peerDir));
     }
     if (rule.ports === null) {
       for (const p of peerAlts) push(p);
@@ -158,15 +175,61 @@ export function policyChainRules(
         // Resolved against the receiving pod: the selected pods' own container ports.
         const target = targetPeer(policy);
         if (!target) continue;
-        const dstPort: Match = { kind: 'set', set: useSet({ family, peer: target, namedPort }), dir: 'dst,dst' };
+        const dstPort: SetRef = { kind: 'setRef', spec: { family, peer: target, namedPort }, dir: 'dst,dst' };
         for (const p of peerAlts) push([...p, proto, dstPort]);
       } else {
         // Resolved against each destination pod; an ipBlock destination cannot resolve it.
         const dests = rule.peers === null ? [ALL_PODS] : rule.peers.filter((p) => p.kind === 'pods');
-        for (const peer of dests) push([proto, { kind: 'set', set: useSet({ family, peer, namedPort }), dir: 'dst,dst' }]);
+        for (const peer of dests) push([proto, { kind: 'setRef', spec: { family, peer, namedPort }, dir: 'dst,dst' }]);
       }
     }
   });
+  return out;
+}
+
+/**
+ * An alternative that is at most one peer set (pods or plain prefixes, by address) plus
+ * protocol and port matches: alternatives with the same `rest` can share one union set of
+ * their peers, one lookup for all of them. null peer: any address. null: not mergeable
+ * (ipBlock excepts, named ports).
+ */
+export function mergeable(alt: AllowAlternative): { readonly peer: SetRef | null; readonly rest: readonly Match[] } | null {
+  let peer: SetRef | null = null;
+  const rest: Match[] = [];
+  for (const m of alt.matches) {
+    if (m.kind === 'setRef' && peer === null && !m.negate && m.dir !== 'dst,dst') peer = m;
+    else if (m.kind === 'proto') rest.push(m);
+    else return null;
+  }
+  return { peer, rest };
+}
+
+/**
+ * The rules of one policy chain (cali-pi-* or cali-po-*) for one family, from its
+ * alternatives. Each allowing rule sets the accept bit; the workload chain returns once the
+ * bit is set. `useSet` returns the name of the set for a spec (the caller acquires it); it is
+ * called in rule order. `logAllow`, for a policy audited at level `all`: the NFLOG action of
+ * rule i, put in front of each of its allowing rules; only the first rule that allows a packet
+ * logs it.
+ */
+export function policyChainRules(
+  policy: CompiledPolicy,
+  direction: Direction,
+  alternatives: readonly AllowAlternative[],
+  marks: MarkBits,
+  useSet: (spec: SetSpec) => string,
+  audit?: AuditRules & { readonly logAllow: (rule: number) => Action },
+): Rule[] {
+  const allow = { kind: 'setMark', value: marks.accept, mask: marks.accept } as const;
+  const notYetAllowed: Match = { kind: 'mark', value: 0, mask: marks.accept };
+  const out: Rule[] = [];
+  for (const alt of alternatives) {
+    const comment = `${policy.key} ${direction} rule ${alt.rule}`;
+    const matches = resolveMatches(alt.matches, useSet);
+    const log = audit?.logAllow(alt.rule);
+    if (audit && log) out.push(auditRule(audit, [notYetAllowed, ...matches], log, `${comment} audit`));
+    out.push({ matches, action: allow, comment });
+  }
   return out;
 }
 
@@ -182,8 +245,9 @@ export interface WorkloadChainInput {
   readonly podRef: string;
   /** The pod's own address in this family, for the hairpin rule. */
   readonly podIp: string;
-  /** Policy chains in order, or null when no policy isolates the pod in this direction. */
-  readonly policyChains: readonly string[] | null;
+  /** What to consult in order: a policy chain to jump to, or allowing rules written inline
+   *  (merged peers); null when no policy isolates the pod in this direction. */
+  readonly policyChains: readonly (string | readonly Rule[])[] | null;
   readonly marks: MarkBits;
   /** The shared first part of every workload chain (workloadCommonRules). */
   readonly commonChain: string;
@@ -215,9 +279,10 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
       comment: `${w.podRef} to itself`,
     });
   }
-  const consult = (chains: readonly string[]) => {
+  const consult = (chains: readonly (string | readonly Rule[])[]) => {
     for (const chain of chains) {
-      rules.push({ matches: [], action: { kind: 'jump', chain } });
+      if (typeof chain === 'string') rules.push({ matches: [], action: { kind: 'jump', chain } });
+      else rules.push(...chain);
       rules.push({ matches: [{ kind: 'mark', value: accept, mask: accept }], action: { kind: 'return' } });
     }
   };

@@ -160,11 +160,13 @@ describe('an agent whose manifest directory cannot be read at start', () => {
     await first.waitFor((r) => r.msg === 'resynced dataplane' && r.revision === want, 10_000, 'the first write');
     await first.stop();
     const earlier = await nodeState();
-    assert.match(earlier, /db\/allow-backend-to-db ingress rule 0/);
+    assert.match(earlier, /--dport 80 /);
+    assert.doesNotMatch(earlier, /--dport 8080 /);
 
-    // The policies change while the directory cannot be read.
+    // The policies change while the directory cannot be read: db's port moves from 80 to 8080.
     const policies = join(dir, '30-policies.yaml');
-    await writeFile(policies, (await readFile(policies, 'utf8')).replace('name: allow-backend-to-db', 'name: backend-to-db-renamed'));
+    const docs = (await readFile(policies, 'utf8')).split('\n---\n');
+    await writeFile(policies, docs.map((d) => (d.includes('name: allow-backend-to-db') ? d.replace(/port: 80$/m, 'port: 8080') : d)).join('\n---\n'));
     await chmod(dir, 0o000);
     const lines: string[] = [];
     const child = spawn(
@@ -195,8 +197,8 @@ describe('an agent whose manifest directory cannot be read at start', () => {
       await sleep(50);
     }
     const now = await nodeState();
-    assert.match(now, /db\/backend-to-db-renamed ingress rule 0/);
-    assert.doesNotMatch(now, /db\/allow-backend-to-db /);
+    assert.match(now, /--dport 8080 /);
+    assert.notEqual(now, earlier);
     const ready = await readyz();
     assert.deepEqual([ready.status, ready.ready, ready.revision], [200, true, changed]);
   });

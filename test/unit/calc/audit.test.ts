@@ -140,10 +140,13 @@ describe('audit-only policies (weir.dev/enforcement: audit)', () => {
     const c = calcOf([{ name: 'shop', labels: {} }], [allowClient({ 'weir.dev/enforcement': 'audit' }), enforced]);
     const rules = serverIn(c)!;
     assert.equal(nflogs(rules).length, 0);
+    // The enforced policy allows everything: one merged rule with no match; nothing jumps to
+    // the audit-only policy.
     const jumps = rules.filter((r) => r.action.kind === 'jump' && r.action.chain !== names.workloadCommon);
+    assert.deepEqual(jumps, []);
     assert.deepEqual(
-      jumps.map((r) => (r.action.kind === 'jump' ? r.action.chain : '')),
-      [names.policyIngress('shop/enforced')],
+      rules.filter((r) => r.action.kind === 'setMark' && r.action.value !== 0).map((r) => r.matches),
+      [[]],
     );
     assert.equal(rules.at(-1)!.action.kind, 'drop');
   });

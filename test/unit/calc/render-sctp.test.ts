@@ -93,11 +93,10 @@ describe('SCTP rules render to -p sctp with sctp: named-port members', () => {
       // Protocol is part of the name match: db's TCP "assoc" (5000) and web's TCP one are not members.
       assert.deepEqual([...named.members].sort(), [`${ip(family, 1)},sctp:3868`, `${ip(family, 2, 2)},sctp:3869`].sort());
       assert.deepEqual([...web.members], [ip(family, 3)]);
-      assert.deepEqual(bodies(chain, rules, ['shop/sctp ingress rule 0', 'shop/sctp ingress rule 1', 'shop/sctp ingress rule 2']), [
-        `-p sctp -m multiport --dports 3868,9000:9010 ${MARK}`,
-        `-p sctp ${MARK}`,
-        `-m set --match-set ${web.name} src -p sctp -m set --match-set ${named.name} dst,dst ${MARK}`,
-      ]);
+      // Rules of ports alone merge into db's own chain; the named-port rule stays in the policy's.
+      assert.deepEqual(bodies(chain, rules, ['shop/sctp ingress rule 2']), [`-m set --match-set ${web.name} src -p sctp -m set --match-set ${named.name} dst,dst ${MARK}`]);
+      const merged = chainRules(d, family, names.toWorkload('shop/db')).filter((r) => r.comment === 'merged peers of ingress policies');
+      assert.deepEqual(bodies('x', merged, ['merged peers of ingress policies', 'merged peers of ingress policies']), [`-p sctp -m multiport --dports 3868,9000:9010 ${MARK}`, `-p sctp ${MARK}`]);
     });
 
     test(`egress: a named SCTP port resolves on each destination pod (v${family})`, () => {
