@@ -286,7 +286,11 @@ export function servicesSuite(opts: ServicesOptions): void {
       await Promise.all([watcher, prober]);
       const window = restored !== undefined && above !== undefined ? Math.round(restored - above) : undefined;
       process.stdout.write(
-        `# ${opts.mode}/${opts.backend}: kube-proxy's jumps above Weir's hook at ${Math.round(above ?? -1)} ms, Weir's hook first again at ${Math.round(restored ?? -1)} ms (window ${window} ms); denied NodePort probes let through (start ms): ${passed.map((p) => p.at).join(', ') || 'none'}\n`,
+        `# ${opts.mode}/${opts.backend}: ${
+          above === undefined
+            ? "Weir's hook stayed first in FORWARD"
+            : `kube-proxy's jumps above Weir's hook at ${Math.round(above)} ms, Weir's hook first again at ${Math.round(restored ?? -1)} ms (window ${window} ms)`
+        }; denied NodePort probes let through (start ms): ${passed.map((p) => p.at).join(', ') || 'none'}\n`,
       );
       if (opts.mode === 'nftables') {
         // Its own tables: iptables' FORWARD never changes, and an accept in one nftables
