@@ -81,6 +81,20 @@ export class Api {
     return this.request('PATCH', path, obj, 'application/apply-patch+yaml');
   }
 
+  /** Creates, or replaces the whole object (PUT): the API server defaults the new body afresh,
+   *  as when a manifest is edited and re-read (an apply would keep fields it defaulted before,
+   *  such as a NetworkPolicy's policyTypes). */
+  async replace(obj: KubeObject): Promise<unknown> {
+    const path = pathOf(obj.kind, obj.metadata.namespace, obj.metadata.name);
+    try {
+      const live = await this.request<{ metadata: { resourceVersion: string } }>('GET', path);
+      return await this.request('PUT', path, { ...obj, metadata: { ...obj.metadata, resourceVersion: live.metadata.resourceVersion } });
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404)) throw e;
+      return this.request('POST', pathOf(obj.kind, obj.metadata.namespace), obj);
+    }
+  }
+
   /** A merge patch of an object or of its status subresource. */
   patch(kind: string, namespace: string | undefined, name: string, patch: unknown, subresource?: 'status'): Promise<unknown> {
     const path = pathOf(kind, namespace, name) + (subresource ? `/${subresource}` : '');

@@ -322,7 +322,8 @@ export class Conformance {
       const key = podKey({ namespace: p.metadata.namespace ?? 'default', name: p.metadata.name });
       const j = JSON.stringify(p);
       if (w.policies.get(key) === j) continue;
-      await api.apply(p).catch(rejected);
+      // Replaced whole, never applied: see Api.replace (policyTypes is defaulted afresh).
+      await api.replace(p).catch(rejected);
       w.policies.set(key, j);
       wrote = true;
     }

@@ -25,12 +25,15 @@ export interface Row {
   readonly better?: 'lower' | 'higher';
   readonly values: Partial<Record<EnforcerName, Value>>;
   readonly note?: string;
+  /** Counts: any difference decides (no 5% tie band). */
+  readonly exact?: boolean;
 }
 
 export const dist = (xs: readonly number[]): Value => ({ p50: percentile(xs, 50), p99: percentile(xs, 99), n: xs.length });
 
 function num(x: number): string {
   if (!Number.isFinite(x)) return '-';
+  if (Number.isInteger(x)) return x.toLocaleString('en-US');
   const a = Math.abs(x);
   if (a >= 10_000) return Math.round(x).toLocaleString('en-US');
   if (a >= 100) return x.toFixed(0);
@@ -55,7 +58,7 @@ export function winner(r: Row): string {
   const w = r.values.weir;
   if (!r.better || !k || !w || Number.isNaN(k.p50) || Number.isNaN(w.p50)) return '';
   const pick = (a: number, b: number) => {
-    if (Math.abs(a - b) <= 0.05 * Math.max(Math.abs(a), Math.abs(b))) return 'tie';
+    if (Math.abs(a - b) <= (r.exact ? 0 : 0.05) * Math.max(Math.abs(a), Math.abs(b))) return 'tie';
     return (r.better === 'lower' ? a < b : a > b) ? 'kube-router' : 'Weir';
   };
   const p50 = pick(k.p50, w.p50);
