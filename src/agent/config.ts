@@ -2,6 +2,7 @@
 // every problem at once. Flags and environment variables both land here (cli/).
 
 import { validatePrefix } from '../calc/names.ts';
+import type { IpvsChoice } from '../dataplane/index.ts';
 import { AUDIT_LEVELS } from '../model/annotations.ts';
 import type { AuditLevel, Family } from '../model/types.ts';
 import { ConfigError } from '../errors.ts';
@@ -51,6 +52,9 @@ export interface AgentConfig {
   /** Bind each local pod's address to its bridge port, read from the pod's pinned network
    *  namespace: a pod cannot send with another's address, nor before its port is known. */
   readonly sourceBinding: boolean;
+  /** kube-proxy's IPVS mode: also hook OUTPUT, where IPVS-forwarded Service traffic leaves
+   *  (auto: while kube-ipvs0 exists). */
+  readonly ipvs: IpvsChoice;
   readonly audit: AuditSettings;
 }
 
@@ -99,6 +103,7 @@ export function defaultConfig(): AgentConfig {
     podBridge: 'cni0',
     allowAction: 'ACCEPT',
     sourceBinding: true,
+    ipvs: 'auto',
     audit: { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10 << 20, maxFiles: 5, stdout: false },
   };
 }
@@ -126,6 +131,7 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   }
   if (!/^[A-Za-z0-9_.:-]{1,15}$/.test(c.podBridge)) problems.push(`pod bridge "${c.podBridge}" must be an interface name (1 to 15 letters, digits, _ . : -)`);
   if (c.allowAction !== 'ACCEPT' && c.allowAction !== 'RETURN') problems.push(`allow action "${c.allowAction}" must be ACCEPT or RETURN`);
+  if (!['auto', 'on', 'off'].includes(c.ipvs)) problems.push(`ipvs "${c.ipvs}" must be auto, on or off`);
   if (c.families.length === 0) problems.push('at least one IP family (4, 6) must be enabled');
   if (!['auto', 'nft', 'legacy'].includes(c.backend)) problems.push(`backend "${c.backend}" must be auto, nft or legacy`);
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(c.logLevel)) {

@@ -18,6 +18,7 @@ export const FLAGS = {
   'pod-bridge': { type: 'string', help: 'bridge the local pods hang off (default cni0): traffic through it that belongs to no known local pod is dropped' },
   'allow-action': { type: 'string', help: 'ACCEPT (default) or RETURN: what happens to a connection policy allows; RETURN lets later FORWARD rules still apply' },
   'source-binding': { type: 'string', help: "on (default) or off: bind each local pod's address to its bridge port (needs CAP_SYS_ADMIN and /var/run/netns)" },
+  ipvs: { type: 'string', help: "kube-proxy's IPVS mode: auto (default: while kube-ipvs0 exists), on or off; also hooks OUTPUT, where IPVS sends Service traffic" },
   audit: { type: 'string', help: 'on or off (default off): write NFLOG rules where weir.dev/audit annotations (or --audit-default) ask, and log each connection they see' },
   'audit-default': { type: 'string', help: 'off (default), deny or all: the audit level of policies whose own and namespace annotations say nothing' },
   'audit-log-file': { type: 'string', help: 'the audit log, JSON lines (default /var/log/weir/audit.log)' },
@@ -122,6 +123,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     hookCheckIntervalMs: num('hook-check-interval', d.hookCheckIntervalMs, 1000),
     watchIdleTimeoutMs: num('watch-idle-timeout', d.watchIdleTimeoutMs, 1000),
     relistIntervalMs: num('relist-interval', d.relistIntervalMs, 1000),
+    ipvs: (str('ipvs')?.toLowerCase() ?? d.ipvs) as AgentConfig['ipvs'],
     audit: {
       enabled: onOff('audit', d.audit.enabled),
       defaultLevel: (str('audit-default')?.toLowerCase() ?? d.audit.defaultLevel) as AgentConfig['audit']['defaultLevel'],

@@ -121,6 +121,16 @@ describe('weir CLI', () => {
     );
   });
 
+  test('--ipvs is auto by default, on or off when given, and anything else is named', () => {
+    const cfgOf = (argv: string[]) => toConfig(parse(['agent', '--node-name', 'n', ...argv], {}).values, { nodeName: true, manifestsDir: false });
+    assert.equal(cfgOf([]).ipvs, 'auto');
+    assert.equal(cfgOf(['--ipvs', 'ON']).ipvs, 'on');
+    assert.throws(
+      () => cfgOf(['--ipvs', 'maybe']),
+      (e: unknown) => e instanceof ConfigError && /ipvs "maybe" must be auto, on or off/.test(e.message),
+    );
+  });
+
   test('an unknown command or flag is a clear error', () => {
     assert.match(weir(['enforce']).stderr, /unknown command "enforce"/);
     assert.match(weir(['render', '--nodename', 'x']).stderr, /Unknown option '--nodename'/);
