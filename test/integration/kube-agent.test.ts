@@ -99,7 +99,7 @@ describe('status written back to the cluster', () => {
     assert.equal(np.status.nodesDesired, 1, 'only node-a runs alpha web pods');
     assert.equal(np.status.nodesRealized, 1);
     const table = await k.kubectl(['get', 'networkpolicystatuses', '-n', 'alpha']);
-    assert.match(table, /web-ingress\s+True\s+True\s+1\/1/);
+    assert.match(table, /web-ingress\s+True\s+True\s+enforce\s+1\/1/);
     const nodes = await k.kubectl(['get', 'nodepolicystatuses']);
     assert.match(nodes, /node-a\s+True\s+True\s+False/);
     // The agents run with deploy/rbac.yaml: nothing they do may be forbidden.
@@ -127,5 +127,27 @@ describe('status written back to the cluster', () => {
       (t) => /PolicyRejected/.test(t),
     );
     assert.match(events, /PolicyRejected/);
+  });
+
+  test('an audit-only policy shows mode audit and never Enforced, changes no verdict, and is enforced once kubectl removes the annotation', async () => {
+    const open = (c: Cell) => (c.target !== A1 || c.source === A1 || c.source === A2) && (c.target !== B1 || c.source === B1);
+    const body = policyObject('gamma', 'g-audit', { podSelector: {}, policyTypes: ['Ingress'] }) as { metadata: Json };
+    await k.apply({ ...body, metadata: { ...body.metadata, annotations: { 'weir.dev/enforcement': 'audit' } } });
+    const np = await eventually(
+      'NetworkPolicyStatus gamma/g-audit',
+      () => getJson(['get', 'networkpolicystatus', 'g-audit', '-n', 'gamma']),
+      (o) => o.status?.mode === 'audit' && cond(o, 'Enforced')?.reason === 'AuditOnly' && o.status?.nodesRealized === 1,
+    );
+    assert.equal(cond(np, 'Enforced').status, 'False');
+    assert.match(await k.kubectl(['get', 'networkpolicystatuses', '-n', 'gamma']), /g-audit\s+True\s+False\s+audit\s+1\/1/);
+    await k.expect(open, 'audit-only: g1 stays open');
+    await k.kubectl(['annotate', 'networkpolicy', 'g-audit', '-n', 'gamma', 'weir.dev/enforcement-']);
+    await k.expect((c) => open(c) && (c.target !== G1 || c.source === G1), 'annotation removed: g1 isolated');
+    await eventually(
+      'NetworkPolicyStatus gamma/g-audit enforced',
+      () => getJson(['get', 'networkpolicystatus', 'g-audit', '-n', 'gamma']),
+      (o) => o.status?.mode === 'enforce' && cond(o, 'Enforced')?.status === 'True',
+    );
+    await k.kubectl(['delete', 'networkpolicy', 'g-audit', '-n', 'gamma']);
   });
 });
