@@ -18,6 +18,7 @@ import { type Ctx, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
 import { key, type PodDef, type Turn } from './env.ts';
 import { firstAllowed } from './latency.ts';
+import { scaleTo } from './scale.ts';
 import type { Value } from './table.ts';
 
 const OUTAGE_MS = 10_000;
@@ -60,6 +61,7 @@ function killApiServer(ctx: Ctx): void {
 
 export async function benchFaults(ctx: Ctx): Promise<void> {
   const bin = buildConnectLoop();
+  await scaleTo(ctx, Math.max(...ctx.flags.pods));
   await setPolicyCount(ctx, 1);
   const section = '4 faults';
   const rows = { killed: {} as Col, late: {} as Col, lateRecover: {} as Col, apiDuring: {} as Col, apiAfter: {} as Col };

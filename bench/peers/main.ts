@@ -10,7 +10,8 @@
 //   --rate-ms=3000            connect: length of each new-connections-per-second run
 //   --inflight=4              connect: connects in flight during that run
 //   --rounds=2                connect: turns of each enforcer per policy count (alternating order; pooled)
-//   --pods=100,1000           latency: cluster sizes (10000 takes a few minutes more per size)
+//   --pods=100,1000,10000     latency: cluster sizes; resources and faults run at the largest
+//                             (at 10k pods kube-router takes ~8 s per change: a third of --changes)
 //   --changes=30              latency: changes of each kind per size
 //   --churn-seconds=60        resources: length of the churn (100 pod changes/s)
 //   --churn-rate=100          resources: pod changes per second
@@ -83,7 +84,7 @@ function parseFlags(argv: string[]): Flags {
     rateMs: positive(values['rate-ms'] ?? (q ? '1000' : '3000'), '--rate-ms'),
     inflight: positive(values.inflight ?? '4', '--inflight'),
     rounds: positive(values.rounds ?? (q ? '1' : '2'), '--rounds'),
-    pods: ints(values.pods, q ? '100' : '100,1000'),
+    pods: ints(values.pods, q ? '100' : '100,1000,10000'),
     changes: positive(values.changes ?? (q ? '10' : '30'), '--changes'),
     churnSeconds: positive(values['churn-seconds'] ?? (q ? '10' : '60'), '--churn-seconds'),
     churnRate: positive(values['churn-rate'] ?? '100', '--churn-rate'),
