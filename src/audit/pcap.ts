@@ -7,6 +7,7 @@
 // IP and transport headers are read. Pure: no I/O, no clock.
 
 import { AuditStreamError } from '../errors.ts';
+import { formatIpv6Groups } from '../model/cidr.ts';
 
 export const LINKTYPE_NFLOG = 239;
 
@@ -235,32 +236,9 @@ export function formatIpv4(b: Uint8Array, o: number): string {
 }
 
 /** RFC 5952 text of the 16 bytes at `o`, the same as the model's formatIp (without bigints:
- *  this runs for every event). IPv4-mapped addresses keep the dotted tail. */
+ *  this runs for every event). */
 export function formatIpv6(b: Uint8Array, o: number): string {
   const g = new Array<number>(8);
   for (let i = 0; i < 8; i++) g[i] = (b[o + 2 * i] << 8) | b[o + 2 * i + 1];
-  if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) return `::ffff:${formatIpv4(b, o + 12)}`;
-  // The longest run (first on ties) of two or more zero groups becomes "::".
-  let bestStart = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (g[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) {
-      bestStart = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = (from: number, to: number): string => {
-    let s = '';
-    for (let i = from; i < to; i++) s += (i > from ? ':' : '') + g[i].toString(16);
-    return s;
-  };
-  if (bestStart < 0) return hex(0, 8);
-  return `${hex(0, bestStart)}::${hex(bestStart + bestLen, 8)}`;
+  return formatIpv6Groups(g);
 }

@@ -170,6 +170,11 @@ export function formatIp(family: Family, value: bigint): string {
   }
   const g: number[] = [];
   for (let shift = 112n; shift >= 0n; shift -= 16n) g.push(Number((value >> shift) & 0xffffn));
+  return formatIpv6Groups(g);
+}
+
+/** RFC 5952 text of an IPv6 address given as its eight 16-bit groups. */
+export function formatIpv6Groups(g: readonly number[]): string {
   // IPv4-mapped addresses keep the dotted tail (RFC 5952 section 5; inet_ntop does the same).
   if (g[0] === 0 && g[1] === 0 && g[2] === 0 && g[3] === 0 && g[4] === 0 && g[5] === 0xffff) {
     return `::ffff:${g[6] >> 8}.${g[6] & 255}.${g[7] >> 8}.${g[7] & 255}`;

@@ -20,6 +20,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createNflogPair, type NflogPair } from './audit-netns.ts';
+import { untilPasses } from '../support/eventually.ts';
+
+/** The kernel and tcpdump take their time: 10 s, polled every 20 ms. */
+const settles = (check: () => void | Promise<void>, timeoutMs = 10_000) => untilPasses(check, timeoutMs, 20);
 
 const isRoot = process.getuid?.() === 0;
 const hasTcpdump = (await execa('sh', ['-c', 'command -v tcpdump'], { reject: false })).exitCode === 0;
@@ -28,19 +32,6 @@ const skip = !isRoot ? 'needs root (network namespaces)' : !hasTcpdump ? 'needs 
 const nsPrefix = uniquePrefix('wau');
 const GROUP = 77;
 const NODE = process.execPath;
-
-/** Retries `check` every 20 ms until it passes (10 s at most, then its last failure). */
-async function eventually(check: () => void | Promise<void>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await check();
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
-}
 
 interface Flow {
   readonly protocol: 'TCP' | 'UDP';
@@ -141,7 +132,7 @@ describe('the audit reader on the real kernel', { skip }, () => {
   test("TCP and UDP, IPv4 and IPv6: the events are exactly the connections made, ports included, with tcpdump holding only the chart's capabilities", async (t) => {
     // NET_ADMIN to listen on the group; SETUID and SETGID because tcpdump drops to its own user.
     const h = startReader(t, pair, ['setpriv', '--bounding-set', '-all,+net_admin,+setuid,+setgid', 'tcpdump']);
-    await eventually(() => assert.equal(h.reader.state, 'running'));
+    await settles(() => assert.equal(h.reader.state, 'running'));
     const flows: Flow[] = [
       { protocol: 'TCP', host: pair.b4, port: 8080, localPort: 41001 },
       { protocol: 'TCP', host: pair.b4, port: 8081, localPort: 41002 },
@@ -155,7 +146,7 @@ describe('the audit reader on the real kernel', { skip }, () => {
     const before = await ruleCount(pair);
     await connect(pair, flows);
     const expected = flows.map((f) => expectedKey(pair, f)).sort();
-    await eventually(() => assert.ok(h.events.length >= flows.length));
+    await settles(() => assert.ok(h.events.length >= flows.length));
     await new Promise((r) => setTimeout(r, 300)); // nothing more may come
     assert.deepEqual(h.events.map(key).sort(), expected);
     assert.equal((await ruleCount(pair)) - before, flows.length);
@@ -171,10 +162,10 @@ describe('the audit reader on the real kernel', { skip }, () => {
 
   test('a tcpdump killed from outside is restarted, and the connections made after it listens again are all read', async (t) => {
     const h = startReader(t, pair, ['tcpdump']);
-    await eventually(() => assert.equal(h.reader.state, 'running'));
+    await settles(() => assert.equal(h.reader.state, 'running'));
     const first = h.reader.pid!;
     process.kill(first, 'SIGKILL');
-    await eventually(() => assert.ok(h.reader.state === 'running' && h.reader.pid !== first));
+    await settles(() => assert.ok(h.reader.state === 'running' && h.reader.pid !== first));
     assert.equal(h.reader.stats().restarts, 1);
     assert.equal(h.errors[0].code, 'WEIR_AUDIT_READER');
     assert.match(h.errors[0].message, /killed by SIGKILL/);
@@ -183,14 +174,14 @@ describe('the audit reader on the real kernel', { skip }, () => {
       { protocol: 'UDP', host: pair.b6, port: 5353, localPort: 42002 },
     ];
     await connect(pair, flows);
-    await eventually(() => assert.deepEqual(h.events.map(key).sort(), flows.map((f) => expectedKey(pair, f)).sort()));
+    await settles(() => assert.deepEqual(h.events.map(key).sort(), flows.map((f) => expectedKey(pair, f)).sort()));
     await h.reader.stop();
   });
 
   /** Sends n new UDP flows from a; returns what was sent, logged, read and dropped. */
   async function burst(t: TestContext, n: number, firstPort: number, bufferKiB?: number) {
     const h = startReader(t, pair, ['tcpdump'], bufferKiB);
-    await eventually(() => assert.equal(h.reader.state, 'running'));
+    await settles(() => assert.equal(h.reader.state, 'running'));
     const pid = h.reader.pid!;
     const before = await ruleCount(pair);
     const cpu0 = process.cpuUsage();
@@ -203,7 +194,7 @@ describe('the audit reader on the real kernel', { skip }, () => {
     const sent = JSON.parse(await inNs(pair.a, NODE, ['--input-type=module', '-e', BURST, pair.b4, String(n), String(firstPort)])) as { seconds: number; failed: number };
     const logged = (await ruleCount(pair)) - before;
     // Everything the rule logged is either read or (once the next poll of /proc has run) counted.
-    await eventually(() => assert.equal(h.events.length + h.reader.stats().queueDrops, logged), 20_000);
+    await settles(() => assert.equal(h.events.length + h.reader.stats().queueDrops, logged), 20_000);
     const cpu = process.cpuUsage(cpu0);
     const tcpdumpMs = ((await ticks()) - tcpdump0) * 10;
     const delivered = h.events.length;
@@ -270,7 +261,7 @@ describe('the audit reader on the real kernel', { skip }, () => {
     await audit.start();
     t.after(() => audit.stop());
     const metricSum = async (name: string) => (await registry.getSingleMetric(name)!.get()).values.reduce((s, v) => s + v.value, 0);
-    await eventually(async () => assert.equal(await metricSum('weir_audit_reader_up'), 1));
+    await settles(async () => assert.equal(await metricSum('weir_audit_reader_up'), 1));
 
     async function run(what: string, n: number, firstPort: number, perSecond: number) {
       chunks = [];
@@ -279,7 +270,7 @@ describe('the audit reader on the real kernel', { skip }, () => {
       const cpu0 = process.cpuUsage();
       await inNs(pair.a, NODE, ['--input-type=module', '-e', BURST, pair.b4, String(n), String(firstPort), String(perSecond)]);
       const logged = (await ruleCount(pair)) - before;
-      await eventually(async () => assert.equal(arrived() + (await metricSum('weir_audit_lost_total')) - lost0, logged), 20_000);
+      await settles(async () => assert.equal(arrived() + (await metricSum('weir_audit_lost_total')) - lost0, logged), 20_000);
       const cpu = process.cpuUsage(cpu0);
       const arrivals = chunks.flatMap((c) =>
         c.text

@@ -40,3 +40,17 @@ export async function expectConverged(cluster: Cluster, allowed: (c: Cell) => bo
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** Retries `check` (which throws until it holds) every `everyMs` until it passes; after
+ *  `timeoutMs`, its last failure is thrown. */
+export async function untilPasses(check: () => void | Promise<void>, timeoutMs = 5_000, everyMs = 10): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  }
+}

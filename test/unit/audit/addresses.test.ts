@@ -1,23 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { AddressBook } from '../../../src/audit/addresses.ts';
-import type { ModelEvent, Pod } from '../../../src/model/types.ts';
-
-const pod = (namespace: string, name: string, ips: string[], extra: Partial<Pod> = {}): Pod => ({
-  uid: `${namespace}/${name}`,
-  namespace,
-  name,
-  labels: {},
-  nodeName: 'node-a',
-  hostNetwork: false,
-  phase: 'Running',
-  terminating: false,
-  ips,
-  ports: [],
-  ...extra,
-});
-const up = (p: Pod): ModelEvent => ({ kind: 'Pod', op: 'upsert', object: p });
-const del = (p: Pod): ModelEvent => ({ kind: 'Pod', op: 'delete', uid: p.uid });
+import type { ModelEvent } from '../../../src/model/types.ts';
+import { pod, up, del } from './fixtures.ts';
 
 function book(opts: { deletedMax?: number; deletedTtlMs?: number } = {}) {
   let now = 1_000; // lru-cache takes an entry set at time 0 for one without a TTL

@@ -14,25 +14,14 @@ import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
 import type { AuditReader, ReaderHandlers, ReaderState } from '../../../src/audit/reader.ts';
 import type { AuditCatalog, AuditTag } from '../../../src/calc/audit-tags.ts';
 import { silentLogger } from '../../../src/log.ts';
-import type { ModelEvent, Pod } from '../../../src/model/types.ts';
 import type { Clock } from '../../../src/status/clock.ts';
+import { untilPasses } from '../../support/eventually.ts';
+import { pod, up } from './fixtures.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/nflog-le.pcap', import.meta.url));
 const root = await mkdtemp(join(tmpdir(), 'weir-audit-pipeline-'));
 after(() => rm(root, { recursive: true, force: true }));
 let seq = 0;
-
-async function eventually(check: () => void | Promise<void>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await check();
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
-}
 
 /** A clock whose time moves only when the test says; timers fire as it passes them. */
 function manualClock(start = 1_000_000): Clock & { advance(ms: number): void } {
@@ -91,20 +80,6 @@ function testReader() {
 
 const catalogOf = (tags: Record<string, AuditTag>): AuditCatalog => ({ lookup: (p) => tags[p] });
 
-const pod = (namespace: string, name: string, ips: string[]): Pod => ({
-  uid: `${namespace}/${name}`,
-  namespace,
-  name,
-  labels: {},
-  nodeName: 'node-a',
-  hostNetwork: false,
-  phase: 'Running',
-  terminating: false,
-  ips,
-  ports: [],
-});
-const up = (p: Pod): ModelEvent => ({ kind: 'Pod', op: 'upsert', object: p });
-
 function config(over: Partial<AuditLogConfig> = {}): AuditLogConfig {
   return { node: 'node-a', nflogGroup: 77, rate: 1000, file: join(root, `case${seq++}`, 'audit.log'), maxSize: 1 << 20, maxFiles: 2, stdout: false, ...over };
 }
@@ -153,7 +128,7 @@ test("a real child's pcap stream becomes exactly one line per connection, with t
   const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:test': ALLOW }), registry, log: silentLogger() });
   audit.applyModel([up(pod('team-a', 'client', ['10.99.0.1', 'fd99::1'])), up(pod('team-b', 'server', ['10.99.0.2']))]);
   await audit.start();
-  await eventually(async () => assert.equal((await readLines(cfg.file)).length, 8));
+  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 8));
   await audit.stop();
   const events = new NflogPcapParser().push(await readFile(FIXTURE));
   const text = (await readFile(cfg.file, 'utf8')).split('\n').filter((l) => l !== '');
@@ -192,7 +167,7 @@ test('identical connections within one second are one line with their count, wri
   await new Promise((res) => setTimeout(res, 50));
   assert.deepEqual(await readLines(cfg.file), [], 'written before its second was over');
   clock.advance(1);
-  await eventually(async () => assert.equal((await readLines(cfg.file)).length, 1));
+  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 1));
   const [first] = await readLines(cfg.file);
   assert.equal(first.count, 3);
   assert.equal(first.src.port, 40001);

@@ -10,23 +10,12 @@ import { PassThrough } from 'node:stream';
 import { after, test } from 'node:test';
 import { createAuditWriter } from '../../../src/audit/writer.ts';
 import { silentLogger } from '../../../src/log.ts';
+import { untilPasses } from '../../support/eventually.ts';
 
 const root = await mkdtemp(join(tmpdir(), 'weir-audit-writer-'));
 after(() => rm(root, { recursive: true, force: true }));
 let seq = 0;
 const fresh = () => join(root, `case${seq++}`);
-
-async function eventually(check: () => void | Promise<void>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      return await check();
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  }
-}
 
 const line = (i: number) => JSON.stringify({ i, text: `line ${i} `.padEnd(100 + (i % 50), 'x') });
 const lines = async (file: string) => (await readFile(file, 'utf8')).split('\n').filter((l) => l !== '');
@@ -93,11 +82,11 @@ test('a write error is counted, never thrown; lines are lost meanwhile, and writ
   const w = createAuditWriter({ file, maxSize: 4096, maxFiles: 2, retryMs: 20, log: silentLogger(), onError: (e) => errors.push(e) });
   await w.start(); // does not throw either
   for (let i = 0; i < 10; i++) assert.doesNotThrow(() => w.write(line(i)));
-  await eventually(() => assert.equal(w.stats().lost, 10));
+  await untilPasses(() => assert.equal(w.stats().lost, 10));
   assert.ok(errors.length >= 1);
   assert.ok(w.stats().errors >= 1);
   await rm(blocker);
-  await eventually(async () => {
+  await untilPasses(async () => {
     w.write(line(99));
     assert.ok((await lines(file).catch((): string[] => [])).includes(line(99)));
   });
@@ -112,9 +101,9 @@ test('a file the stream cannot open (a directory in its place) is an error of th
   const w = createAuditWriter({ file, maxSize: 4096, maxFiles: 2, retryMs: 20, log: silentLogger(), onError: (e) => errors.push(e) });
   await w.start();
   w.write(line(1));
-  await eventually(() => assert.ok(errors.some((e) => /is not a file/.test(String(e)))));
+  await untilPasses(() => assert.ok(errors.some((e) => /is not a file/.test(String(e)))));
   await rm(file, { recursive: true });
-  await eventually(async () => {
+  await untilPasses(async () => {
     w.write(line(2));
     assert.ok((await lines(file).catch((): string[] => [])).includes(line(2)));
   });
