@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import type { Names } from '../calc/index.ts';
 import type { CommandRunner, RetryInfo, RetryPolicy } from '../dataplane/index.ts';
 import { createIptables, detectBackend, parseSave, type Backend, type BackendChoice } from '../dataplane/iptables.ts';
-import { declareChain, deleteChain, filterPayload } from '../dataplane/render.ts';
+import { declareChain, deleteChain, restorePayload, TABLE } from '../dataplane/render.ts';
 import { PreconditionError, XtablesLockError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
@@ -56,8 +56,9 @@ async function requireTools(runner: CommandRunner): Promise<void> {
  * no IPv6 traffic crosses the node, and a dropped family would let all of it through while the
  * agent reports ready. The operator who knows the node has no IPv6 says so with --families 4.
  *
- * The probe is one transaction that declares and deletes a scratch chain of Weir's own: it
- * leaves the kernel as it found it (nothing Weir enforces is written before the source is
+ * The probe is one restore that declares and deletes a scratch chain of Weir's own in each
+ * table Weir writes (mangle for its chains, filter for its accept hook): it leaves the kernel
+ * as it found it (nothing Weir enforces is written before the source is
  * synced), and it fails exactly where a real write would.
  */
 async function requireWritableFamilies(o: PreflightOptions, backend: Backend): Promise<void> {
@@ -67,8 +68,10 @@ async function requireWritableFamilies(o: PreflightOptions, backend: Backend): P
   for (const family of o.families) {
     try {
       // Never declare (and so flush) a chain that exists: it is nobody's scratch chain.
-      if (parseSave(await iptables.save(family)).has(scratch)) continue;
-      await iptables.restore(family, filterPayload([declareChain(scratch), deleteChain(scratch)]));
+      const saved = await iptables.save(family);
+      if (parseSave(saved, TABLE).has(scratch) || parseSave(saved, 'filter').has(scratch)) continue;
+      const probe = [declareChain(scratch), deleteChain(scratch)];
+      await iptables.restore(family, restorePayload(probe, probe));
     } catch (err) {
       // Contention is not a property of the family: the first write retries it, counted.
       if (err instanceof XtablesLockError) {

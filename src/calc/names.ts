@@ -21,8 +21,11 @@ export const NAME_CACHE_MAX_KEY = 64 << 10;
 
 export interface Names {
   readonly prefix: string;
-  /** Jumped to from FORWARD position 1. */
+  /** Jumped to from mangle FORWARD position 1. */
   readonly forward: string;
+  /** --allow-action ACCEPT: sets the accept bit and ACCEPTs, so that filter FORWARD's hook
+   *  (which accepts marked packets) lets through what mangle accepted. */
+  readonly accept: string;
   readonly fromWorkloadDispatch: string;
   readonly toWorkloadDispatch: string;
   /** The shared first part of every workload chain. */
@@ -76,6 +79,7 @@ export function makeNames(prefix: string = DEFAULT_PREFIX): Names {
   return {
     prefix,
     forward: `${prefix}-FORWARD`,
+    accept: `${prefix}-accept`,
     fromWorkloadDispatch: `${prefix}-from-wl-dispatch`,
     toWorkloadDispatch: `${prefix}-to-wl-dispatch`,
     workloadCommon: `${prefix}-wl-common`,

@@ -237,7 +237,19 @@ export function policyChainRules(
  *  hands it back to FORWARD, so that the administrator's own later rules still apply. */
 export type AllowAction = 'ACCEPT' | 'RETURN';
 
-const allowActionOf = (a: AllowAction): Rule['action'] => (a === 'ACCEPT' ? { kind: 'accept' } : { kind: 'return' });
+/**
+ * Weir's chains live in the mangle table, where ACCEPT ends only mangle: the packet goes on
+ * through filter FORWARD, whose hook accepts what carries the accept bit. So every ACCEPT of
+ * Weir's sets the bit first: it goes to this chain (ACCEPT mode only).
+ */
+export function acceptChainRules(marks: MarkBits): Rule[] {
+  return [
+    { matches: [], action: { kind: 'setMark', value: marks.accept, mask: marks.accept } },
+    { matches: [], action: { kind: 'accept' }, comment: 'filter FORWARD accepts it by the mark' },
+  ];
+}
+
+const allowActionOf = (a: AllowAction, acceptChain: string): Rule['action'] => (a === 'ACCEPT' ? { kind: 'goto', chain: acceptChain } : { kind: 'return' });
 
 export interface WorkloadChainInput {
   readonly direction: Direction;
@@ -252,6 +264,8 @@ export interface WorkloadChainInput {
   /** The shared first part of every workload chain (workloadCommonRules). */
   readonly commonChain: string;
   readonly allowAction: AllowAction;
+  /** The chain that accepts with the mark (acceptChainRules). */
+  readonly acceptChain: string;
   /** Audit-only policy chains, when no enforced policy isolates the pod in this direction:
    *  they decide nothing; what none of them allows is logged with `logWouldDeny`. */
   readonly auditOnlyChains?: readonly string[];
@@ -275,7 +289,7 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
   if (w.direction === 'egress' || w.allowAction === 'RETURN') {
     rules.push({
       matches: [{ kind: 'addr', dir: w.direction === 'egress' ? 'dst' : 'src', cidr: hostCidr(w.podIp) }],
-      action: allowActionOf(w.allowAction),
+      action: allowActionOf(w.allowAction, w.acceptChain),
       comment: `${w.podRef} to itself`,
     });
   }
@@ -312,9 +326,9 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
  * replies pass (with RETURN the top chain already let them go), INVALID drops, and our mark
  * bits are cleared.
  */
-export function workloadCommonRules(marks: MarkBits, allowAction: AllowAction): Rule[] {
+export function workloadCommonRules(marks: MarkBits, allowAction: AllowAction, acceptChain: string): Rule[] {
   const rules: Rule[] = [];
-  if (allowAction === 'ACCEPT') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'accept' } });
+  if (allowAction === 'ACCEPT') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'goto', chain: acceptChain } });
   rules.push({ matches: [{ kind: 'ctstate', states: ['INVALID'] }], action: { kind: 'drop' } });
   rules.push({ matches: [], action: { kind: 'setMark', value: 0, mask: marks.accept | marks.pass } });
   return rules;
@@ -330,11 +344,13 @@ export interface TopChainInput {
   readonly toDispatch: string;
   readonly marks: MarkBits;
   readonly allowAction: AllowAction;
+  readonly acceptChain: string;
 }
 
-/** The chain FORWARD jumps to: clear our bits, police both ends, let through what both allowed. */
+/** The chain mangle FORWARD jumps to: clear our bits, police both ends, let through what both
+ *  allowed (ACCEPT mode: with the accept bit still set, which filter FORWARD's hook accepts). */
 export function topChainRules(t: TopChainInput): Rule[] {
-  const allow = allowActionOf(t.allowAction);
+  const allow = allowActionOf(t.allowAction, t.acceptChain);
   const rules: Rule[] = [];
   // With RETURN, replies leave at once: no later chain may ACCEPT on Weir's behalf.
   if (t.allowAction === 'RETURN') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: allow });

@@ -10,10 +10,10 @@ import type { Family } from '../model/types.ts';
 import { createIpset, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
-import { commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
-import { declareChain, deleteChain, deleteRule, filterPayload, HOOK_CHAINS, hooksFor, insertHook, renderChain, setDestroy } from './render.ts';
+import { acceptMarkOf, commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
+import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
-import { emptyFamilyState, emptyState, familyStateFromSave, hookIsRight, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
+import { emptyFamilyState, emptyState, familyStateFromSave, hasLeftovers, hookIsRight, sameHook, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
 
 /** Felix's default; large enough for every pod IP of a big cluster in one set. */
 export const DEFAULT_MAX_SET_SIZE = 1_048_576;
@@ -236,7 +236,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
 
       // (2) One atomic payload per family.
       const hooks = hooksFor(desired.topChain, ipvs);
-      const plans = families.map((f) => ({ f, plan: planChains(desired.chains[f], hooks, work.chains[f], state.families[f]) })).filter(({ plan }) => plan.payload !== undefined);
+      const plans = families
+        .map((f) => ({ f, plan: planChains(desired.chains[f], hooks, work.chains[f], state.families[f], acceptMarkOf(desired.chains[f], names.accept)) }))
+        .filter(({ plan }) => plan.payload !== undefined);
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
           // The families are separate tables: write them side by side, record each success.
@@ -247,7 +249,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
             stats.chainsWritten += plan.written.size;
             stats.chainsDeleted += plan.deleted.length;
             stats.rulesWritten += plan.rules;
-            stats.hooksWritten += plan.hooks.size;
+            stats.hooksWritten += plan.hooks.size + (plan.acceptHook ? 1 : 0);
           });
           const failed = results.find((r) => r.status === 'rejected');
           if (failed) throw (failed as PromiseRejectedResult).reason;
@@ -278,14 +280,17 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     for (const f of families) {
       const text = await t.iptables.save(f);
       // Only what carries Weir's mark: a chain or set merely named like Weir's is not Weir's.
+      // Mangle's chains and hooks; in filter the accept hook and an older Weir's objects.
       const mine = familyStateFromSave(text, names);
       const own = [...mine.chains.keys()];
       const hooks = HOOK_CHAINS.flatMap((builtin) => mine.hooks[builtin].specs.map((spec) => deleteRule(builtin, spec)));
-      if (own.length === 0 && hooks.length === 0) continue;
-      const lines = [...own.map(declareChain), ...hooks, ...own.map(deleteChain)];
-      await t.iptables.restore(f, filterPayload(lines));
-      stats.chainsDeleted += own.length;
-      stats.hooksDeleted += hooks.length;
+      const old = mine.leftovers;
+      const filterHooks = [...mine.acceptHook.specs.map((spec) => deleteRule('FORWARD', spec)), ...old.hooks.map((h) => deleteRule(h.chain, h.spec))];
+      if (own.length + hooks.length + old.chains.length + filterHooks.length === 0) continue;
+      const mangle = own.length + hooks.length > 0 ? [...own.map(declareChain), ...hooks, ...own.map(deleteChain)] : [];
+      await t.iptables.restore(f, restorePayload(mangle, [...old.chains.map(declareChain), ...filterHooks, ...old.chains.map(deleteChain)]));
+      stats.chainsDeleted += own.length + old.chains.length;
+      stats.hooksDeleted += hooks.length + filterHooks.length;
     }
     const sets = [...setsStateFromSave(await t.ipset.save(), names).keys()];
     await t.ipset.restore(sets.map(setDestroy));
@@ -330,12 +335,15 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         const hooks = hooksFor(desired.topChain, await detectIpvs());
         for (const f of families) {
           const found = familyStateFromSave(await t.iptables.save(f), names);
-          if (found.hooks.FORWARD.specs.length > 0) continue;
+          // Weir's hook in mangle, or an older Weir's in filter: that node is policed.
+          if (found.hooks.FORWARD.specs.length > 0 || found.leftovers.hooks.some((h) => h.chain === 'FORWARD')) continue;
           const lines: string[] = [];
           for (const [name] of chains[f]) lines.push(declareChain(name));
           for (const [name, rules] of chains[f]) lines.push(...renderChain(name, rules).lines);
           lines.push(...hooks.map(insertHook));
-          await t.iptables.restore(f, filterPayload(lines));
+          const mark = acceptMarkOf(new Map(chains[f]), names.accept);
+          const filter = [...found.acceptHook.specs.map((spec) => deleteRule('FORWARD', spec)), ...(mark === undefined ? [] : [insertAcceptHook(mark)])];
+          await t.iptables.restore(f, restorePayload(lines, filter));
           written.push(f);
         }
         needRead = true;
@@ -354,6 +362,8 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
           for (const builtin of HOOK_CHAINS) {
             if (want.hooks[builtin].specs.length > 0 && !hookIsRight(found.hooks[builtin], names.forward)) return false;
           }
+          if (hasLeftovers(found)) return false;
+          if (want.acceptHook.specs.length > 0 ? !sameHook(found.acceptHook, want.acceptHook) : found.acceptHook.specs.length > 0) return false;
           if (found.chains.size !== want.chains.size) return false;
           for (const [name, hashes] of want.chains) {
             const have = found.chains.get(name);

@@ -1,4 +1,5 @@
-// A small typed wrapper around iptables-restore / iptables-save for the filter table: picks
+// A small typed wrapper around iptables-restore / iptables-save for the mangle and filter
+// tables (Weir's chains, and its one filter rule): picks
 // the backend binaries, retries transient xtables-lock failures, and parses save output just
 // enough to find chains, rules and comments.
 
@@ -46,10 +47,11 @@ export function isTransient(exitCode: number, stderr: string): boolean {
 
 export interface Iptables {
   readonly backend: Backend;
-  /** Applies a filter-table payload atomically with `--noflush`; throws RestoreError, or
+  /** Applies a payload (mangle, then filter) with `--noflush`; throws RestoreError, or
    *  XtablesLockError when the lock stayed held through every retry. */
   restore(family: Family, payload: string): Promise<void>;
-  /** `iptables-save -t filter` output; throws CommandError (WEIR_KERNEL_READ_FAILED). */
+  /** `iptables-save -t mangle` then `-t filter` output, concatenated; throws CommandError
+   *  (WEIR_KERNEL_READ_FAILED). */
   save(family: Family): Promise<string>;
 }
 
@@ -61,6 +63,9 @@ export interface IptablesOptions {
   readonly sleep?: (ms: number) => Promise<void>;
   readonly onRetry?: (info: RetryInfo) => void;
 }
+
+/** The tables Weir reads: its chains' (mangle) and its one rule's (filter). */
+export const SAVED_TABLES = ['mangle', 'filter'] as const;
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -86,10 +91,15 @@ export function createIptables(opts: IptablesOptions): Iptables {
     },
     async save(family) {
       const cmd = tool(opts.backend, family, 'save');
-      const args = ['-t', 'filter'];
-      const r = await opts.runner.run(cmd, args);
-      if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', cmd, args, r.exitCode, r.stderr);
-      return r.stdout;
+      // Two reads, not one of every table: nat can hold kube-proxy's many Service rules.
+      let out = '';
+      for (const table of SAVED_TABLES) {
+        const args = ['-t', table];
+        const r = await opts.runner.run(cmd, args);
+        if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', cmd, args, r.exitCode, r.stderr);
+        out += r.stdout.endsWith('\n') || r.stdout === '' ? r.stdout : `${r.stdout}\n`;
+      }
+      return out;
     },
   };
 }

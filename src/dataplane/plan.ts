@@ -5,8 +5,8 @@
 import type { DesiredDataplane, Rule } from '../calc/desired.ts';
 import type { Family } from '../model/types.ts';
 import { memberKey } from './ipset.ts';
-import { declareChain, deleteChain, deleteRule, filterPayload, HOOK_CHAINS, type Hook, type HookChain, insertHook, renderChain, setAdd, setCreate, setDel, setDestroy, setSwap } from './render.ts';
-import { hookIsRight, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
+import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, type Hook, type HookChain, acceptHookSpec, insertAcceptHook, insertHook, renderChain, restorePayload, setAdd, setCreate, setDel, setDestroy, setSwap } from './render.ts';
+import { acceptHookIsRight, hookIsRight, noLeftovers, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
 
 // ---- Sets ---------------------------------------------------------------------------------
 
@@ -155,17 +155,23 @@ export interface ChainsPlan {
   readonly deleted: readonly string[];
   /** The record of each hook the payload touched, after it. */
   readonly hooks: ReadonlyMap<HookChain, HookState>;
+  /** The filter accept hook's record after the payload, when it touched it. */
+  readonly acceptHook: HookState | undefined;
+  /** The payload removes an older Weir's objects from filter. */
+  readonly leftoversRemoved: boolean;
   readonly rules: number;
 }
 
 /**
- * One family's payload. Order inside the transaction: declare (create or flush) every chain
- * written or deleted, so no rule still jumps to a chain about to go; drop misplaced hooks;
- * write rules; insert the hooks; delete the chains. `hooks` are the hooks the node needs
- * (hooksFor); one whose target is not desired is not wanted, and a hooked builtin chain with
- * no wanted hook loses Weir's copies.
+ * One family's payload: mangle, then filter. Order inside mangle's transaction: declare
+ * (create or flush) every chain written or deleted, so no rule still jumps to a chain about to
+ * go; drop misplaced hooks; write rules; insert the hooks; delete the chains. `hooks` are the
+ * hooks the node needs (hooksFor); one whose target is not desired is not wanted, and a hooked
+ * builtin chain with no wanted hook loses Weir's copies. In filter: an older Weir's chains and
+ * hooks go (after mangle polices), and the accept hook is put first when `acceptMark` is given
+ * (ACCEPT mode), removed otherwise.
  */
-export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, hooks: readonly Hook[], dirty: ReadonlySet<string>, state: FamilyState): ChainsPlan {
+export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, hooks: readonly Hook[], dirty: ReadonlySet<string>, state: FamilyState, acceptMark?: number): ChainsPlan {
   const declares: string[] = [];
   const rules: string[] = [];
   const deletes: string[] = [];
@@ -202,11 +208,23 @@ export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, hooks: 
   }
 
   const body = [...declares, ...hookLines, ...rules, ...inserts, ...deletes];
+
+  const old = state.leftovers;
+  const filter = [...old.chains.map(declareChain), ...old.hooks.map((h) => deleteRule(h.chain, h.spec)), ...old.chains.map(deleteChain)];
+  let acceptHook: HookState | undefined;
+  const have = state.acceptHook;
+  if (acceptMark === undefined ? have.specs.length > 0 : !acceptHookIsRight(have, acceptMark)) {
+    for (const spec of have.specs) filter.push(deleteRule('FORWARD', spec));
+    if (acceptMark !== undefined) filter.push(insertAcceptHook(acceptMark));
+    acceptHook = acceptMark !== undefined ? { specs: [acceptHookSpec(acceptMark)], atTop: true } : { specs: [], atTop: false };
+  }
   return {
-    payload: body.length > 0 ? filterPayload(body) : undefined,
+    payload: body.length > 0 || filter.length > 0 ? restorePayload(body, filter) : undefined,
     written,
     deleted,
     hooks: hookChanges,
+    acceptHook,
+    leftoversRemoved: old.chains.length > 0 || old.hooks.length > 0,
     rules: rules.length,
   };
 }
@@ -216,8 +234,17 @@ export function commitChains(state: FamilyState, plan: ChainsPlan): void {
   for (const [name, hashes] of plan.written) state.chains.set(name, hashes);
   for (const name of plan.deleted) state.chains.delete(name);
   for (const [builtin, hook] of plan.hooks) state.hooks[builtin] = hook;
+  if (plan.acceptHook) state.acceptHook = plan.acceptHook;
+  if (plan.leftoversRemoved) state.leftovers = noLeftovers();
 }
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/** The accept bit the accept chain sets (ACCEPT mode), which the filter hook accepts by; none
+ *  when the chain is not desired (RETURN mode: allowed traffic goes on through filter). */
+export function acceptMarkOf(chains: ReadonlyMap<string, readonly Rule[]>, acceptChain: string): number | undefined {
+  for (const rule of chains.get(acceptChain) ?? []) if (rule.action.kind === 'setMark' && rule.action.value !== 0) return rule.action.value;
+  return undefined;
 }

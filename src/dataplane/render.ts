@@ -166,9 +166,14 @@ export function ownRuleHash(comment: string | undefined): string | undefined {
   return comment.slice(OWNER_MARK.length + 1).split(' ')[0];
 }
 
-/** The builtin chains Weir may hook, each at position 1. */
+/** The builtin chains of the mangle table Weir may hook, each at position 1. */
 export const HOOK_CHAINS = ['FORWARD', 'OUTPUT'] as const;
 export type HookChain = (typeof HOOK_CHAINS)[number];
+
+/** Where Weir's chains live. Mangle FORWARD (priority -150) runs before filter FORWARD, for
+ *  routed and bridged packets alike, and no other program's rule there can pre-empt Weir's
+ *  drops, as kube-proxy's jumps inserted above Weir's in filter FORWARD did. */
+export const TABLE = 'mangle';
 
 /** One hook rule: the builtin chain, the own chain it jumps to, and its rule spec. */
 export interface Hook {
@@ -191,12 +196,21 @@ export const hookSpec = (topChain: string) => `-m comment --comment "${HOOK_COMM
  */
 export const ipvsHookSpec = (topChain: string) => `-m ipvs --ipvs --vdir ORIGINAL -m addrtype ! --src-type LOCAL ${hookSpec(topChain)}`;
 
-/** The hooks a node needs: FORWARD always, OUTPUT too in IPVS mode. */
+/** The hooks a node needs in mangle: FORWARD always, OUTPUT too in IPVS mode. */
 export function hooksFor(topChain: string, ipvs: boolean): Hook[] {
   const hooks: Hook[] = [{ chain: 'FORWARD', target: topChain, spec: hookSpec(topChain) }];
   if (ipvs) hooks.push({ chain: 'OUTPUT', target: topChain, spec: ipvsHookSpec(topChain) });
   return hooks;
 }
+
+/**
+ * The one rule Weir keeps in the filter table (--allow-action ACCEPT), at FORWARD position 1:
+ * in mangle ACCEPT ends only mangle, so what Weir accepted there (with the accept bit set)
+ * is accepted here. Denied packets never get here: they were dropped in mangle. If another
+ * program's rules land above it, they only see allowed traffic first, as without Weir.
+ */
+export const acceptHookSpec = (mark: number) => `-m mark --mark ${hex(mark)}/${hex(mark)} -m comment --comment "${HOOK_COMMENT}" -j ACCEPT`;
+export const insertAcceptHook = (mark: number) => `-I FORWARD 1 ${acceptHookSpec(mark)}`;
 
 // ---- iptables-restore payload lines -------------------------------------------------------
 
@@ -207,8 +221,18 @@ export const deleteChain = (chain: string) => `-X ${chain}`;
 export const deleteRule = (chain: string, spec: string) => `-D ${chain} ${spec}`;
 export const insertHook = (hook: Hook) => `-I ${hook.chain} 1 ${hook.spec}`;
 
-/** Wraps lines in one filter-table transaction for iptables-restore --noflush. */
-export const filterPayload = (lines: readonly string[]) => ['*filter', ...lines, 'COMMIT', ''].join('\n');
+/** Wraps lines in one table's transaction for iptables-restore --noflush; '' for no lines. */
+export const tablePayload = (table: 'mangle' | 'filter', lines: readonly string[]) => (lines.length === 0 ? '' : [`*${table}`, ...lines, 'COMMIT', ''].join('\n'));
+/** Wraps lines in one filter-table transaction. */
+export const filterPayload = (lines: readonly string[]) => tablePayload('filter', lines);
+/** Wraps lines in one mangle-table transaction. */
+export const manglePayload = (lines: readonly string[]) => tablePayload('mangle', lines);
+/**
+ * One restore of both tables: mangle first. With the nft backend it is one transaction; with
+ * legacy each table commits on its own, in this order, so a failure between them leaves
+ * mangle's new policing in place and only filter's older objects not yet removed.
+ */
+export const restorePayload = (mangle: readonly string[], filter: readonly string[]) => manglePayload(mangle) + filterPayload(filter);
 
 // ---- ipset restore lines ------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import type { Names } from '../calc/names.ts';
 import type { Family } from '../model/types.ts';
 import { commentOf, parseSave, targetOf } from './iptables.ts';
 import { memberKey, parseIpsetSave } from './ipset.ts';
-import { HOOK_CHAINS, HOOK_COMMENT, ownRuleHash, type HookChain } from './render.ts';
+import { acceptHookSpec, HOOK_CHAINS, HOOK_COMMENT, ownRuleHash, TABLE, type HookChain } from './render.ts';
 
 /** Stands for a rule in an own chain that carries no Weir hash: never equal to a real hash. */
 export const UNKNOWN_HASH = '?';
@@ -31,10 +31,22 @@ export interface HookState {
   readonly atTop: boolean;
 }
 
+/** Weir's objects in the filter table other than the accept hook: what an older Weir, which
+ *  policed from filter, left. Removed by the next write. */
+export interface FilterLeftovers {
+  readonly chains: readonly string[];
+  /** `-D` arguments: builtin chain and spec. */
+  readonly hooks: readonly { readonly chain: HookChain; readonly spec: string }[];
+}
+
 export interface FamilyState {
-  /** Own chain -> rule hashes in kernel order. */
+  /** Own chain (mangle) -> rule hashes in kernel order. */
   readonly chains: Map<string, readonly string[]>;
+  /** Hooks in mangle. */
   readonly hooks: Record<HookChain, HookState>;
+  /** Copies of the accept hook in filter FORWARD (acceptHookSpec). */
+  acceptHook: HookState;
+  leftovers: FilterLeftovers;
 }
 
 export interface AppliedState {
@@ -43,7 +55,8 @@ export interface AppliedState {
 }
 
 const noHook = (): HookState => ({ specs: [], atTop: false });
-export const emptyFamilyState = (): FamilyState => ({ chains: new Map(), hooks: { FORWARD: noHook(), OUTPUT: noHook() } });
+export const noLeftovers = (): FilterLeftovers => ({ chains: [], hooks: [] });
+export const emptyFamilyState = (): FamilyState => ({ chains: new Map(), hooks: { FORWARD: noHook(), OUTPUT: noHook() }, acceptHook: noHook(), leftovers: noLeftovers() });
 
 export function emptyState(): AppliedState {
   return { sets: new Map(), families: { 4: emptyFamilyState(), 6: emptyFamilyState() } };
@@ -54,14 +67,27 @@ export function hookIsRight(hook: HookState, target: string): boolean {
   return hook.specs.length === 1 && hook.atTop && targetOf(hook.specs[0]) === target;
 }
 
+/** The accept hook is right when there is exactly one copy, it is first, and it tests `mark`. */
+export function acceptHookIsRight(hook: HookState, mark: number): boolean {
+  return hook.specs.length === 1 && hook.atTop && sameSpec(hook.specs[0], acceptHookSpec(mark));
+}
+
+/** `found` is one copy, first, of the hook `want` records. */
+export function sameHook(found: HookState, want: HookState): boolean {
+  return found.specs.length === 1 && found.atTop && want.specs.length === 1 && sameSpec(found.specs[0], want.specs[0]);
+}
+
+/** Specs equal but for the comment's quotes (the backends print them differently). */
+const sameSpec = (a: string, b: string) => a.replace(/"/g, '') === b.replace(/"/g, '');
+
+export const hasLeftovers = (s: FamilyState) => s.leftovers.chains.length > 0 || s.leftovers.hooks.length > 0;
+
 /**
- * Rebuilds one family's record from `iptables-save -t filter` output. A chain with Weir's
- * prefix is Weir's only if some rule in it carries the owner mark (Weir never leaves a chain
- * empty) or a marked rule jumps to it; any other is named in `foreign` and left out, so it is
- * never written or deleted.
+ * Own chains of one table: a chain with Weir's prefix is Weir's only if some rule in it carries
+ * the owner mark (Weir never leaves a chain empty) or a marked rule jumps to it; any other is
+ * named in `foreign` and left out, so it is never written or deleted.
  */
-export function familyStateFromSave(saveText: string, names: Names, foreign: string[] = []): FamilyState {
-  const saved = parseSave(saveText);
+function ownChains(saved: Map<string, string[]>, names: Names, foreign: string[]): Map<string, readonly string[]> {
   const chains = new Map<string, readonly string[]>();
   const unmarked: string[] = [];
   for (const [name, specs] of saved) {
@@ -83,12 +109,30 @@ export function familyStateFromSave(saveText: string, names: Names, foreign: str
       );
     else foreign.push(name);
   }
+  return chains;
+}
+
+/**
+ * Rebuilds one family's record from `iptables-save` output of the mangle and filter tables
+ * (see ownChains for what is Weir's). In filter, Weir's own chains and the hooks jumping to
+ * its top chain are an older Weir's leftovers; the accept hook is the one rule it keeps there.
+ */
+export function familyStateFromSave(saveText: string, names: Names, foreign: string[] = []): FamilyState {
+  const saved = parseSave(saveText, TABLE);
+  const chains = ownChains(saved, names, foreign);
   const isOurHook = (s: string) => commentOf(s) === HOOK_COMMENT && targetOf(s) === names.forward;
-  const hookIn = (chain: HookChain): HookState => {
-    const rules = saved.get(chain) ?? [];
-    return { specs: rules.filter(isOurHook), atTop: rules.length > 0 && isOurHook(rules[0]) };
+  const hookIn = (rules: readonly string[], is: (s: string) => boolean): HookState => ({ specs: rules.filter(is), atTop: rules.length > 0 && is(rules[0]) });
+  const filter = parseSave(saveText, 'filter');
+  const isAcceptHook = (s: string) => commentOf(s) === HOOK_COMMENT && targetOf(s) === 'ACCEPT';
+  return {
+    chains,
+    hooks: { FORWARD: hookIn(saved.get('FORWARD') ?? [], isOurHook), OUTPUT: hookIn(saved.get('OUTPUT') ?? [], isOurHook) },
+    acceptHook: hookIn(filter.get('FORWARD') ?? [], isAcceptHook),
+    leftovers: {
+      chains: [...ownChains(filter, names, foreign).keys()],
+      hooks: HOOK_CHAINS.flatMap((chain) => (filter.get(chain) ?? []).filter(isOurHook).map((spec) => ({ chain, spec }))),
+    },
   };
-  return { chains, hooks: { FORWARD: hookIn('FORWARD'), OUTPUT: hookIn('OUTPUT') } };
 }
 
 /** Rebuilds the set record from `ipset save` output: sets with Weir's prefix and its mark;

@@ -71,7 +71,8 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
     try {
       for (const round of [1, 2]) {
         assert.equal(await reaches(), false, `round ${round}: the policy holds before the deletion`);
-        for (const tool of ['iptables', 'ip6tables']) await inNs(c.nodeNetns('node-a'), tool, ['-w', '-D', 'FORWARD', '1']);
+        // The hook into Weir's chains, in mangle (filter holds only its accept-by-mark rule).
+        for (const tool of ['iptables', 'ip6tables']) await inNs(c.nodeNetns('node-a'), tool, ['-w', '-t', 'mangle', '-D', 'FORWARD', '1']);
         assert.equal(await reaches(), true, `round ${round}: without the hook the probe must get through (else it proves nothing)`);
         const t0 = performance.now();
         let repaired = -1;

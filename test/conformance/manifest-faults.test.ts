@@ -131,12 +131,13 @@ describe('an agent whose manifest directory cannot be read at start', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  /** What Weir owns on the node: its filter chains and rules, and its sets. */
+  /** What Weir owns on the node: its chains and rules (mangle, and its filter hook), and its sets. */
   const nodeState = async () => {
     const rules = async (cmd: string) =>
-      (await inNs(ns, cmd, ['-t', 'filter']))
+      [await inNs(ns, cmd, ['-t', 'mangle']), await inNs(ns, cmd, ['-t', 'filter'])]
+        .join('\n')
         .split('\n')
-        .filter((l) => l.includes('cali'))
+        .filter((l) => /cali|weir:/.test(l))
         .join('\n');
     return `${await rules('iptables-save')}\n${await rules('ip6tables-save')}\n${await inNs(ns, 'ipset', ['save'])}`;
   };

@@ -145,7 +145,7 @@ async function agentRun(image: ImageRunner, entry: readonly string[], backend: s
 
   const cleanup = await image.run([...entry, 'cleanup', '--backend', backend]);
   expectOk(`weir cleanup --backend ${backend}`, cleanup, /removed everything Weir owned/);
-  const after = [...(await image.save(backend, 4)), ...(await image.save(backend, 6))].filter((l) => l.includes('cali-'));
+  const after = [...(await image.save(backend, 4)), ...(await image.save(backend, 6))].filter((l) => /cali-|weir:/.test(l));
   const setsAfter = (await image.run(['ipset', 'list', '-n'])).stdout.trim();
   if (after.length > 0 || setsAfter !== '') {
     throw new SmokeFailure(`weir cleanup --backend ${backend}`, `left ${[...after, setsAfter].filter(Boolean).join('\n')}`);
@@ -196,9 +196,14 @@ class ImageRunner {
 
   async save(backend: string, family: 4 | 6): Promise<string[]> {
     const tool = `${family === 4 ? 'iptables' : 'ip6tables'}-${backend}-save`;
-    const r = await this.run([tool, '-t', 'filter']);
-    if (r.code !== 0) throw new SmokeFailure(`${tool} -t filter`, `exit ${r.code}: ${lastLine(r.stderr)}`);
-    return r.stdout.split('\n');
+    // Weir's chains and hooks are in mangle; filter holds its accept hook.
+    const lines: string[] = [];
+    for (const table of ['mangle', 'filter']) {
+      const r = await this.run([tool, '-t', table]);
+      if (r.code !== 0) throw new SmokeFailure(`${tool} -t ${table}`, `exit ${r.code}: ${lastLine(r.stderr)}`);
+      lines.push(...r.stdout.split('\n'));
+    }
+    return lines;
   }
 
   /** What of the agent's write is not in the kernel yet, per family: the hook, a chain, and

@@ -58,10 +58,10 @@ describe('agent on a real kernel', () => {
     await waitReady(await revisionOf());
     assert.equal((await fetch(url('/healthz'))).status, 200);
 
-    const saved = await inNs(ns, 'iptables-save', ['-t', 'filter']);
+    const saved = await inNs(ns, 'iptables-save', ['-t', 'mangle']);
     assert.match(saved, /^-A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD$/m);
     assert.match(saved, /no policy allows ingress to db\/db-1/);
-    assert.match(await inNs(ns, 'ip6tables-save', ['-t', 'filter']), /:cali-FORWARD/);
+    assert.match(await inNs(ns, 'ip6tables-save', ['-t', 'mangle']), /:cali-FORWARD/);
     assert.match(await inNs(ns, 'ipset', ['list', '-name']), /^cali40s:/m);
 
     const metrics = await (await fetch(url('/metrics'))).text();
@@ -75,22 +75,22 @@ describe('agent on a real kernel', () => {
     const ms = await waitReady(await revisionOf(), 2000);
     console.log(`change enforced and ready after ${ms.toFixed(0)} ms`);
     assert.ok(ms < 200, `took ${ms} ms`);
-    assert.match(await inNs(ns, 'iptables-save', ['-t', 'filter']), /db\/deny-ingress-renamed ingress|no policy allows ingress to db\/db-1/);
+    assert.match(await inNs(ns, 'iptables-save', ['-t', 'mangle']), /db\/deny-ingress-renamed ingress|no policy allows ingress to db\/db-1/);
   });
 
   test('a FORWARD hook deleted by another program is back within 10 s, counted as a drift repair', async () => {
-    const hook = /^-A FORWARD (-m comment --comment "\w+:hook" -j cali-FORWARD)$/m.exec(await inNs(ns, 'iptables-save', ['-t', 'filter']))![1];
-    await inNs(ns, 'iptables', ['-D', 'FORWARD', ...hook.split(' ').map((w) => w.replaceAll('"', ''))]);
-    assert.doesNotMatch(await inNs(ns, 'iptables-save', ['-t', 'filter']), /^-A FORWARD .*:hook/m);
+    const hook = /^-A FORWARD (-m comment --comment "\w+:hook" -j cali-FORWARD)$/m.exec(await inNs(ns, 'iptables-save', ['-t', 'mangle']))![1];
+    await inNs(ns, 'iptables', ['-t', 'mangle', '-D', 'FORWARD', ...hook.split(' ').map((w) => w.replaceAll('"', ''))]);
+    assert.doesNotMatch(await inNs(ns, 'iptables-save', ['-t', 'mangle']), /^-A FORWARD .*:hook/m);
     const t0 = performance.now();
-    await poll('the hook back', 10_000, async () => (/^-A FORWARD -m comment --comment "\w+:hook" -j cali-FORWARD$/m.test(await inNs(ns, 'iptables-save', ['-t', 'filter'])) ? true : undefined));
+    await poll('the hook back', 10_000, async () => (/^-A FORWARD -m comment --comment "\w+:hook" -j cali-FORWARD$/m.test(await inNs(ns, 'iptables-save', ['-t', 'mangle'])) ? true : undefined));
     console.log(`hook repaired ${(performance.now() - t0).toFixed(0)} ms after it was deleted (check every 5 s)`);
     assert.ok((await metric(agent!.port!, /^weir_drift_repairs_total\{what="hook"\} (\d+)/)) >= 1);
   });
 
   test('/readyz reports a failed write with a reason code, never the payload or stderr, and recovers once the kernel allows it', async () => {
     // A foreign rule jumping to one of our policy chains makes deleting that chain impossible.
-    const saved = await inNs(ns, 'iptables-save', ['-t', 'filter']);
+    const saved = await inNs(ns, 'iptables-save', ['-t', 'mangle']);
     const chain = /^-A (cali-pi-\S+) .*db\/allow-backend-to-db ingress rule 0/m.exec(saved)![1];
     await inNs(ns, 'iptables', ['-A', 'INPUT', '-j', chain]);
     const policies = join(dir, '30-policies.yaml');
@@ -112,10 +112,10 @@ describe('agent on a real kernel', () => {
     assert.equal(body.error, 'WEIR_RESTORE_FAILED');
     // The rejected payload names chains, policies and pod addresses: none of it goes out.
     for (const secret of [chain, 'allow-backend-to-db', 'db/', '10.244.', 'iptables', 'line']) assert.ok(!answer.includes(secret), `${secret} in ${answer}`);
-    assert.match(await inNs(ns, 'iptables-save', ['-t', 'filter']), new RegExp(`:${chain} `), 'the rejected write changed nothing');
+    assert.match(await inNs(ns, 'iptables-save', ['-t', 'mangle']), new RegExp(`:${chain} `), 'the rejected write changed nothing');
     await inNs(ns, 'iptables', ['-D', 'INPUT', '-j', chain]);
     await waitReady(want, 5000);
-    assert.doesNotMatch(await inNs(ns, 'iptables-save', ['-t', 'filter']), new RegExp(`:${chain} `));
+    assert.doesNotMatch(await inNs(ns, 'iptables-save', ['-t', 'mangle']), new RegExp(`:${chain} `));
   });
 });
 
@@ -217,13 +217,13 @@ describe('start-up with an IP family that cannot be written', () => {
     assert.doesNotMatch(err.message, /IPv4:/);
     assert.match(err.message, /refuses to start rather than leave a family unpoliced/);
     assert.match(err.message, /--families 4 \(WEIR_FAMILIES=4\)/);
-    assert.doesNotMatch(await inNs(ns, 'iptables-legacy-save', ['-t', 'filter']), /cali/, 'nothing was written');
+    assert.doesNotMatch(await inNs(ns, 'iptables-legacy-save', ['-t', 'mangle']), /cali/, 'nothing was written');
 
     // With the family the node has, it starts and enforces.
     const agent = await startAgent({ ...cfg, families: [4], metricsAddr: '127.0.0.1:0' }, { log: silentLogger(), runner });
     try {
       await poll('ready', 10_000, async () => ((await fetch(`http://127.0.0.1:${agent.port}/readyz`)).status === 200 ? true : undefined));
-      assert.match(await inNs(ns, 'iptables-legacy-save', ['-t', 'filter']), /^-A FORWARD -m comment --comment "\w+:hook" -j cali-FORWARD$/m);
+      assert.match(await inNs(ns, 'iptables-legacy-save', ['-t', 'mangle']), /^-A FORWARD -m comment --comment "\w+:hook" -j cali-FORWARD$/m);
     } finally {
       await agent.stop();
     }
@@ -358,6 +358,6 @@ describe('the xtables lock held by another process (legacy backend)', () => {
     console.log(`lock retries counted: ${retries}, writes failed on the lock: ${lockFailures}`);
     assert.ok(retries >= 1, `retries ${retries}`);
     assert.ok(lockFailures >= 1, `WEIR_XTABLES_LOCK ${lockFailures}`);
-    assert.match(await inNs(ns, 'iptables-legacy-save', ['-t', 'filter']), /deny-ingress-renamed|no policy allows ingress to db\/db-1/);
+    assert.match(await inNs(ns, 'iptables-legacy-save', ['-t', 'mangle']), /deny-ingress-renamed|no policy allows ingress to db\/db-1/);
   });
 });

@@ -98,9 +98,9 @@ function base(policy4: Rule[] = policyChain(web4, [namedPort])): DesiredDataplan
 
 const ipt = (b: Backend, family: 4 | 6) => `${family === 4 ? 'iptables' : 'ip6tables'}-${b}`;
 
-/** The filter table as iptables-save prints it, without comments and counters. */
-async function filterLines(runner: CommandRunner, b: Backend, family: 4 | 6): Promise<string[]> {
-  const out = await runOk(runner, `${ipt(b, family)}-save`, ['-t', 'filter']);
+/** One table as iptables-save prints it, without comments and counters. */
+async function tableLines(runner: CommandRunner, b: Backend, family: 4 | 6, table: 'mangle' | 'filter' = 'mangle'): Promise<string[]> {
+  const out = await runOk(runner, `${ipt(b, family)}-save`, ['-t', table]);
   return out
     .split('\n')
     .filter((l) => l !== '' && !l.startsWith('#'))
@@ -125,9 +125,11 @@ interface Snapshot {
   readonly v6: string[];
   readonly sets: string[];
 }
+/** Per family: mangle (Weir's chains), then filter. */
+const bothTables = async (runner: CommandRunner, b: Backend, family: 4 | 6) => [...(await tableLines(runner, b, family, 'mangle')), ...(await tableLines(runner, b, family, 'filter'))];
 const snapshot = async (runner: CommandRunner, b: Backend): Promise<Snapshot> => ({
-  v4: await filterLines(runner, b, 4),
-  v6: await filterLines(runner, b, 6),
+  v4: await bothTables(runner, b, 4),
+  v6: await bothTables(runner, b, 6),
   sets: await ipsetLines(runner),
 });
 
@@ -170,6 +172,8 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
   describe(`dataplane on the ${backend} backend`, { skip }, () => {
     // --wait: the legacy xtables lock is shared with every other process on the host.
     const run = (runner: CommandRunner, family: 4 | 6, args: string[]) => runOk(runner, ipt(backend, family), ['--wait', ...args]);
+    /** The same in mangle, where Weir's chains and hooks live. */
+    const mangle = (runner: CommandRunner, family: 4 | 6, args: string[]) => run(runner, family, ['-t', 'mangle', ...args]);
 
     test('apply writes exactly the expected chains, hook and sets for both families', async () => {
       await inFreshNs(async (runner) => {
@@ -228,18 +232,18 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         };
         const dp = newDataplane(runner, backend);
         await dp.apply(base());
-        // Flannel inserts its own rule at the top, pushing our hook down.
-        await run(runner, 4, ['-I', 'FORWARD', '1', '-s', '10.244.0.0/16', '-m', 'comment', '--comment', 'flanneld forward', '-j', 'ACCEPT']);
+        // Another program inserts its own rule at the top, pushing our hook down.
+        await mangle(runner, 4, ['-I', 'FORWARD', '1', '-s', '10.244.0.0/16', '-m', 'comment', '--comment', 'flanneld forward', '-j', 'ACCEPT']);
         const before = await foreign();
         assert.ok(before.v4.some((l) => l.includes('flanneld')));
         const stats = await dp.resync(base());
         assert.equal(stats.hooksWritten, 1, 'only the v4 hook was out of place');
-        const fwd = (await filterLines(runner, backend, 4)).filter((l) => l.startsWith('-A FORWARD '));
-        assert.deepEqual(fwd, [
-          `-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`,
-          '-A FORWARD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT',
-          '-A FORWARD -j KUBE-FORWARD',
-        ]);
+        const fwd = (await tableLines(runner, backend, 4)).filter((l) => l.startsWith('-A FORWARD '));
+        assert.deepEqual(fwd, [`-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`, '-A FORWARD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT']);
+        assert.deepEqual(
+          (await tableLines(runner, backend, 4, 'filter')).filter((l) => l.startsWith('-A FORWARD ')),
+          ['-A FORWARD -j KUBE-FORWARD'],
+        );
         assert.deepEqual(await foreign(), before);
         await dp.cleanup();
         assert.deepEqual(await foreign(), before);
@@ -252,15 +256,15 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         await dp.apply(base());
         const good = await snapshot(runner, backend);
         const hook = ['-m', 'comment', '--comment', 'weir:hook', '-j', names.forward];
-        await run(runner, 4, ['-D', 'FORWARD', ...hook]);
-        await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
-        await run(runner, 4, ['-A', 'FORWARD', ...hook]);
-        await run(runner, 6, ['-I', 'FORWARD', '1', ...hook]);
+        await mangle(runner, 4, ['-D', 'FORWARD', ...hook]);
+        await mangle(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
+        await mangle(runner, 4, ['-A', 'FORWARD', ...hook]);
+        await mangle(runner, 6, ['-I', 'FORWARD', '1', ...hook]);
         // Flushing the policy chain frees web4, which lets the other program destroy it.
-        await run(runner, 4, ['-F', pol]);
+        await mangle(runner, 4, ['-F', pol]);
         await runOk(runner, 'ipset', ['destroy', web4]);
         await runOk(runner, 'ipset', ['add', http4, '10.9.9.9,udp:53']);
-        await run(runner, 6, ['-A', tw, '-j', 'ACCEPT']);
+        await mangle(runner, 6, ['-A', tw, '-j', 'ACCEPT']);
         assert.notDeepEqual(await snapshot(runner, backend), good);
         const stats = await dp.resync(base());
         const fixed = await snapshot(runner, backend);
@@ -281,7 +285,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         await runOk(runner, 'ipset', ['create', web4, 'hash:net', 'maxelem', '1048576', 'comment']);
         await runOk(runner, 'ipset', ['add', web4, '10.1.1.1']);
         const old = [
-          '*filter',
+          '*mangle',
           `:${staleChain} - [0:0]`,
           `:${names.forward} - [0:0]`,
           `-A ${staleChain} -m set --match-set ${staleSet} src -j ACCEPT`,
@@ -297,6 +301,61 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         assert.deepEqual(own(snap.v4), EXPECTED_V4);
         assert.deepEqual(snap.sets, EXPECTED_SETS);
         assert.deepEqual([stats.chainsDeleted, stats.setsDeleted, stats.membersRemoved], [1, 1, 1]);
+      });
+    });
+
+    test('upgrade: an older Weir’s chains and hooks in filter are replaced by mangle’s in one restore, the accept hook first in filter FORWARD; cleanup leaves neither table a line of Weir’s', async () => {
+      await inFreshNs(async (runner) => {
+        for (const f of [4, 6] as const) {
+          await run(runner, f, ['-N', 'KUBE-FORWARD']);
+          await run(runner, f, ['-A', 'FORWARD', '-j', 'KUBE-FORWARD']);
+        }
+        // What the previous Weir wrote: the same chains and hook, in filter (both families).
+        const previous = newDataplane(runner, backend);
+        await previous.apply(base());
+        for (const f of [4, 6] as const) {
+          const own = (await tableLines(runner, backend, f)).filter((l) => /cali|weir:/.test(l));
+          const filter = ['*filter', ...own.filter((l) => l.startsWith(':') || l.startsWith('-A')), 'COMMIT', ''].join('\n');
+          await runOk(runner, `${ipt(backend, f)}-restore`, ['--noflush'], { input: filter });
+        }
+        await newDataplane(runner, backend).cleanup(); // everything in both tables goes...
+        for (const f of [4, 6] as const) {
+          const own = (await tableLines(runner, backend, f)).filter((l) => /cali|weir:/.test(l));
+          assert.deepEqual(own, []);
+        }
+        assert.deepEqual(
+          (await snapshot(runner, backend)).v4.filter((l) => /cali|weir:/.test(l)),
+          [],
+          '...in filter too',
+        );
+        // Again, then a new Weir in ACCEPT mode (its accept chain) starts on that node.
+        await previous.resync(base());
+        for (const f of [4, 6] as const) {
+          const own = (await tableLines(runner, backend, f)).filter((l) => /cali|weir:/.test(l));
+          const filter = ['*filter', ...own.filter((l) => l.startsWith(':') || l.startsWith('-A')), 'COMMIT', ''].join('\n');
+          await runOk(runner, `${ipt(backend, f)}-restore`, ['--noflush'], { input: filter });
+        }
+        const acceptChain: Rule[] = [{ matches: [], action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK } }, { matches: [], action: { kind: 'accept' } }];
+        const b = base();
+        const withAccept: DesiredDataplane = { ...b, chains: { 4: new Map([...b.chains[4], [names.accept, acceptChain]]), 6: new Map([...b.chains[6], [names.accept, acceptChain]]) } };
+        const dp = newDataplane(runner, backend);
+        await dp.apply(withAccept);
+        for (const f of [4, 6] as const) {
+          const filter = await tableLines(runner, backend, f, 'filter');
+          assert.deepEqual(
+            filter.filter((l) => l.startsWith('-A ') || l.includes('cali')),
+            ['-A FORWARD -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT', '-A FORWARD -j KUBE-FORWARD'],
+            `IPv${f} filter`,
+          );
+          assert.ok((await tableLines(runner, backend, f)).includes(`-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`));
+        }
+        assert.equal(await dp.hookIntact(), true);
+        await run(runner, 4, ['-I', 'FORWARD', '1', '-j', 'KUBE-FORWARD']);
+        assert.equal(await dp.hookIntact(), false, 'a jump above the accept hook');
+        await dp.resync(withAccept);
+        assert.equal((await tableLines(runner, backend, 4, 'filter')).filter((l) => l.startsWith('-A FORWARD'))[0], '-A FORWARD -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT');
+        await dp.cleanup();
+        for (const f of [4, 6] as const) assert.deepEqual((await bothTables(runner, backend, f)).filter((l) => /cali|weir:/.test(l)), []);
       });
     });
 
@@ -344,7 +403,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
           top: names.forward,
         });
         assert.equal(await newDataplane(runner, backend).guard(skeleton), true);
-        const v4 = own(await filterLines(runner, backend, 4));
+        const v4 = own(await tableLines(runner, backend, 4));
         assert.ok(v4.includes(`-A FORWARD -m comment --comment "weir:hook" -j ${names.forward}`), v4.join('\n'));
         assert.ok(v4.includes(`-A ${names.fromWorkloadDispatch} -i cni0 -m comment --comment "weir:HASH" -j DROP`), v4.join('\n'));
         // A restarted agent finds the previous one's rules: they keep holding until the sync.
@@ -361,13 +420,15 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         const dp = newDataplane(runner, backend);
         await dp.apply(base());
         assert.equal(await dp.hookIntact(), true);
-        await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']); // someone else's rule: not drift
+        // Someone else's rules: not drift.
+        await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
+        await mangle(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
         assert.equal(await dp.hookIntact(), true);
-        await run(runner, 6, ['-D', 'FORWARD', '-m', 'comment', '--comment', 'weir:hook', '-j', names.forward]);
+        await mangle(runner, 6, ['-D', 'FORWARD', '-m', 'comment', '--comment', 'weir:hook', '-j', names.forward]);
         assert.equal(await dp.hookIntact(), false);
         await dp.resync(base());
         assert.equal(await dp.hookIntact(), true);
-        await run(runner, 4, ['-F', tw]);
+        await mangle(runner, 4, ['-F', tw]);
         assert.equal(await dp.hookIntact(), false);
       });
     });

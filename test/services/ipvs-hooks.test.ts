@@ -44,7 +44,7 @@ async function kernelHasIpvsMatch(backend: IptablesBackend): Promise<boolean> {
   const ns = `${nsPrefix}probe-${backend}`;
   await createNs(ns);
   const r = await execa('ip', ['netns', 'exec', ns, `iptables-${backend}-restore`, '--noflush'], {
-    input: '*filter\n:probe - [0:0]\n-A probe -m ipvs --ipvs -j RETURN\nCOMMIT\n',
+    input: '*mangle\n:probe - [0:0]\n-A probe -m ipvs --ipvs -j RETURN\nCOMMIT\n',
     reject: false,
   });
   return r.exitCode === 0;
@@ -61,9 +61,9 @@ describe('the OUTPUT hook for IPVS mode in the kernel', () => {
       if (await kernelHasIpvsMatch(backend)) {
         await dp.apply(d);
         for (const f of FAMILIES) {
-          const save = await iptablesSave(ns, backend, f, 'filter');
-          assert.equal(hookIndex(chainRules(save, 'filter', 'OUTPUT')), 0, `IPv${f}: OUTPUT hook first`);
-          assert.equal(hookIndex(chainRules(save, 'filter', 'FORWARD')), 0, `IPv${f}: FORWARD hook first`);
+          const save = await iptablesSave(ns, backend, f, 'mangle');
+          assert.equal(hookIndex(chainRules(save, 'mangle', 'OUTPUT')), 0, `IPv${f}: OUTPUT hook first`);
+          assert.equal(hookIndex(chainRules(save, 'mangle', 'FORWARD')), 0, `IPv${f}: FORWARD hook first`);
         }
         assert.equal(await dp.hookIntact(), true);
         return;
@@ -71,7 +71,7 @@ describe('the OUTPUT hook for IPVS mode in the kernel', () => {
       process.stdout.write(`# ${backend}: this kernel cannot load -m ipvs (no ip_vs): the IPVS hook is tested by rendering and by its ipvs-less part only\n`);
       await assert.rejects(dp.apply(d), (e: unknown) => e instanceof RestoreError && /ipvs/.test(e.message));
       for (const f of FAMILIES) {
-        const save = await iptablesSave(ns, backend, f, 'filter');
+        const save = (await iptablesSave(ns, backend, f, 'mangle')) + (await iptablesSave(ns, backend, f, 'filter'));
         assert.doesNotMatch(save, /cali-|weir:/, `IPv${f}: a refused payload left nothing behind`);
       }
       assert.equal(dp.status().inSync, false, 'not ready: the agent reports the failure and retries');
@@ -161,14 +161,14 @@ for (const backend of BACKENDS) {
         { what: `the external host to node-a's kubelet port, IPv${f}`, run: () => probe(EXTERNAL, NODE_A[f], 10250), expect: 'node-a' },
       ]);
 
-    /** Installs a rule at OUTPUT 1 in both families for the duration of fn. */
+    /** Installs a rule at mangle OUTPUT 1 (where Weir's hook goes) in both families for the duration of fn. */
     async function withOutputRule(spec: string[], fn: () => Promise<void>): Promise<void> {
       const ns = c.nodeNetns('node-a');
-      for (const f of FAMILIES) await inNs(ns, tool(backend, f), ['-I', 'OUTPUT', '1', ...spec]);
+      for (const f of FAMILIES) await inNs(ns, tool(backend, f), ['-t', 'mangle', '-I', 'OUTPUT', '1', ...spec]);
       try {
         await fn();
       } finally {
-        for (const f of FAMILIES) await execa('ip', ['netns', 'exec', ns, tool(backend, f), '-D', 'OUTPUT', ...spec], { reject: false });
+        for (const f of FAMILIES) await execa('ip', ['netns', 'exec', ns, tool(backend, f), '-t', 'mangle', '-D', 'OUTPUT', ...spec], { reject: false });
       }
     }
 

@@ -80,5 +80,29 @@ test('RETURN mode: replies and allowed packets go back to FORWARD, nothing is AC
   const accept = calc();
   accept.applyEvents([{ kind: 'Pod', op: 'upsert', object: p }]);
   assert.equal(chain(accept, 4, names.forward).at(-1), '-m mark --mark 0x10000/0x10000 -j ACCEPT');
-  assert.ok(chain(accept, 4, names.workloadCommon).includes('-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT'));
+  assert.ok(chain(accept, 4, names.workloadCommon).includes(`-m conntrack --ctstate RELATED,ESTABLISHED -g ${names.accept}`));
+  assert.equal(c.desired.chains[4].has(names.accept), false, 'RETURN mode needs no accept chain');
+});
+
+test('ACCEPT mode: every ACCEPT (in mangle, it ends only mangle) leaves the accept bit set, for filter FORWARD’s hook', () => {
+  const c = calc();
+  const p = pod('ns', 'a', { ip4: 5, ip6: true });
+  c.applyEvents([{ kind: 'Pod', op: 'upsert', object: p }]);
+  for (const f of [4, 6] as const) {
+    assert.deepEqual(chain(c, f, names.accept), ['-j MARK --set-xmark 0x10000/0x10000', '-j ACCEPT']);
+    for (const [name, rules] of c.desired.chains[f]) {
+      if (name === names.accept) continue;
+      for (const line of text(rules)) {
+        // Only the top chain's last rule accepts by itself, and only packets that carry the bit.
+        if (line.endsWith('-j ACCEPT')) assert.equal(`${name} ${line}`, `${names.forward} -m mark --mark 0x10000/0x10000 -j ACCEPT`);
+      }
+    }
+    assert.ok(chain(c, f, names.workloadCommon).includes(`-m conntrack --ctstate RELATED,ESTABLISHED -g ${names.accept}`));
+    assert.ok(chain(c, f, names.fromWorkload(p.uid)).some((l) => l.endsWith(`-g ${names.accept}`) && l.startsWith('-d ')), 'a pod reaching itself');
+  }
+  // IPv6 neighbour discovery passes before the top chain clears the bits: it sets the bit too.
+  assert.deepEqual(
+    chain(c, 6, names.forward).slice(0, 4),
+    [133, 134, 135, 136].map((t) => `-p ipv6-icmp -m icmp6 --icmpv6-type ${t} -g ${names.accept}`),
+  );
 });

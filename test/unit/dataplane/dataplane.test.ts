@@ -12,13 +12,22 @@ import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 const names = makeNames('cali');
 const OK: RunResult = { stdout: '', stderr: '', exitCode: 0 };
 
-/** Answers save commands with fixed kernel text and lets a test fail chosen calls. */
+/** The part of save text `iptables-save -t <table>` prints: that table's section. */
+const tableOf = (text: string, args: readonly string[]) => {
+  const table = args[args.indexOf('-t') + 1];
+  return text
+    .split(/^(?=\*)/m)
+    .filter((section) => section.startsWith(`*${table}\n`))
+    .join('');
+};
+
+/** Answers save commands (per table) with fixed kernel text and lets a test fail chosen calls. */
 function fakeKernel(kernel: { save4?: string; save6?: string; ipset?: string } = {}, fail?: (c: RecordedCall) => RunResult | undefined) {
   return recordingRunner((c) => {
     const f = fail?.(c);
     if (f) return f;
-    if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: kernel.save4 ?? '' };
-    if (c.cmd === 'ip6tables-nft-save') return { ...OK, stdout: kernel.save6 ?? '' };
+    if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: tableOf(kernel.save4 ?? '', c.args) };
+    if (c.cmd === 'ip6tables-nft-save') return { ...OK, stdout: tableOf(kernel.save6 ?? '', c.args) };
     if (c.cmd === 'ipset' && c.args[0] === 'save') return { ...OK, stdout: kernel.ipset ?? '' };
     return OK;
   });
@@ -47,10 +56,10 @@ test('first apply reads the kernel, creates sets, then writes one payload per fa
   const runner = fakeKernel();
   const dp = make(runner);
   const stats = await dp.apply(base);
-  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
-  assert.match(runner.calls[3].input!, /^create cali40s:a .*\nadd cali40s:a 10\.0\.0\.1 -exist\ncreate cali60s:a /);
-  assert.match(runner.calls[4].input!, /--match-set cali40s:a src/);
-  assert.match(runner.calls[4].input!, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD/);
+  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
+  assert.match(runner.calls[5].input!, /^create cali40s:a .*\nadd cali40s:a 10\.0\.0\.1 -exist\ncreate cali60s:a /);
+  assert.match(runner.calls[6].input!, /^\*mangle\n[^*]*--match-set cali40s:a src/);
+  assert.match(runner.calls[6].input!, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD\nCOMMIT\n$/);
   assert.deepEqual([stats.resynced, stats.setsCreated, stats.membersAdded, stats.chainsWritten, stats.rulesWritten, stats.hooksWritten], [true, 2, 2, 4, 4, 2]);
   assert.deepEqual(dp.status(), { backend: 'nft', ipvs: false, inSync: true, sets: 2, members: 2, chains: 4, rules: 4 });
 });
@@ -138,25 +147,33 @@ test('a rejected payload throws, keeps the work dirty and makes the next apply r
   runner.calls.length = 0;
   const stats = await dp.apply(base);
   assert.equal(stats.resynced, true);
-  assert.deepEqual(runner.calls.map(what).slice(0, 3), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save']);
+  assert.deepEqual(runner.calls.map(what).slice(0, 5), ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-nft-save', 'ip6tables-nft-save', 'ipset save']);
   assert.ok(runner.calls.some((c) => c.cmd === 'iptables-nft-restore' && c.input!.includes(':cali-x - [0:0]')));
 });
 
-const KERNEL4 = `*filter
-:INPUT ACCEPT [0:0]
+const KERNEL4 = `*mangle
+:PREROUTING ACCEPT [0:0]
 :FORWARD ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
-:KUBE-FORWARD - [0:0]
+:KUBE-IPTABLES-HINT - [0:0]
 :cali-FORWARD - [0:0]
 :cali-stale - [0:0]
 -A FORWARD -m comment --comment "flannel" -s 10.244.0.0/16 -j ACCEPT
 -A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD
--A FORWARD -j KUBE-FORWARD
--A KUBE-FORWARD -j ACCEPT
 -A cali-FORWARD -m comment --comment "weir:0123456789abcdef" -j cali-stale
 -A cali-stale -m comment --comment "weir:fedcba9876543210" -j ACCEPT
 COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+-A FORWARD -j KUBE-FORWARD
+-A FORWARD -m mark --mark 0x10000/0x10000 -m comment --comment weir:hook -j ACCEPT
+-A KUBE-FORWARD -j ACCEPT
+COMMIT
 `;
+const ACCEPT_HOOK = '-m mark --mark 0x10000/0x10000 -m comment --comment weir:hook -j ACCEPT';
 const IPSET = `create cali40s:stale hash:net family inet hashsize 1024 maxelem 1048576 comment
 add cali40s:stale 10.9.9.9
 create KUBE-LOOP hash:ip family inet hashsize 1024 maxelem 65536
@@ -175,9 +192,12 @@ test('the first apply removes stale own chains and sets, repairs the hook and to
   assert.equal(members, 'del cali40s:a 10.6.6.6 -exist\n');
   assert.equal(destroys, 'destroy cali40s:stale\n');
   const payload = byTool('iptables-nft-restore')[0];
-  assert.match(payload, /-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n/);
-  assert.match(payload, /-I FORWARD 1 /);
-  assert.match(payload, /:cali-stale - \[0:0\][\s\S]*-X cali-stale\nCOMMIT/);
+  const [mangle, filter] = payload.split('*filter\n');
+  assert.match(mangle, /-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n/);
+  assert.match(mangle, /-I FORWARD 1 /);
+  assert.match(mangle, /:cali-stale - \[0:0\][\s\S]*-X cali-stale\nCOMMIT/);
+  // No accept chain desired (RETURN mode): the accept hook goes.
+  assert.equal(filter, `-D FORWARD ${ACCEPT_HOOK}\nCOMMIT\n`);
   for (const foreign of ['KUBE', 'flannel', '10.244']) assert.ok(!payload.includes(foreign), `payload mentions ${foreign}`);
   assert.ok(!destroys.includes('KUBE') && !members.includes('KUBE'));
 });
@@ -190,7 +210,7 @@ test('resync reads the kernel again even when nothing is dirty', async () => {
   // The kernel now reports nothing at all: every object must be written again.
   const stats = await dp.resync(base);
   assert.equal(stats.resynced, true);
-  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
+  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
   assert.equal(stats.chainsWritten, 4);
 });
 
@@ -199,9 +219,12 @@ test('cleanup removes only own chains, the hook and own sets, reading the kernel
   const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
   const stats = await dp.cleanup();
   const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
-  assert.equal(payload, '*filter\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n');
+  assert.equal(
+    payload,
+    `*mangle\n:cali-FORWARD - [0:0]\n:cali-stale - [0:0]\n-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n-X cali-FORWARD\n-X cali-stale\nCOMMIT\n*filter\n-D FORWARD ${ACCEPT_HOOK}\nCOMMIT\n`,
+  );
   assert.equal(runner.calls.find((c) => what(c) === 'ipset restore')!.input, 'destroy cali40s:stale\ndestroy cali40s:a\n');
-  assert.deepEqual(stats, { chainsDeleted: 2, hooksDeleted: 1, setsDeleted: 2 });
+  assert.deepEqual(stats, { chainsDeleted: 2, hooksDeleted: 2, setsDeleted: 2 });
   assert.equal(dp.status().inSync, false);
 });
 
@@ -258,7 +281,7 @@ function savedBase(hooks: { forward?: boolean; output?: 'first' | 'second' | 'no
   if (hooks.output === 'first') output.unshift(`-A OUTPUT ${OUTPUT_HOOK}`);
   if (hooks.output === 'second') output.push(`-A OUTPUT ${OUTPUT_HOOK}`);
   return [
-    '*filter',
+    '*mangle',
     ':INPUT ACCEPT [0:0]',
     ':FORWARD ACCEPT [0:0]',
     ':OUTPUT ACCEPT [0:0]',
@@ -276,7 +299,7 @@ function savedBase(hooks: { forward?: boolean; output?: 'first' | 'second' | 'no
 /** A kernel for IPv4 whose save text and kube-ipvs0 presence the test sets as it goes. */
 function ipvsKernel(k: { save4: string; ipvs0: boolean }) {
   return recordingRunner((c) => {
-    if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: k.save4 };
+    if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: tableOf(k.save4, c.args) };
     if (c.cmd === 'ip' && c.args.join(' ') === '-o link show dev kube-ipvs0') {
       return k.ipvs0 ? { ...OK, stdout: '9: kube-ipvs0: <BROADCAST,NOARP> mtu 1500 qdisc noop state DOWN\n' } : { ...OK, exitCode: 1, stderr: 'Device "kube-ipvs0" does not exist.\n' };
     }
@@ -349,11 +372,110 @@ test('cleanup removes an OUTPUT hook too, whatever --ipvs says; the boot guard w
   const stats = await dp.cleanup();
   const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
   assert.match(payload, new RegExp(`-D OUTPUT ${OUTPUT_HOOK.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n`));
-  assert.equal(stats.hooksDeleted, 2);
+  assert.equal(stats.hooksDeleted, 3);
 
   const boot = fakeKernel();
   const guarded = createDataplane({ runner: boot, names, families: [4], backend: 'nft', log: silentLogger(), ipvs: 'on' });
   assert.equal(await guarded.guard(desired({ chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [accept] } })), true);
   const written = boot.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
   assert.match(written, /-I FORWARD 1 [^\n]*\n-I OUTPUT 1 -m ipvs /);
+});
+
+// ---- Upgrade: an older Weir policed from the filter table -----------------------------------
+
+const OLD4 = `*mangle
+:PREROUTING ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+:cali-FORWARD - [0:0]
+:cali-x - [0:0]
+:cali-flushed - [0:0]
+-A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD
+-A FORWARD -j KUBE-FORWARD
+-A OUTPUT -m comment --comment "weir:hook" -j cali-FORWARD
+-A KUBE-FORWARD -j ACCEPT
+-A cali-FORWARD -m comment --comment "weir:0123456789abcdef" -j cali-x
+-A cali-FORWARD -m comment --comment "weir:0123456789abcdee" -j cali-flushed
+-A cali-x -m comment --comment "weir:fedcba9876543210" -j ACCEPT
+COMMIT
+`;
+/** ACCEPT mode's desired chains: the top chain and the accept chain, as calc builds them. */
+const withAccept = desired({
+  chains4: {
+    'cali-FORWARD': [jump('cali-x'), { matches: [{ kind: 'mark', value: 0x10000, mask: 0x10000 }], action: { kind: 'accept' } }],
+    'cali-x': [{ matches: [], action: { kind: 'goto', chain: 'cali-accept' } }],
+    'cali-accept': [{ matches: [], action: { kind: 'setMark', value: 0x10000, mask: 0x10000 } }, accept],
+  },
+});
+
+test('upgrade: the first apply writes the chains in mangle, then removes the older Weir’s chains and hooks from filter and puts the accept hook first; nothing foreign', async () => {
+  const runner = fakeKernel({ save4: OLD4 });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  await dp.apply(withAccept);
+  const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  const [mangle, filter] = payload.split('*filter\n');
+  assert.match(mangle, /^\*mangle\n:cali-FORWARD - \[0:0\]\n[\s\S]*-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD\nCOMMIT\n$/);
+  assert.equal(
+    filter,
+    [
+      ':cali-FORWARD - [0:0]',
+      ':cali-x - [0:0]',
+      ':cali-flushed - [0:0]',
+      '-D FORWARD -m comment --comment "weir:hook" -j cali-FORWARD',
+      '-D OUTPUT -m comment --comment "weir:hook" -j cali-FORWARD',
+      '-X cali-FORWARD',
+      '-X cali-x',
+      '-X cali-flushed',
+      '-I FORWARD 1 -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT',
+      'COMMIT',
+      '',
+    ].join('\n'),
+  );
+  assert.ok(!payload.includes('KUBE'));
+});
+
+test('upgrade: the boot guard leaves a node the older Weir polices from filter alone; cleanup removes Weir’s objects of both tables', async () => {
+  const runner = fakeKernel({ save4: OLD4 });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  assert.equal(await dp.guard(withAccept), false);
+  assert.ok(!runner.calls.some((c) => c.cmd.endsWith('-restore')));
+  const stats = await dp.cleanup();
+  const payload = runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!;
+  assert.ok(payload.startsWith('*filter\n'), 'nothing of Weir’s in mangle');
+  assert.deepEqual(stats, { chainsDeleted: 3, hooksDeleted: 2, setsDeleted: 0 });
+});
+
+test('ACCEPT mode: the boot guard writes the accept hook; the hook check notices it moved or gone, and a resync puts it back first', async () => {
+  const boot = fakeKernel();
+  const guarded = createDataplane({ runner: boot, names, families: [4], backend: 'nft', log: silentLogger() });
+  assert.equal(await guarded.guard(withAccept), true);
+  assert.match(boot.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!, /COMMIT\n\*filter\n-I FORWARD 1 -m mark --mark 0x10000\/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n$/);
+
+  const rules = [...withAccept.chains[4]].flatMap(([name, r]) => renderChain(name, r).lines);
+  const kernel = (filterForward: string[]) =>
+    ['*mangle', ':FORWARD ACCEPT [0:0]', ...[...withAccept.chains[4].keys()].map((c) => `:${c} - [0:0]`), '-A FORWARD -m comment --comment weir:hook -j cali-FORWARD', ...rules, 'COMMIT', '*filter', ':FORWARD ACCEPT [0:0]', ':KUBE-FORWARD - [0:0]', ...filterForward.map((r) => `-A FORWARD ${r}`), 'COMMIT', ''].join('\n');
+  const k = { save4: kernel([ACCEPT_HOOK, '-j KUBE-FORWARD']), ipvs0: false };
+  const runner = ipvsKernel(k);
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  const first = await dp.apply(withAccept);
+  assert.equal(first.chainsWritten + first.hooksWritten, 0, 'the kernel already holds it all');
+  assert.equal(await dp.hookIntact(), true);
+  k.save4 = kernel(['-j KUBE-FORWARD', ACCEPT_HOOK]);
+  assert.equal(await dp.hookIntact(), false, 'kube-proxy’s jump above the accept hook');
+  runner.calls.length = 0;
+  await dp.resync(withAccept);
+  assert.equal(runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!, `*filter\n-D FORWARD ${ACCEPT_HOOK}\n-I FORWARD 1 -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n`);
+  k.save4 = kernel(['-j KUBE-FORWARD']);
+  assert.equal(await dp.hookIntact(), false, 'accept hook gone');
+});
+
+test("Felix's chains in mangle make Weir refuse too", async () => {
+  const runner = fakeKernel({ save4: FELIX4.replace('*filter', '*mangle'), ipset: '' });
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
+  await assert.rejects(dp.checkOwnership(), (e: Error) => e instanceof PreconditionError && /cali-FORWARD/.test(e.message));
 });

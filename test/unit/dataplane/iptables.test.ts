@@ -146,10 +146,16 @@ test('a rejected payload is not retried and the error names the failing line', a
   assert.equal(runner.calls.length, 1);
 });
 
-test('save reads the filter table and fails with WEIR_KERNEL_READ_FAILED', async () => {
-  const ok = recordingRunner(() => ({ stdout: SAVE, stderr: '', exitCode: 0 }));
-  assert.equal(await createIptables({ runner: ok, backend: 'legacy', log }).save(4), SAVE);
-  assert.deepEqual([ok.calls[0].cmd, ...ok.calls[0].args], ['iptables-legacy-save', '-t', 'filter']);
+test('save reads the mangle then the filter table and fails with WEIR_KERNEL_READ_FAILED', async () => {
+  const ok = recordingRunner((c) => ({ stdout: c.args[1] === 'mangle' ? '*mangle\nCOMMIT' : SAVE, stderr: '', exitCode: 0 }));
+  assert.equal(await createIptables({ runner: ok, backend: 'legacy', log }).save(4), `*mangle\nCOMMIT\n${SAVE}`);
+  assert.deepEqual(
+    ok.calls.map((c) => [c.cmd, ...c.args]),
+    [
+      ['iptables-legacy-save', '-t', 'mangle'],
+      ['iptables-legacy-save', '-t', 'filter'],
+    ],
+  );
   const bad = recordingRunner(() => ({ stdout: '', stderr: 'boom', exitCode: 1 }));
   await assert.rejects(createIptables({ runner: bad, backend: 'nft', log }).save(6), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_KERNEL_READ_FAILED');
 });

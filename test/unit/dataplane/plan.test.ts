@@ -2,8 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Rule } from '../../../src/calc/desired.ts';
 import { commitChains, commitSetChanges, planChains, planSets, type SetsPlanOptions } from '../../../src/dataplane/plan.ts';
-import { hookSpec, hooksFor, renderChain } from '../../../src/dataplane/render.ts';
-import { emptyFamilyState, type AppliedSet, type FamilyState, type HookState } from '../../../src/dataplane/state.ts';
+import { acceptHookSpec, hookSpec, hooksFor, renderChain } from '../../../src/dataplane/render.ts';
+import { emptyFamilyState, noLeftovers, type AppliedSet, type FamilyState, type HookState } from '../../../src/dataplane/state.ts';
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 
 const opts: SetsPlanOptions = { maxElem: 1000, tmpName: (f) => `cali${f}0s:tmp` };
@@ -86,11 +86,13 @@ const NO_HOOK = { specs: [], atTop: false };
 const stateWith = (o: Record<string, Rule[]>, forward: HookState = NO_HOOK, output: HookState = NO_HOOK): FamilyState => ({
   chains: new Map(Object.entries(o).map(([n, r]) => [n, renderChain(n, r).hashes])),
   hooks: { FORWARD: forward, OUTPUT: output },
+  acceptHook: NO_HOOK,
+  leftovers: noLeftovers(),
 });
 const goodHook = { specs: [hookSpec('cali-FORWARD')], atTop: true };
 /** The hooks of a node without IPVS: FORWARD only. */
 const fwd = (top: string) => hooksFor(top, false);
-const body = (payload: string | undefined) => payload?.split('\n').filter((l) => l !== '*filter' && l !== 'COMMIT' && l !== '');
+const body = (payload: string | undefined) => payload?.split('\n').filter((l) => l !== '*mangle' && l !== '*filter' && l !== 'COMMIT' && l !== '');
 
 test('planChains: first write declares every chain before any rule, then inserts the hook', () => {
   const want = chains({ 'cali-FORWARD': [jump('cali-a')], 'cali-a': [accept] });
@@ -150,7 +152,7 @@ test('planChains: with no top chain desired the hook is removed and none inserte
 
 test('planChains: an own chain edited by someone else (unknown hashes) is rewritten', () => {
   const want = chains({ 'cali-FORWARD': [fromSet('cali40s:a')] });
-  const state: FamilyState = { chains: new Map([['cali-FORWARD', ['?']]]), hooks: { FORWARD: goodHook, OUTPUT: NO_HOOK } };
+  const state: FamilyState = { ...stateWith({}, goodHook), chains: new Map([['cali-FORWARD', ['?']]]) };
   const p = planChains(want, fwd('cali-FORWARD'), new Set(['cali-FORWARD']), state);
   assert.deepEqual([...p.written.keys()], ['cali-FORWARD']);
 });
@@ -179,4 +181,62 @@ test('planChains: without IPVS an OUTPUT hook left from IPVS mode is removed, th
   const p = planChains(want, fwd('cali-FORWARD'), new Set(), stateWith({ 'cali-FORWARD': [accept] }, goodHook, goodOutput));
   assert.deepEqual(body(p.payload), [`-D OUTPUT ${outputHook.spec}`]);
   assert.deepEqual([...p.hooks], [['OUTPUT', NO_HOOK]]);
+});
+
+const MARK = 0x10000;
+const acceptHook = { specs: [acceptHookSpec(MARK)], atTop: true };
+
+test('planChains: the chains and hooks go in mangle; with ACCEPT the accept hook goes first in filter FORWARD, after mangle', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(want.keys()), emptyFamilyState(), MARK);
+  assert.deepEqual(p.payload!.split('\n'), [
+    '*mangle',
+    ':cali-FORWARD - [0:0]',
+    ...renderChain('cali-FORWARD', [accept]).lines,
+    `-I FORWARD 1 ${hookSpec('cali-FORWARD')}`,
+    'COMMIT',
+    '*filter',
+    '-I FORWARD 1 -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT',
+    'COMMIT',
+    '',
+  ]);
+  assert.deepEqual(p.acceptHook, acceptHook);
+});
+
+test('planChains: a right accept hook is left alone (quotes as the backend prints them), a moved one put back first, and it goes in RETURN mode', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const right = { ...stateWith({ 'cali-FORWARD': [accept] }, goodHook), acceptHook: { specs: [acceptHookSpec(MARK).replace(/"/g, '')], atTop: true } };
+  assert.equal(planChains(want, fwd('cali-FORWARD'), new Set(), right, MARK).payload, undefined);
+  const moved = { ...right, acceptHook: { specs: [acceptHookSpec(MARK)], atTop: false } };
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(), moved, MARK);
+  assert.deepEqual(body(p.payload), [`-D FORWARD ${acceptHookSpec(MARK)}`, `-I FORWARD 1 ${acceptHookSpec(MARK)}`]);
+  commitChains(moved, p);
+  assert.equal(planChains(want, fwd('cali-FORWARD'), new Set(), moved, MARK).payload, undefined);
+  const returnMode = planChains(want, fwd('cali-FORWARD'), new Set(), right);
+  assert.deepEqual(body(returnMode.payload), [`-D FORWARD ${acceptHookSpec(MARK).replace(/"/g, '')}`]);
+  assert.deepEqual(returnMode.acceptHook, NO_HOOK);
+});
+
+test('planChains: an older Weir’s chains and hooks in filter are removed after mangle is written, and only once', () => {
+  const want = chains({ 'cali-FORWARD': [accept] });
+  const state: FamilyState = {
+    ...stateWith({}),
+    leftovers: { chains: ['cali-FORWARD', 'cali-tw-x'], hooks: [{ chain: 'FORWARD', spec: hookSpec('cali-FORWARD') }] },
+  };
+  const p = planChains(want, fwd('cali-FORWARD'), new Set(want.keys()), state, MARK);
+  const filter = p.payload!.split('*filter\n')[1].split('\n');
+  assert.deepEqual(filter, [
+    ':cali-FORWARD - [0:0]',
+    ':cali-tw-x - [0:0]',
+    `-D FORWARD ${hookSpec('cali-FORWARD')}`,
+    '-X cali-FORWARD',
+    '-X cali-tw-x',
+    `-I FORWARD 1 ${acceptHookSpec(MARK)}`,
+    'COMMIT',
+    '',
+  ]);
+  assert.ok(p.payload!.startsWith('*mangle\n'));
+  commitChains(state, p);
+  assert.deepEqual(state.leftovers, noLeftovers());
+  assert.equal(planChains(want, fwd('cali-FORWARD'), new Set(), state, MARK).payload, undefined);
 });
