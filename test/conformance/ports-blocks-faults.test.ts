@@ -469,13 +469,13 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
       await c.setPolicies(np('alpha', 'deny', { podSelector: { matchLabels: { app: 'web' } } }));
       // Find a1's ingress chain by the comment Weir writes into it, in both families.
       const twChain = async (family: 4 | 6) => {
-        const line = (await ipt(family, '-S')).split('\n').find((l) => l.startsWith('-A cali-tw-') && l.includes('ingress to alpha/a1'));
+        const line = (await ipt(family, '-t', 'mangle', '-S')).split('\n').find((l) => l.startsWith('-A cali-tw-') && l.includes('ingress to alpha/a1'));
         return line?.split(' ')[1];
       };
       const chains = { 4: await twChain(4), 6: await twChain(6) };
       if (!chains[4] || !chains[6]) throw new Error(`no cali-tw- chain for alpha/a1: ${JSON.stringify(chains)}`);
-      await ipt(4, '-F', chains[4]);
-      await ipt(6, '-F', chains[6]);
+      await ipt(4, '-t', 'mangle', '-F', chains[4]);
+      await ipt(6, '-t', 'mangle', '-F', chains[6]);
       const repaired = await until(async () => (await twChain(4)) === chains[4] && (await twChain(6)) === chains[6], RESYNC_DEADLINE_MS);
       if (!repaired) throw new Error(`${chains[4]} / ${chains[6]} not rewritten within ${RESYNC_DEADLINE_MS} ms`);
       await c.expect(ingress({ [A1]: none }), 'a1 isolated again');
