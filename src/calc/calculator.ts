@@ -23,7 +23,19 @@ import { emptyDirty } from './desired.ts';
 import type { Names } from './names.ts';
 import type { AllowAlternative, AuditRules, Direction, MarkBits, SetSpec } from './rules.ts';
 import type { AllowAction } from './rules.ts';
-import { acceptChainRules, allowAlternatives, bucketTailRule, dispatchTailRules, hostCidr, mergeable, policyChainRules, setKey, topChainRules, workloadChainRules, workloadCommonRules } from './rules.ts';
+import {
+  acceptChainRules,
+  allowAlternatives,
+  bucketTailRule,
+  dispatchTailRules,
+  hostCidr,
+  mergeable,
+  policyChainRules,
+  setKey,
+  topChainRules,
+  workloadChainRules,
+  workloadCommonRules,
+} from './rules.ts';
 
 export interface CalcConfig {
   readonly nodeName: string;
@@ -169,7 +181,11 @@ export class Calculator {
     if (cfg.audit) this.#auditRules = { limit: { kind: 'limit', name: `${cfg.names.prefix}-audit`, perSecond: cfg.audit.perSecond, burst: cfg.audit.burst } };
     const n = cfg.names;
     for (const f of cfg.families) {
-      this.#setChain(f, n.forward, topChainRules({ family: f, fromDispatch: n.fromWorkloadDispatch, toDispatch: n.toWorkloadDispatch, marks: cfg.marks, allowAction: this.#allow, acceptChain: n.accept }));
+      this.#setChain(
+        f,
+        n.forward,
+        topChainRules({ family: f, fromDispatch: n.fromWorkloadDispatch, toDispatch: n.toWorkloadDispatch, marks: cfg.marks, allowAction: this.#allow, acceptChain: n.accept }),
+      );
       this.#setChain(f, n.workloadCommon, workloadCommonRules(cfg.marks, this.#allow, n.accept));
       if (this.#allow === 'ACCEPT') this.#setChain(f, n.accept, acceptChainRules(cfg.marks));
     }

@@ -5,7 +5,24 @@
 import type { DesiredDataplane, Rule } from '../calc/desired.ts';
 import type { Family } from '../model/types.ts';
 import { memberKey } from './ipset.ts';
-import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, type Hook, type HookChain, acceptHookSpec, insertAcceptHook, insertHook, renderChain, restorePayload, setAdd, setCreate, setDel, setDestroy, setSwap } from './render.ts';
+import {
+  declareChain,
+  deleteChain,
+  deleteRule,
+  HOOK_CHAINS,
+  type Hook,
+  type HookChain,
+  acceptHookSpec,
+  insertAcceptHook,
+  insertHook,
+  renderChain,
+  restorePayload,
+  setAdd,
+  setCreate,
+  setDel,
+  setDestroy,
+  setSwap,
+} from './render.ts';
 import { acceptHookIsRight, hookIsRight, noLeftovers, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
 
 // ---- Sets ---------------------------------------------------------------------------------

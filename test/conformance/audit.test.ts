@@ -66,7 +66,7 @@ describe('audit log', () => {
         stableSince = Date.now();
       } else if (Date.now() - stableSince > 1_500) {
         const out = NODES.flatMap((n, i) => all[i].slice(seen.get(n.name) ?? 0));
-        NODES.forEach((n, i) => seen.set(n.name, all[i].length));
+        for (const [i, n] of NODES.entries()) seen.set(n.name, all[i].length);
         return out;
       }
       await new Promise((r) => setTimeout(r, 200));

@@ -335,7 +335,10 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
           const filter = ['*filter', ...own.filter((l) => l.startsWith(':') || l.startsWith('-A')), 'COMMIT', ''].join('\n');
           await runOk(runner, `${ipt(backend, f)}-restore`, ['--noflush'], { input: filter });
         }
-        const acceptChain: Rule[] = [{ matches: [], action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK } }, { matches: [], action: { kind: 'accept' } }];
+        const acceptChain: Rule[] = [
+          { matches: [], action: { kind: 'setMark', value: ACCEPT_MARK, mask: ACCEPT_MARK } },
+          { matches: [], action: { kind: 'accept' } },
+        ];
         const b = base();
         const withAccept: DesiredDataplane = { ...b, chains: { 4: new Map([...b.chains[4], [names.accept, acceptChain]]), 6: new Map([...b.chains[6], [names.accept, acceptChain]]) } };
         const dp = newDataplane(runner, backend);
@@ -353,9 +356,16 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         await run(runner, 4, ['-I', 'FORWARD', '1', '-j', 'KUBE-FORWARD']);
         assert.equal(await dp.hookIntact(), false, 'a jump above the accept hook');
         await dp.resync(withAccept);
-        assert.equal((await tableLines(runner, backend, 4, 'filter')).filter((l) => l.startsWith('-A FORWARD'))[0], '-A FORWARD -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT');
+        assert.equal(
+          (await tableLines(runner, backend, 4, 'filter')).filter((l) => l.startsWith('-A FORWARD'))[0],
+          '-A FORWARD -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT',
+        );
         await dp.cleanup();
-        for (const f of [4, 6] as const) assert.deepEqual((await bothTables(runner, backend, f)).filter((l) => /cali|weir:/.test(l)), []);
+        for (const f of [4, 6] as const)
+          assert.deepEqual(
+            (await bothTables(runner, backend, f)).filter((l) => /cali|weir:/.test(l)),
+            [],
+          );
       });
     });
 

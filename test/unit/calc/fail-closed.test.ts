@@ -98,7 +98,10 @@ test('ACCEPT mode: every ACCEPT (in mangle, it ends only mangle) leaves the acce
       }
     }
     assert.ok(chain(c, f, names.workloadCommon).includes(`-m conntrack --ctstate RELATED,ESTABLISHED -g ${names.accept}`));
-    assert.ok(chain(c, f, names.fromWorkload(p.uid)).some((l) => l.endsWith(`-g ${names.accept}`) && l.startsWith('-d ')), 'a pod reaching itself');
+    assert.ok(
+      chain(c, f, names.fromWorkload(p.uid)).some((l) => l.endsWith(`-g ${names.accept}`) && l.startsWith('-d ')),
+      'a pod reaching itself',
+    );
   }
   // IPv6 neighbour discovery passes before the top chain clears the bits: it sets the bit too.
   assert.deepEqual(

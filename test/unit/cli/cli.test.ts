@@ -19,7 +19,10 @@ describe('weir CLI', () => {
     assert.match(a.stdout, /^# ipset restore\ncreate cali40s:/);
     assert.match(a.stdout, /# iptables-restore --noflush \(IPv4\)\n\*mangle\n:cali-FORWARD - \[0:0\]/);
     assert.match(a.stdout, /# ip6tables-restore --noflush \(IPv6\)\n\*mangle/);
-    assert.match(a.stdout, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD\nCOMMIT\n\*filter\n-I FORWARD 1 -m mark --mark 0x10000\/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n/);
+    assert.match(
+      a.stdout,
+      /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD\nCOMMIT\n\*filter\n-I FORWARD 1 -m mark --mark 0x10000\/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n/,
+    );
     assert.equal(weir(['render', '--manifests', EXAMPLES, '--node-name', 'node-a']).stdout, a.stdout);
   });
 

@@ -56,7 +56,16 @@ test('first apply reads the kernel, creates sets, then writes one payload per fa
   const runner = fakeKernel();
   const dp = make(runner);
   const stats = await dp.apply(base);
-  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
+  assert.deepEqual(runner.calls.map(what), [
+    'iptables-nft-save',
+    'ip6tables-nft-save',
+    'iptables-nft-save',
+    'ip6tables-nft-save',
+    'ipset save',
+    'ipset restore',
+    'iptables-nft-restore',
+    'ip6tables-nft-restore',
+  ]);
   assert.match(runner.calls[5].input!, /^create cali40s:a .*\nadd cali40s:a 10\.0\.0\.1 -exist\ncreate cali60s:a /);
   assert.match(runner.calls[6].input!, /^\*mangle\n[^*]*--match-set cali40s:a src/);
   assert.match(runner.calls[6].input!, /-I FORWARD 1 -m comment --comment "weir:hook" -j cali-FORWARD\nCOMMIT\n$/);
@@ -210,7 +219,16 @@ test('resync reads the kernel again even when nothing is dirty', async () => {
   // The kernel now reports nothing at all: every object must be written again.
   const stats = await dp.resync(base);
   assert.equal(stats.resynced, true);
-  assert.deepEqual(runner.calls.map(what), ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-nft-save', 'ip6tables-nft-save', 'ipset save', 'ipset restore', 'iptables-nft-restore', 'ip6tables-nft-restore']);
+  assert.deepEqual(runner.calls.map(what), [
+    'iptables-nft-save',
+    'ip6tables-nft-save',
+    'iptables-nft-save',
+    'ip6tables-nft-save',
+    'ipset save',
+    'ipset restore',
+    'iptables-nft-restore',
+    'ip6tables-nft-restore',
+  ]);
   assert.equal(stats.chainsWritten, 4);
 });
 
@@ -454,11 +472,27 @@ test('ACCEPT mode: the boot guard writes the accept hook; the hook check notices
   const boot = fakeKernel();
   const guarded = createDataplane({ runner: boot, names, families: [4], backend: 'nft', log: silentLogger() });
   assert.equal(await guarded.guard(withAccept), true);
-  assert.match(boot.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!, /COMMIT\n\*filter\n-I FORWARD 1 -m mark --mark 0x10000\/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n$/);
+  assert.match(
+    boot.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!,
+    /COMMIT\n\*filter\n-I FORWARD 1 -m mark --mark 0x10000\/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n$/,
+  );
 
   const rules = [...withAccept.chains[4]].flatMap(([name, r]) => renderChain(name, r).lines);
   const kernel = (filterForward: string[]) =>
-    ['*mangle', ':FORWARD ACCEPT [0:0]', ...[...withAccept.chains[4].keys()].map((c) => `:${c} - [0:0]`), '-A FORWARD -m comment --comment weir:hook -j cali-FORWARD', ...rules, 'COMMIT', '*filter', ':FORWARD ACCEPT [0:0]', ':KUBE-FORWARD - [0:0]', ...filterForward.map((r) => `-A FORWARD ${r}`), 'COMMIT', ''].join('\n');
+    [
+      '*mangle',
+      ':FORWARD ACCEPT [0:0]',
+      ...[...withAccept.chains[4].keys()].map((c) => `:${c} - [0:0]`),
+      '-A FORWARD -m comment --comment weir:hook -j cali-FORWARD',
+      ...rules,
+      'COMMIT',
+      '*filter',
+      ':FORWARD ACCEPT [0:0]',
+      ':KUBE-FORWARD - [0:0]',
+      ...filterForward.map((r) => `-A FORWARD ${r}`),
+      'COMMIT',
+      '',
+    ].join('\n');
   const k = { save4: kernel([ACCEPT_HOOK, '-j KUBE-FORWARD']), ipvs0: false };
   const runner = ipvsKernel(k);
   const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
@@ -469,7 +503,10 @@ test('ACCEPT mode: the boot guard writes the accept hook; the hook check notices
   assert.equal(await dp.hookIntact(), false, 'kube-proxy’s jump above the accept hook');
   runner.calls.length = 0;
   await dp.resync(withAccept);
-  assert.equal(runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!, `*filter\n-D FORWARD ${ACCEPT_HOOK}\n-I FORWARD 1 -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n`);
+  assert.equal(
+    runner.calls.find((c) => c.cmd === 'iptables-nft-restore')!.input!,
+    `*filter\n-D FORWARD ${ACCEPT_HOOK}\n-I FORWARD 1 -m mark --mark 0x10000/0x10000 -m comment --comment "weir:hook" -j ACCEPT\nCOMMIT\n`,
+  );
   k.save4 = kernel(['-j KUBE-FORWARD']);
   assert.equal(await dp.hookIntact(), false, 'accept hook gone');
 });
