@@ -72,12 +72,13 @@ export async function quiet(t: Turn, quietMs = 2000, timeoutMs = 120_000): Promi
   }
 }
 
-/** Rules in the filter table (IPv4) and ipsets on a node: the size of what an enforcer wrote. */
+/** iptables rules (IPv4, every table: Weir polices from mangle, kube-router from filter) and
+ *  ipsets on a node: the size of what an enforcer wrote. */
 export function kernelState(t: Turn, node: string): { rules: number; sets: number; members: number } {
   const rules = t
-    .inNode(node, 'iptables-save', ['-t', 'filter'])
+    .inNode(node, 'iptables-save', [])
     .split('\n')
-    .filter((l) => l.startsWith('-A ')).length;
+    .filter((l) => l.startsWith('-A ') || l.startsWith('-I ')).length;
   const ipsets = t.inNode(node, 'ipset', ['list', '-t']);
   const sets = (ipsets.match(/^Name: /gm) ?? []).length;
   const members = [...ipsets.matchAll(/^Number of entries: (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
