@@ -21,7 +21,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
@@ -206,12 +206,18 @@ export async function containerScript(spec: RunSpec): Promise<{ script: string; 
       throw new Error(`hostPath ${host} (type ${type}) does not exist on this node: the kubelet would not start the pod`);
     }
     // The runtime makes mount points inside the image's root; this machine's root stands in
-    // for it and is never written, so a mount point is made only inside the fresh /run.
+    // for it and is never written, so a mount point is made only inside the fresh /run, or in a
+    // private tmpfs over its parent (/var/log/weir: the image's /var/log has nothing else).
     const inRun = target === '/run' || target.startsWith('/run/');
-    if (!inRun && !existsSync(target)) {
+    const parent = dirname(target);
+    // Only under /var/log, whose files the container never needs: a tmpfs over a parent like
+    // /lib would hide the machine's libraries, which stand in for the image's.
+    const overParent = !inRun && !existsSync(target) && !isFile && parent.startsWith('/var/log') && existsSync(parent);
+    if (!inRun && !existsSync(target) && !overParent) {
       skipped.push(`${m.mountPath} (from ${host}): no such mount point in this machine's root, which stands in for the image`);
       return;
     }
+    if (overParent) mounts.push(`mount -t tmpfs -o mode=0755,size=4m weir-container-dir ${q(parent)}`, `mkdir -p ${q(target)}`);
     lines.push(isFile ? `touch ${q(src)}` : `mkdir -p ${q(src)}`);
     // A missing unchecked or *OrCreate path would be created on the node; here an empty
     // stand-in of the test's own takes its place, so that the machine is not changed.
