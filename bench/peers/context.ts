@@ -1,8 +1,10 @@
 // What every section of the bench shares: the environment, the enforcers to compare, the flags,
 // and the rows measured so far (printed as they come and once more, together, at the end).
 
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { EnforcerName, EnforcerSpec } from './enforcers.ts';
+import { type EnforcerName, type EnforcerSpec, usageOf } from './enforcers.ts';
 import { type BenchEnv, loadAverage, type Turn } from './env.ts';
 import { renderTable, type Row } from './table.ts';
 
@@ -70,6 +72,34 @@ export async function quiet(t: Turn, quietMs = 2000, timeoutMs = 120_000): Promi
     if (performance.now() - t0 > timeoutMs) throw new Error(`${t.spec.name} did not go quiet within ${timeoutMs} ms`);
     await sleep(100);
   }
+}
+
+/** The bench's kube-apiserver process (its PID as the control-plane script recorded it). */
+export function apiServerPid(env: BenchEnv): number {
+  const line = readFileSync(join(env.cp.dir, 'pids'), 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('kube-apiserver '));
+  return Number(line?.split(' ')[1] ?? -1);
+}
+
+/** Waits until the enforcers of the turn (every node) and the API server together use under 5%
+ *  of a core for 2 s running: the work an enforcer does after its first sync (Weir writes a
+ *  status object per policy) must not fall on a steady-state measurement. Resolves with the
+ *  CPU seconds they spent until then and how long it took. */
+export async function idle(t: Turn, timeoutMs = 180_000): Promise<{ cpuS: number; ms: number }> {
+  const api = apiServerPid(t.env);
+  const cpu = () => [...t.procs.values()].reduce((s, p) => s + (p.usage()?.cpuS ?? 0), 0) + (usageOf(api)?.cpuS ?? 0);
+  const t0 = performance.now();
+  const c0 = cpu();
+  let quietSeconds = 0;
+  let last = c0;
+  while (quietSeconds < 2 && performance.now() - t0 < timeoutMs) {
+    await sleep(1000);
+    const now = cpu();
+    quietSeconds = now - last < 0.05 ? quietSeconds + 1 : 0;
+    last = now;
+  }
+  return { cpuS: last - c0, ms: performance.now() - t0 };
 }
 
 /** iptables rules (IPv4, every table: Weir polices from mangle, kube-router from filter) and
