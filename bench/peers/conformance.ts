@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Ctx } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
+import { registerExitCleanup } from '../../src/sim/cleanup.ts';
 import { cacheDir, REPO_DIR } from './env.ts';
 import type { Value } from './table.ts';
 
@@ -48,6 +49,10 @@ function runFile(ctx: Ctx, enforcer: EnforcerName, file: string, dir: string): P
   const env = { ...process.env, WEIR_PEERS_ENFORCER: enforcer, WEIR_PEERS_WEIR_DIST: weirDist, WEIR_PEERS_CONFORMANCE_OUT: join(dir, 'mismatches.jsonl') };
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'ignore', 'pipe'], cwd: REPO_DIR });
+    // If the bench is stopped, the scenario process is too: its own handlers then remove its
+    // cluster and control plane.
+    const unregister = registerExitCleanup(() => child.kill('SIGTERM'));
+    child.on('exit', unregister);
     let err = '';
     child.stderr.on('data', (c) => (err = (err + c).slice(-20_000)));
     child.on('error', reject);

@@ -211,6 +211,8 @@ export class Turn {
     this.#unregister = registerExitCleanup(() => {
       for (const p of this.procs.values()) if (!p.exited) p.child.kill('SIGKILL');
       for (const h of this.#helpers) h.kill('SIGKILL');
+      // close() kills the bridge's process in the node at once, before its first await.
+      for (const b of this.bridges.values()) void b.close().catch(() => {});
     });
   }
 
