@@ -90,15 +90,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   // holds up the loop (its reader and file retry on their own).
   const audit = cfg.audit.enabled
     ? createAuditLog({
-        config: {
-          node: cfg.nodeName,
-          nflogGroup: cfg.audit.nflogGroup,
-          rate: cfg.audit.rate,
-          file: cfg.audit.file,
-          maxSize: cfg.audit.maxSize,
-          maxFiles: cfg.audit.maxFiles,
-          stdout: cfg.audit.stdout,
-        },
+        config: { ...cfg.audit, node: cfg.nodeName },
         catalog: calc.auditCatalog,
         registry: metrics.registry,
         log,

@@ -2,6 +2,7 @@
 // every problem at once. Flags and environment variables both land here (cli/).
 
 import { validatePrefix } from '../calc/names.ts';
+import type { AuditLogConfig } from '../audit/index.ts';
 import type { IpvsChoice } from '../dataplane/index.ts';
 import { AUDIT_LEVELS } from '../model/annotations.ts';
 import type { AuditLevel, Family } from '../model/types.ts';
@@ -58,22 +59,13 @@ export interface AgentConfig {
   readonly audit: AuditSettings;
 }
 
-/** The audit log: NFLOG rules where annotations ask for them, read back into JSON lines. */
-export interface AuditSettings {
+/** The audit log: NFLOG rules where annotations ask for them, read back into JSON lines by
+ *  the pipeline, whose settings (group, rate, file, rotation, stdout) these are. */
+export interface AuditSettings extends Pick<AuditLogConfig, 'nflogGroup' | 'rate' | 'file' | 'maxSize' | 'maxFiles' | 'stdout'> {
   /** Off: no NFLOG rule is written and no reader runs (audit-only policies still never enforce). */
   readonly enabled: boolean;
   /** The level of policies whose own and namespace annotations say nothing. */
   readonly defaultLevel: AuditLevel;
-  /** NFLOG group (1 to 3 are Calico's). */
-  readonly nflogGroup: number;
-  /** Kernel-side cap on audit events per second on this node, per family (burst twice that). */
-  readonly rate: number;
-  readonly file: string;
-  /** Bytes a file may reach before it is rotated; old files kept. */
-  readonly maxSize: number;
-  readonly maxFiles: number;
-  /** Every line on standard output too. */
-  readonly stdout: boolean;
 }
 
 /** kube-proxy's masquerade and drop bits. */
