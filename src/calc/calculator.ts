@@ -6,7 +6,8 @@
 // - a namespace label change revisits only sets whose namespace selector may match it;
 // - a policy change recompiles that policy and the local pods of its namespace.
 // Only policies that select a pod of this node are "active": they own chains and hold
-// references on peer sets; a set lives while some active policy references it.
+// references on peer sets. A set lives while a rule or a union references it, and is in the
+// kernel (desired.sets) only while a rule does: a union's parts only carry its counts.
 
 import { ClusterState, isPeerEligible, isPoliced } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
@@ -90,7 +91,10 @@ class ActiveSet implements DesiredSet {
   readonly family: Family;
   readonly type: SetType;
   readonly spec: SetSpec;
+  /** References from rules: the kernel holds the set while there are any. */
   refs = 0;
+  /** References from unions it is a part of. */
+  unionRefs = 0;
   /** Member -> number of pods (or blocks) contributing it: two pods may briefly share an IP.
    *  Its keys are the members; no second collection, since sets can hold 100k entries. */
   readonly counts = new Map<string, number>();
@@ -140,7 +144,10 @@ interface Workload {
 export class Calculator {
   readonly #cfg: CalcConfig;
   readonly #cluster = new ClusterState();
+  /** Every live set, parts of unions included. */
   readonly #sets = new Map<string, ActiveSet>();
+  /** The sets some rule references: what the kernel holds (desired.sets). */
+  readonly #kernelSets = new Map<string, ActiveSet>();
   readonly #chains = { 4: new Map<string, readonly Rule[]>(), 6: new Map<string, readonly Rule[]>() };
   readonly #workloads = new Map<string, Workload>();
   readonly #workloadsByNs = new Map<string, Set<string>>();
@@ -196,7 +203,7 @@ export class Calculator {
 
   /** The whole desired dataplane (live view; read it between calls to applyEvents). */
   get desired(): DesiredDataplane {
-    return { sets: this.#sets, chains: this.#chains, topChain: this.#cfg.names.forward };
+    return { sets: this.#kernelSets, chains: this.#chains, topChain: this.#cfg.names.forward };
   }
 
   get cluster(): ClusterState {
@@ -591,13 +598,13 @@ export class Calculator {
 
   // ---- sets -----------------------------------------------------------------------------
 
-  #acquireSet(spec: SetSpec): ActiveSet {
+  /** Takes a reference for a rule, or for a union (`forUnion`) which keeps it out of the kernel. */
+  #acquireSet(spec: SetSpec, forUnion = false): ActiveSet {
     const name = this.#cfg.names.peerSet(spec.family, setKey(spec));
     let set = this.#sets.get(name);
     if (!set) {
       set = new ActiveSet(name, spec.family, spec.namedPort ? 'hash:ip,port' : 'hash:net', spec);
       this.#sets.set(name, set);
-      this.#dirty.sets.set(name, 'all');
       const peer = spec.peer;
       if (peer.kind === 'prefixes') {
         // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
@@ -605,7 +612,7 @@ export class Calculator {
       } else if (peer.kind === 'union') {
         // A member's count in a union is the number of its parts that hold it.
         for (const partSpec of peer.parts) {
-          const part = this.#acquireSet(partSpec);
+          const part = this.#acquireSet(partSpec, true);
           set.parts.push(part);
           part.unions.add(set);
           for (const m of part.counts.keys()) this.#addMember(set, m);
@@ -615,18 +622,27 @@ export class Calculator {
         this.#indexSet(set, peer, true);
       }
     }
-    set.refs++;
+    if (forUnion) set.unionRefs++;
+    else if (set.refs++ === 0) {
+      // Entering the kernel: its members were not dirtied while out, so it goes whole.
+      this.#kernelSets.set(name, set);
+      this.#dirty.sets.set(name, 'all');
+    }
     return set;
   }
 
-  #releaseSet(set: ActiveSet): void {
-    if (--set.refs > 0) return;
+  #releaseSet(set: ActiveSet, forUnion = false): void {
+    if (forUnion) set.unionRefs--;
+    else if (--set.refs === 0) {
+      this.#kernelSets.delete(set.name);
+      this.#dirty.sets.set(set.name, 'all');
+    }
+    if (set.refs + set.unionRefs > 0) return;
     this.#sets.delete(set.name);
-    this.#dirty.sets.set(set.name, 'all');
     if (set.spec.peer.kind === 'pods') this.#indexSet(set, set.spec.peer, false);
     for (const part of set.parts.splice(0)) {
       part.unions.delete(set);
-      this.#releaseSet(part);
+      this.#releaseSet(part, true);
     }
   }
 
@@ -653,7 +669,7 @@ export class Calculator {
     const n = set.counts.get(m) ?? 0;
     set.counts.set(m, n + 1);
     if (n > 0) return;
-    this.#dirtyMember(set.name, m);
+    this.#dirtyMember(set, m);
     for (const u of set.unions) this.#addMember(u, m);
   }
 
@@ -661,16 +677,18 @@ export class Calculator {
     const n = set.counts.get(m) ?? 0;
     if (n > 1) set.counts.set(m, n - 1);
     else if (set.counts.delete(m)) {
-      this.#dirtyMember(set.name, m);
+      this.#dirtyMember(set, m);
       for (const u of set.unions) this.#removeMember(u, m);
     }
   }
 
-  #dirtyMember(set: string, m: string): void {
-    const cur = this.#dirty.sets.get(set);
+  #dirtyMember(set: ActiveSet, m: string): void {
+    // A set the kernel does not hold gets all its members when it enters ('all').
+    if (set.refs === 0) return;
+    const cur = this.#dirty.sets.get(set.name);
     if (cur === 'all') return;
     if (cur) cur.add(m);
-    else this.#dirty.sets.set(set, new Set([m]));
+    else this.#dirty.sets.set(set.name, new Set([m]));
   }
 
   // ---- chains ---------------------------------------------------------------------------

@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import type { Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
 import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index.ts';
 import type { Calculator } from '../../../src/calc/index.ts';
-import { EMPTY, Mirror, diff, newCalc, pod, policy, rng, snapshot, world } from './fixtures.ts';
+import { EMPTY, Mirror, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
 const names = makeNames('cali');
@@ -162,6 +162,7 @@ describe('incremental calc', () => {
         mirror.update(c.desired, dirty);
         const got = snapshot(c.desired);
         assert.equal(got, cold(w), `seed ${seed} step ${i}: incremental differs from cold`);
+        assert.deepEqual([...c.desired.sets.keys()].sort(), referencedSets(c.desired), `seed ${seed} step ${i}: desired sets are not the sets rules reference`);
         assert.deepEqual(auditTags(c), auditTags(coldCalc(w)), `seed ${seed} step ${i}: audit tags differ from cold`);
         assert.equal(snapshot(mirror.view(c.desired.topChain)), got, `seed ${seed} step ${i}: Dirty missed a change`);
         prev = w;
@@ -210,6 +211,8 @@ describe('what calc builds', () => {
     return c;
   };
   const setOf = (c: ReturnType<typeof newCalc>, family: 4 | 6, key: string) => c.desired.sets.get(names.peerSet(family, key));
+  // The union or-peers' ingress peers merge into.
+  const ORPEERS = `union|${['pods|nssel=team in (b)|', 'pods|ns=web|role in (lb)'].sort().join('\n')}`;
 
   test('a pod selected by no policy is not isolated and its chains allow both ways', () => {
     const c = build(world([pod('ops', 'o1', { ip4: 6 })], NAMESPACES, []));
@@ -218,12 +221,12 @@ describe('what calc builds', () => {
     assert.ok(!tw.some((r) => r.action.kind === 'drop' && r.matches.length === 0));
   });
 
-  test('OR peers make two sets; AND peers make one set of pods matching both', () => {
+  test('OR peers make two sets (merged into one union, which alone is in the kernel); AND peers make one set of pods matching both', () => {
     const c = build(world(basePods(), NAMESPACES, POLICIES));
     // or-peers: namespaces labelled team=b (all their pods) OR pods with role=lb in web.
-    assert.deepEqual([...setOf(c, 4, 'pods|nssel=team in (b)|')!.members].sort(), ['10.244.1.4', '10.244.2.5']);
-    assert.deepEqual([...setOf(c, 4, 'pods|ns=web|role in (lb)')!.members], ['10.244.2.3']);
-    assert.deepEqual([...setOf(c, 6, 'pods|ns=web|role in (lb)')!.members], [], 'a v4-only pod is in no v6 set');
+    assert.deepEqual([...setOf(c, 4, ORPEERS)!.members].sort(), ['10.244.1.4', '10.244.2.3', '10.244.2.5']);
+    assert.deepEqual([...setOf(c, 6, ORPEERS)!.members].sort(), ['fd00::4', 'fd00::5'], 'a v4-only pod is in no v6 set');
+    assert.ok(!setOf(c, 4, 'pods|nssel=team in (b)|') && !setOf(c, 4, 'pods|ns=web|role in (lb)'), 'the parts are not in the kernel');
     // from-web: pods labelled app=web in namespaces labelled team=a, on the named port sql.
     const and = setOf(c, 4, 'pods|nssel=team in (a)|app in (web)')!;
     assert.deepEqual([...and.members], ['10.244.1.1']);
@@ -298,8 +301,9 @@ describe('what calc builds', () => {
     const c = build(world(basePods(), NAMESPACES, POLICIES));
     const w2 = basePods().find((p) => p.name === 'w2')!;
     const dirty = c.applyEvents([{ kind: 'Pod', op: 'upsert', object: { ...w2, labels: { role: 'lb' } } }]);
-    // The peer set it joins, and the union sets (merged peers) that set is a part of.
-    for (const f of [4, 6] as const) assert.ok(dirty.sets.has(names.peerSet(f, 'pods|ns=web|role in (lb)')));
+    // The union (merged peers) of the peer set it joins; that set is only a part, not in the kernel.
+    for (const f of [4, 6] as const) assert.ok(dirty.sets.has(names.peerSet(f, ORPEERS)));
+    assert.ok(!dirty.sets.has(names.peerSet(4, 'pods|ns=web|role in (lb)')));
     for (const [name, members] of dirty.sets) {
       assert.notEqual(members, 'all', name);
       for (const m of members as Set<string>) assert.ok(w2.ips.includes(m), `${name}: ${m} is not w2's`);

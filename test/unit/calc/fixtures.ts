@@ -1,6 +1,7 @@
 // States of a small cluster for calc tests: a "world" is the full set of objects; the tests
 // turn the difference between two worlds into events, the way a source would.
 
+import assert from 'node:assert/strict';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { DesiredDataplane, Dirty, Rule } from '../../../src/calc/index.ts';
 import type { CalcEvent, Namespace, Node, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
@@ -81,6 +82,14 @@ export function snapshot(d: DesiredDataplane): string {
   return [...sets, ...chains].join('\n');
 }
 
+/** Names of the sets some rule of the desired chains matches on, sorted: the only sets the
+ *  kernel should hold. */
+export function referencedSets(d: DesiredDataplane): string[] {
+  const out = new Set<string>();
+  for (const f of [4, 6] as const) for (const rules of d.chains[f].values()) for (const r of rules) for (const m of r.matches) if (m.kind === 'set') out.add(m.set);
+  return [...out].sort();
+}
+
 /** A copy of the desired dataplane kept up to date only through Dirty reports: if calc
  *  ever forgets to report a change, the mirror drifts from the real desired state. */
 export class Mirror {
@@ -95,9 +104,12 @@ export class Mirror {
         else this.sets.delete(name);
         continue;
       }
-      const have = this.sets.get(name)!;
+      // Member dirt is only useful for a set the kernel holds (and already got whole).
+      assert.ok(want, `member dirt for ${name}, which desired does not hold`);
+      const have = this.sets.get(name);
+      assert.ok(have, `member dirt for ${name}, which was never reported whole`);
       for (const m of members) {
-        if (want!.members.has(m)) have.members.add(m);
+        if (want.members.has(m)) have.members.add(m);
         else have.members.delete(m);
       }
     }

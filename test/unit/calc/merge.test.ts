@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import type { Calculator, Rule } from '../../../src/calc/index.ts';
 import { makeNames } from '../../../src/calc/index.ts';
 import type { Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
-import { EMPTY, diff, newCalc, pod, policy, world } from './fixtures.ts';
+import { EMPTY, diff, newCalc, pod, policy, referencedSets, world } from './fixtures.ts';
 
 const names = makeNames('cali');
 const NS = [{ name: 'bench', labels: {} }];
@@ -24,11 +24,14 @@ function calcWith(policyCount: number, pods: Pod[] = peers(50)): Calculator {
 
 const serverIn = (c: Calculator, f: 4 | 6 = 4): readonly Rule[] => c.desired.chains[f].get(names.toWorkload(SERVER.uid))!;
 const allowing = (rules: readonly Rule[]) => rules.filter((r) => r.action.kind === 'setMark' && r.action.value !== 0);
+const part = (f: 4 | 6, peer: string) => names.peerSet(f, `pods|ns=bench|peer in (${peer})`);
 const setOf = (c: Calculator, r: Rule) => {
   const m = r.matches.find((x) => x.kind === 'set');
   assert.ok(m && m.kind === 'set');
   return c.desired.sets.get(m.set)!;
 };
+
+const dirtyAll = (sets: string[]) => new Map(sets.map((n) => [n, 'all' as const]));
 
 describe('merged peers', () => {
   test('a pod selected by 1,000 policies consults as many rules as one selected by 2: one per port signature, no policy chain', () => {
@@ -64,6 +67,66 @@ describe('merged peers', () => {
     dirty = c.applyEvents([{ kind: 'Pod', op: 'delete', uid: twin.uid }]);
     assert.ok(!union().members.has('10.244.2.99'));
     assert.deepEqual(dirty.sets.get(union().name), new Set(['10.244.2.99']));
+  });
+
+  test('the kernel gets only the sets rules reference: the union, not its parts', () => {
+    const c = newCalc();
+    const dirty = c.applyEvents(diff(EMPTY, world([SERVER, ...peers(3)], NS, [allowFrom('a', { peer: 'p0' }), allowFrom('b', { peer: 'p1' }), allowFrom('c', { peer: 'p2' })])));
+    const unions = ([4, 6] as const).map((f) => setOf(c, allowing(serverIn(c, f))[0]).name).sort();
+    assert.deepEqual([...c.desired.sets.keys()].sort(), unions);
+    assert.deepEqual(referencedSets(c.desired), unions);
+    assert.deepEqual([...dirty.sets.keys()].sort(), unions, 'no part is created in the kernel');
+    assert.ok(!c.desired.sets.has(part(4, 'p0')));
+    assert.deepEqual([...setOf(c, allowing(serverIn(c))[0]).members].sort(), ['10.244.2.10', '10.244.2.11', '10.244.2.12']);
+    assert.deepEqual([...setOf(c, allowing(serverIn(c, 6))[0]).members].sort(), ['fd00::a', 'fd00::b', 'fd00::c']);
+  });
+
+  test('a group left with one part uses the part: it enters the kernel whole, the union leaves, and back', () => {
+    const pols = [allowFrom('a', { peer: 'p0' }), allowFrom('b', { peer: 'p1' })];
+    const c = newCalc();
+    c.applyEvents(diff(EMPTY, world([SERVER, ...peers(2)], NS, pols)));
+    const unions = [4, 6].map((f) => setOf(c, allowing(serverIn(c, f as 4 | 6))[0]).name);
+    let dirty = c.applyEvents([{ kind: 'NetworkPolicy', op: 'delete', namespace: 'bench', name: 'b' }]);
+    assert.deepEqual([...c.desired.sets.keys()].sort(), [part(4, 'p0'), part(6, 'p0')].sort());
+    assert.equal(setOf(c, allowing(serverIn(c))[0]).name, part(4, 'p0'));
+    assert.deepEqual([...c.desired.sets.get(part(4, 'p0'))!.members], ['10.244.2.10']);
+    assert.deepEqual([...c.desired.sets.get(part(6, 'p0'))!.members], ['fd00::a']);
+    assert.deepEqual(dirty.sets, dirtyAll([part(4, 'p0'), part(6, 'p0'), ...unions]), 'the part is created, the union destroyed; the released part p1 was never in the kernel');
+    // The policy comes back: the part is only in a union again, and leaves the kernel.
+    dirty = c.applyEvents([{ kind: 'NetworkPolicy', op: 'upsert', object: pols[1] }]);
+    assert.deepEqual([...c.desired.sets.keys()].sort(), [...unions].sort());
+    assert.deepEqual(dirty.sets, dirtyAll([part(4, 'p0'), part(6, 'p0'), ...unions]));
+  });
+
+  test('a set both a union and a policy chain use is in the kernel; only while a rule uses it', () => {
+    const loud = { ...allowFrom('c', { peer: 'p0' }), annotations: { 'weir.dev/audit': 'all' } };
+    const c = newCalc();
+    c.applyEvents(diff(EMPTY, world([SERVER, ...peers(2)], NS, [allowFrom('a', { peer: 'p0' }), allowFrom('b', { peer: 'p1' }), loud])));
+    const union = setOf(c, allowing(serverIn(c))[0]).name;
+    assert.ok(c.desired.sets.has(part(4, 'p0')), 'the audited policy chain matches on the part');
+    assert.deepEqual([...c.desired.sets.keys()].sort(), referencedSets(c.desired));
+    // Audited no longer: its rule merges into the same union, and the part leaves the kernel.
+    const dirty = c.applyEvents([{ kind: 'NetworkPolicy', op: 'upsert', object: { ...loud, annotations: {} } }]);
+    assert.equal(setOf(c, allowing(serverIn(c))[0]).name, union);
+    assert.ok(!c.desired.sets.has(part(4, 'p0')));
+    assert.deepEqual([...c.desired.sets.keys()].sort(), referencedSets(c.desired));
+    assert.equal(dirty.sets.get(part(4, 'p0')), 'all');
+    assert.equal(dirty.sets.get(union), undefined, 'the union did not change');
+  });
+
+  test('a peer only in a union changing labels dirties the union member, not the part', () => {
+    const c = calcWith(2, peers(2));
+    const unions = ([4, 6] as const).map((f) => setOf(c, allowing(serverIn(c, f))[0]).name);
+    const [p0] = peers(1);
+    const dirty = c.applyEvents([{ kind: 'Pod', op: 'upsert', object: { ...p0, labels: { peer: 'gone' } } }]);
+    assert.deepEqual(
+      dirty.sets,
+      new Map([
+        [unions[0], new Set(['10.244.2.10'])],
+        [unions[1], new Set(['fd00::a'])],
+      ]),
+    );
+    assert.ok(!setOf(c, allowing(serverIn(c))[0]).members.has('10.244.2.10'));
   });
 
   test('rules of other ports, excepts and named ports stay apart; the union is shared by pods with the same policies', () => {
