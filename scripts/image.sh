@@ -9,8 +9,8 @@
 #
 # Three layers: a minimal Debian rootfs made by mmdebstrap (Debian's essential set plus the
 # packages in image/packages, no apt, no docs), Node from the npm package 'node' the lockfile
-# pins (the official build, the same binary the tests run), and the app in /app (dist/ compiled
-# here, production node_modules without type declarations or source maps, examples/). umoci,
+# pins (the official build, the same binary the tests run), and the app in /app (package.json,
+# dist/ bundled here by scripts/build.ts with every dependency inside, examples/). umoci,
 # from Debian, packs them as an OCI image layout, tarred as an OCI archive that skopeo, ctr
 # and podman read. The Debian layer is cached apart, by its package list and options: a
 # change to the app rebuilds only the other two. Remove .cache/image/base-* to take in
@@ -96,7 +96,7 @@ build_base() {
 app_stamp() {
   (
     cd "$repo"
-    sha256sum scripts/image.sh package.json package-lock.json tsconfig.json tsconfig.build.json "$node_bin"
+    sha256sum scripts/image.sh scripts/build.ts package.json package-lock.json "$node_bin"
     find src examples image -type f -print0 | sort -z | xargs -0 sha256sum
   ) | sha256sum | cut -d' ' -f1
 }
@@ -111,19 +111,15 @@ layer_tar() {
 }
 
 build_app() {
-  local work=$1 app=$1/app/app tsc=$repo/node_modules/.bin/tsc
+  local work=$1 app=$1/app/app
   mkdir -p "$app" "$1/node/usr/local/bin"
   cp "$node_bin" "$1/node/usr/local/bin/node"
   chmod 755 "$1/node/usr/local/bin/node"
-  log "app layer: tsc, npm ci --omit=dev"
-  # npm and tsc run on the project's Node 24, as npm scripts do.
-  PATH="$repo/node_modules/.bin:$PATH" "$tsc" -p "$repo/tsconfig.build.json" --outDir "$app/dist" --sourceMap false ||
-    die "tsc failed"
-  cp "$repo/package.json" "$repo/package-lock.json" "$app/"
-  (cd "$app" && PATH="$repo/node_modules/.bin:$PATH" npm ci --omit=dev --ignore-scripts --prefer-offline --no-audit --no-fund --loglevel=error >&2) ||
-    die "npm ci --omit=dev failed"
-  rm "$app/package-lock.json"
-  sh "$repo/image/prune-node-modules.sh" "$app/node_modules"
+  log "app layer: scripts/build.ts (one bundle, no node_modules)"
+  # The build runs on the project's Node 24, as npm scripts do.
+  "$node_bin" "$repo/scripts/build.ts" "$app/dist" || die "scripts/build.ts failed"
+  # package.json makes dist/ an ES module and names the version.
+  cp "$repo/package.json" "$app/"
   cp -r "$repo/examples" "$app/examples"
   chmod -R u=rwX,go=rX "$app"
 }
@@ -173,7 +169,7 @@ build_locked() {
   umoci new --image "$image"
   umoci raw add-layer --image "$image" --history.created_by "mmdebstrap $suite: essential + $(packages | paste -sd' ' -)" "$base"
   umoci raw add-layer --image "$image" --history.created_by "node $node_version (npm package node)" "$work/node.tar"
-  umoci raw add-layer --image "$image" --history.created_by "weir $v: dist, production node_modules, examples" "$work/app.tar"
+  umoci raw add-layer --image "$image" --history.created_by "weir $v: package.json, dist (one bundle), examples" "$work/app.tar"
   local config_args=(--image "$image" --os linux --architecture "$(dpkg --print-architecture)" --config.workingdir "$workdir" --clear config.entrypoint --clear config.cmd)
   local s
   for s in "${entrypoint[@]}"; do config_args+=(--config.entrypoint "$s"); done

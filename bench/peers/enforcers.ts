@@ -61,16 +61,13 @@ export async function prepareEnforcers(opts: { weirDist?: string; log: (s: strin
   };
 }
 
-/** Compiles src/ into a directory of the bench's own (never dist/, which others may be using):
- *  the figures are those of the source as it is now. */
+/** Builds src/ into a directory of the bench's own (never dist/, which others may be using), as
+ *  `npm run build` does: the figures are those of the source as it is now. */
 async function buildWeir(log: (s: string) => void): Promise<string> {
   const out = join(REPO, '.cache/peers/weir-dist');
   log(`building Weir from src/ into ${out}`);
-  const tsc = join(REPO, 'node_modules/.bin/tsc');
-  const r = spawnSync(process.execPath, [tsc, '-p', join(REPO, 'tsconfig.build.json'), '--outDir', out], { encoding: 'utf8' });
-  // tsc emits despite type errors (others may be mid-edit in files the agent does not run);
-  // only a missing output is fatal.
-  if (r.status !== 0) log(`tsc reported errors (emitted anyway):\n${(r.stdout + r.stderr).split('\n').slice(0, 10).join('\n')}`);
+  const r = spawnSync(process.execPath, [join(REPO, 'scripts/build.ts'), out], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`scripts/build.ts failed:\n${(r.stdout + r.stderr).split('\n').slice(0, 10).join('\n')}`);
   return out;
 }
 
