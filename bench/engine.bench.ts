@@ -29,6 +29,12 @@ const marks = { accept: 0x10000, pass: 0x20000 };
 const ms = (t0: number) => performance.now() - t0;
 const fmt = (x: number) => (x < 10 ? x.toFixed(3) : x.toFixed(1));
 const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
+/** RSS beside what V8 holds: a gap between them is memory the heap has given back to V8 but
+ *  the process has not returned to the system, or buffers outside the heap. */
+const memory = () => {
+  const m = process.memoryUsage();
+  return `rss ${mb(m.rss)} MB, heap used ${mb(m.heapUsed)} MB of ${mb(m.heapTotal)} MB, external ${mb(m.external)} MB, peak rss ${mb(process.resourceUsage().maxRSS * 1024)} MB`;
+};
 
 function percentile(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -45,6 +51,8 @@ async function main(): Promise<void> {
   calc.applyEvents(events);
   const coldCompile = ms(t0);
   events.length = 0;
+  (globalThis as { gc?: () => void }).gc?.();
+  console.log(`memory after cold compile: ${memory()}`);
   let members = 0;
   for (const s of calc.desired.sets.values()) members += s.members.size;
   const rules = [4, 6].reduce((n, f) => n + [...calc.desired.chains[f as 4 | 6].values()].reduce((m, r) => m + r.length, 0), 0);
@@ -57,7 +65,10 @@ async function main(): Promise<void> {
   {
     const backend = process.env.WEIR_BENCH_BACKEND === 'legacy' ? 'legacy' : 'nft';
     console.log(`backend: ${backend}`);
-    const dataplane = createDataplane({ runner: execaRunner(), names, families: [4, 6], backend, log: silentLogger() });
+    // Each write's steps (sets, chains, destroy), to show where an apply's time goes.
+    let steps: Record<string, number[]> = {};
+    const onMetric = { step: (step: string, seconds: number) => (steps[step] ??= []).push(seconds * 1000) };
+    const dataplane = createDataplane({ runner: execaRunner(), names, families: [4, 6], backend, log: silentLogger(), onMetric });
     dataplane.markDirty(cloneDirtyAll(calc));
     t0 = performance.now();
     await dataplane.resync(calc.desired);
@@ -66,15 +77,16 @@ async function main(): Promise<void> {
     // What an agent holds after start-up: the model, the desired state and the dataplane's
     // record (the source's objects are the model's own).
     (globalThis as { gc?: () => void }).gc?.();
-    console.log(`memory after cold start: rss ${mb(process.memoryUsage().rss)} MB, heap used ${mb(process.memoryUsage().heapUsed)} MB`);
+    console.log(`memory after cold start: ${memory()}`);
 
     const kinds = changeKinds();
     console.log(`\nincremental changes, ${ITERATIONS} of each: compute (calc) and apply (kernel), p50 / p99 in ms`);
-    console.log('kind'.padEnd(28), 'compute p50', 'compute p99', '  apply p50', '  apply p99', ' sets/members/chains dirtied (last)');
+    console.log('kind'.padEnd(28), 'compute p50', 'compute p99', '  apply p50', '  apply p99', ' sets/members/chains dirtied (last)', ' steps p50');
     for (const [kind, make] of kinds) {
       const compute: number[] = [];
       const apply: number[] = [];
       let last = '';
+      steps = {};
       for (let i = 0; i < ITERATIONS; i++) {
         const ev = make(i);
         let t = performance.now();
@@ -92,13 +104,15 @@ async function main(): Promise<void> {
         fmt(percentile(compute, 99)).padStart(11),
         fmt(percentile(apply, 50)).padStart(11),
         fmt(percentile(apply, 99)).padStart(11),
-        ' ' + last,
+        ' ' + last.padEnd(34),
+        Object.entries(steps)
+          .map(([step, xs]) => `${step} ${fmt(percentile(xs, 50))}`)
+          .join(', '),
       );
     }
   }
   (globalThis as { gc?: () => void }).gc?.();
-  const mem = process.memoryUsage();
-  console.log(`\nmemory at the end: rss ${mb(mem.rss)} MB, heap used ${mb(mem.heapUsed)} MB`);
+  console.log(`\nmemory at the end: ${memory()}`);
 
   // Payload sizes, from the real dataplane writing to a recorded empty kernel.
   const recorder = recordingRunner();
@@ -178,7 +192,7 @@ async function inOwnNamespace(): Promise<void> {
   const ns = `${uniquePrefix('wbench')}node`;
   await createNs(ns);
   try {
-    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--expose-gc', fileURLToPath(import.meta.url)], {
+    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, ...(process.env.WEIR_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), '--expose-gc', fileURLToPath(import.meta.url)], {
       stdio: 'inherit',
       env: { ...process.env, WEIR_BENCH_NETNS: ns },
     });
