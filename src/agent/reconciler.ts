@@ -72,6 +72,9 @@ export interface PassOutcome {
   readonly error?: string;
   /** Policies changed since the previous attempt (compiled, or null when deleted). */
   readonly policyChanges: readonly { key: string; policy: CompiledPolicy | null }[];
+  /** Whether any source event reached calc since the previous attempt (a periodic resync or a
+   *  retry carries none), so reporters can skip work that depends only on the model. */
+  readonly modelChanged: boolean;
 }
 
 /** Why the loop is or is not ready. Codes only: the details (payload lines, policy names,
@@ -108,6 +111,8 @@ export class Reconciler {
   #unapplied: number[] = [];
   /** Policy changes taken into calc since the last write attempt, for onPass. */
   #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
+  /** Whether a source event reached calc since the last report, for onPass. */
+  #modelChanged = false;
   #synced = false;
   #latestRevision = '';
   #appliedRevision = '';
@@ -220,6 +225,7 @@ export class Reconciler {
       const dirty = calc.applyEvents(b.events);
       dataplane.markDirty(dirty);
       events += b.events.length;
+      if (b.events.length > 0) this.#modelChanged = true;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
       if (b.synced) this.#synced = true;
     }
@@ -309,10 +315,9 @@ export class Reconciler {
     metrics.chains.set(st.chains);
     metrics.rules.set(st.rules);
     metrics.localPods.set(calc.localPodCount);
-    const reports = calc.policyReports();
-    const invalid = reports.filter((r) => r.errors.length > 0).length;
-    metrics.policies.set({ state: 'valid' }, reports.length - invalid);
-    metrics.policies.set({ state: 'invalid' }, invalid);
+    const counts = calc.policyCounts();
+    metrics.policies.set({ state: 'valid' }, counts.valid);
+    metrics.policies.set({ state: 'invalid' }, counts.invalid);
     log.info({ resync, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : 'applied changes');
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     this.#askForPeriodic();
@@ -325,9 +330,11 @@ export class Reconciler {
     if (due.length > 0) this.#pacer.poke(Math.min(...due) - this.#clock.now());
   }
 
-  #report(outcome: PassOutcome): void {
+  #report(outcome: Omit<PassOutcome, 'modelChanged'>): void {
+    const modelChanged = this.#modelChanged;
+    this.#modelChanged = false;
     try {
-      this.#o.onPass?.(outcome);
+      this.#o.onPass?.({ ...outcome, modelChanged });
     } catch (err) {
       // Reporting is a side channel: it must never turn a write into a failure.
       this.#o.log.warn({ err }, 'status reporting failed');

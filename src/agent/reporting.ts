@@ -38,7 +38,8 @@ export function startReporting(d: ReportingDeps): Reporting {
   aggregator.start();
   // Every policy in the cluster with the nodes that must enforce it: O(policies x pods of
   // their namespaces), so only the Lease holder does it, at most once per interval, and only
-  // when a write happened since or it has just become the holder.
+  // when the model changed since or it has just become the holder (a periodic resync or a
+  // retry changes nothing it reads).
   let changed = true;
   let wasHolder = false;
   const aggregate = () => {
@@ -67,10 +68,8 @@ export function startReporting(d: ReportingDeps): Reporting {
 
   return {
     onPass(outcome) {
-      const reports = d.calc.policyReports();
       const enforced: EnforcedPolicy[] = [];
-      for (const r of reports) {
-        if (r.localPods === 0) continue;
+      for (const r of d.calc.enforcedPolicyReports()) {
         const [namespace, name] = [r.key.slice(0, r.key.indexOf('/')), r.key.slice(r.key.indexOf('/') + 1)];
         enforced.push({ namespace, name, uid: r.uid, generation: r.generation, ...(r.errors.length > 0 ? { error: formatPolicyErrors(r.errors) } : {}) });
       }
@@ -92,7 +91,7 @@ export function startReporting(d: ReportingDeps): Reporting {
         }
         if (!outcome.ok) events.record(ref, 'Warning', 'ApplyFailed', `node ${d.nodeName} could not apply this change yet (will retry): ${outcome.error ?? ''}`);
       }
-      changed = true;
+      if (outcome.modelChanged) changed = true;
     },
     async stop() {
       clearInterval(aggregateTimer);

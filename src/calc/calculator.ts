@@ -154,6 +154,8 @@ export class Calculator {
   /** Local workloads selecting each policy key (in any direction it isolates). */
   readonly #policyRefs = new Map<string, number>();
   readonly #active = new Map<string, ActivePolicy>();
+  /** How many of the cluster's policies are invalid. */
+  #invalidPolicies = 0;
   // Reverse indexes over active pod-peer sets, see the header comment.
   readonly #setsByOwnNs = new Map<string, Set<ActiveSet>>();
   readonly #setsByPodLabels = new SelectorIndex<ActiveSet>();
@@ -234,9 +236,28 @@ export class Calculator {
     return this.#policyChanges.splice(0);
   }
 
+  /** Every policy in the cluster, sorted by key: O(policies), for `weir render` and tests. */
   policyReports(): PolicyReport[] {
+    return this.#reports(this.#cluster.policies.keys());
+  }
+
+  /** The policies that select a pod of this node, sorted by key: what a write reports. Its cost
+   *  follows this node's policies, not the cluster's. */
+  enforcedPolicyReports(): PolicyReport[] {
+    return this.#reports(this.#policyRefs.keys());
+  }
+
+  /** Counts of the cluster's policies, kept as they change (a write reads them). */
+  policyCounts(): { valid: number; invalid: number } {
+    const all = this.#cluster.policies.size;
+    return { valid: all - this.#invalidPolicies, invalid: this.#invalidPolicies };
+  }
+
+  #reports(keys: Iterable<string>): PolicyReport[] {
     const out: PolicyReport[] = [];
-    for (const p of this.#cluster.policies.values()) {
+    for (const key of keys) {
+      const p = this.#cluster.policies.get(key);
+      if (!p) continue;
       out.push({
         key: p.key,
         uid: p.uid,
@@ -293,12 +314,13 @@ export class Calculator {
       case 'NetworkPolicy': {
         const ns = e.op === 'upsert' ? e.object.namespace : e.namespace;
         const key = e.op === 'upsert' ? `${ns}/${e.object.name}` : `${ns}/${e.name}`;
+        const invalid = (p: CompiledPolicy | undefined) => (p !== undefined && p.errors.length > 0 ? 1 : 0);
         if (e.op === 'upsert') {
           const compiled = compilePolicy(e.object);
-          this.#cluster.upsertPolicy(compiled);
+          this.#invalidPolicies += invalid(compiled) - invalid(this.#cluster.upsertPolicy(compiled));
           this.#policyChanges.push({ key, policy: compiled });
         } else {
-          this.#cluster.deletePolicy(key);
+          this.#invalidPolicies -= invalid(this.#cluster.deletePolicy(key));
           this.#policyChanges.push({ key, policy: null });
         }
         this.#touchedPolicies.add(key);

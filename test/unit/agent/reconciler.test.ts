@@ -199,6 +199,39 @@ describe('reconcile loop', () => {
   });
 });
 
+describe('what each pass tells the reporters', () => {
+  test('onPass says whether the model changed: true after source events, false for a periodic resync that carried none', async () => {
+    const passes: boolean[] = [];
+    const { clock, r } = setup({ resyncIntervalMs: 1000, onPass: (o) => passes.push(o.modelChanged) });
+    r.onBatch(batch('r1'));
+    await clock.advance(20);
+    await clock.advance(2000);
+    r.onBatch(batch('r2'));
+    await clock.advance(20);
+    assert.deepEqual(passes, [true, false, false, true]);
+    await r.stop();
+  });
+
+  test('the policy gauges come from counts calc keeps, valid and invalid', async () => {
+    const { clock, metrics, r } = setup();
+    r.onBatch({
+      events: [
+        { kind: 'NetworkPolicy', op: 'upsert', object: policy('ns', 'good', { podSelector: {} }) },
+        { kind: 'NetworkPolicy', op: 'upsert', object: policy('ns', 'bad', { podSelector: {}, policyTypes: ['Sideways'] }) },
+      ],
+      synced: true,
+      revision: 'r1',
+    });
+    await clock.advance(20);
+    const got = (await metrics.policies.get()).values.map((v) => [v.labels.state, v.value]);
+    assert.deepEqual(got.sort(), [
+      ['invalid', 1],
+      ['valid', 1],
+    ]);
+    await r.stop();
+  });
+});
+
 describe('backoff while events keep arriving', () => {
   // The case of the issue: every write fails, and a batch arrives every 30 ms, also while a
   // write runs. Each batch asks for a pass; none may cut the backoff short.

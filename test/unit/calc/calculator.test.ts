@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import type { Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
 import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index.ts';
 import type { Calculator } from '../../../src/calc/index.ts';
-import { EMPTY, Mirror, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
+import { EMPTY, Mirror, NODE, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
 const names = makeNames('cali');
@@ -309,5 +309,45 @@ describe('what calc builds', () => {
       for (const m of members as Set<string>) assert.ok(w2.ips.includes(m), `${name}: ${m} is not w2's`);
     }
     assert.equal(dirty.chains[4].size + dirty.chains[6].size, 0, 'a remote pod changes no chain');
+  });
+});
+
+describe('what calc reports for status and metrics', () => {
+  test('policy counts follow upserts and deletes: valid, invalid, fixed, deleted', () => {
+    const c = newCalc();
+    const up = (name: string, spec: unknown) => c.applyEvents([{ kind: 'NetworkPolicy', op: 'upsert', object: policy('ns', name, spec) }]);
+    up('a', { podSelector: {} });
+    up('b', { podSelector: {}, policyTypes: ['Sideways'] });
+    assert.deepEqual(c.policyCounts(), { valid: 1, invalid: 1 });
+    up('b', { podSelector: {} });
+    assert.deepEqual(c.policyCounts(), { valid: 2, invalid: 0 });
+    up('a', { podSelector: {}, policyTypes: ['Sideways'] });
+    c.applyEvents([{ kind: 'NetworkPolicy', op: 'delete', namespace: 'ns', name: 'a' }]);
+    c.applyEvents([{ kind: 'NetworkPolicy', op: 'delete', namespace: 'ns', name: 'gone' }]);
+    assert.deepEqual(c.policyCounts(), { valid: 1, invalid: 0 });
+    const all = c.policyReports().length;
+    assert.equal(all, c.policyCounts().valid + c.policyCounts().invalid);
+  });
+
+  test('enforcedPolicyReports lists only the policies that select a pod of this node, sorted', () => {
+    const c = newCalc();
+    c.applyEvents([
+      { kind: 'Pod', op: 'upsert', object: pod('ns', 'local', { nodeName: NODE, labels: { app: 'web' } }) },
+      { kind: 'Pod', op: 'upsert', object: pod('ns', 'remote', { nodeName: 'node-b', labels: { app: 'db' } }) },
+      { kind: 'NetworkPolicy', op: 'upsert', object: policy('ns', 'z-web', { podSelector: { matchLabels: { app: 'web' } } }) },
+      { kind: 'NetworkPolicy', op: 'upsert', object: policy('ns', 'db', { podSelector: { matchLabels: { app: 'db' } } }) },
+      { kind: 'NetworkPolicy', op: 'upsert', object: policy('ns', 'all', { podSelector: {} }) },
+    ]);
+    assert.deepEqual(
+      c.enforcedPolicyReports().map((r) => [r.key, r.localPods]),
+      [
+        ['ns/all', 1],
+        ['ns/z-web', 1],
+      ],
+    );
+    assert.deepEqual(
+      c.enforcedPolicyReports(),
+      c.policyReports().filter((r) => r.localPods > 0),
+    );
   });
 });
