@@ -5,16 +5,14 @@
 
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { setFlagsFromString } from 'node:v8';
 import { Calculator, makeNames } from '../src/calc/index.ts';
+import { NODE_FLAGS } from '../src/cli/node-flags.ts';
 import type { Dirty } from '../src/calc/index.ts';
 import { createDataplane, execaRunner, recordingRunner } from '../src/dataplane/index.ts';
 import { silentLogger } from '../src/log.ts';
 import type { ModelEvent } from '../src/model/types.ts';
 import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
 import { initialEvents, makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
-
-setFlagsFromString('--max-semi-space-size=4'); // as the CLI does
 
 const scale = Number(process.env.WEIR_BENCH_SCALE ?? 1);
 const size: SyntheticSize = {
@@ -192,10 +190,14 @@ async function inOwnNamespace(): Promise<void> {
   const ns = `${uniquePrefix('wbench')}node`;
   await createNs(ns);
   try {
-    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, ...(process.env.WEIR_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), '--expose-gc', fileURLToPath(import.meta.url)], {
-      stdio: 'inherit',
-      env: { ...process.env, WEIR_BENCH_NETNS: ns },
-    });
+    const child = spawn(
+      'ip',
+      ['netns', 'exec', ns, process.execPath, ...NODE_FLAGS, ...(process.env.WEIR_BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), '--expose-gc', fileURLToPath(import.meta.url)],
+      {
+        stdio: 'inherit',
+        env: { ...process.env, WEIR_BENCH_NETNS: ns },
+      },
+    );
     const code = await new Promise<number>((resolve) => child.on('exit', (c) => resolve(c ?? 1)));
     process.exitCode = code;
   } finally {

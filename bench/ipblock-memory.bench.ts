@@ -9,13 +9,11 @@
 
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { setFlagsFromString } from 'node:v8';
 import { Calculator, makeNames } from '../src/calc/index.ts';
+import { NODE_FLAGS } from '../src/cli/node-flags.ts';
 import { createDataplane, recordingRunner } from '../src/dataplane/index.ts';
 import { silentLogger } from '../src/log.ts';
 import type { ModelEvent } from '../src/model/types.ts';
-
-setFlagsFromString('--max-semi-space-size=4'); // as the CLI does
 
 const NODE = 'node-a';
 const MB = 1 << 20;
@@ -144,7 +142,7 @@ if (only !== undefined) {
   const wanted = process.env.WEIR_BENCH_CASES?.split(',') ?? Object.keys(CASES);
   console.log('large ipBlock policies, one agent compiling and rendering its first write (fresh process each; --expose-gc)');
   for (const name of wanted) {
-    const r = spawnSync(process.execPath, ['--expose-gc', fileURLToPath(import.meta.url), name], { stdio: 'inherit', timeout: 600_000 });
+    const r = spawnSync(process.execPath, [...NODE_FLAGS, '--expose-gc', fileURLToPath(import.meta.url), name], { stdio: 'inherit', timeout: 600_000 });
     if (r.status !== 0) console.log(`${name.padEnd(18)} failed: exit ${r.status ?? r.signal}`);
   }
 }

@@ -11,6 +11,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS } from '../../src/cli/node-flags.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export type EnforcerName = 'none' | 'kube-router' | 'weir';
@@ -55,7 +56,7 @@ export async function prepareEnforcers(opts: { weirDist?: string; log: (s: strin
     weir: {
       name: 'weir',
       // Weir's defaults, as the chart runs it (info logs: one line per write).
-      argv: (node, kubeconfig) => [process.execPath, weirMain, 'agent', '--node-name', node, '--kubeconfig', kubeconfig, '--log-level', 'info'],
+      argv: (node, kubeconfig) => [process.execPath, ...NODE_FLAGS, weirMain, 'agent', '--node-name', node, '--kubeconfig', kubeconfig, '--log-level', 'info'],
       synced: (line) => line.includes('"msg":"applied changes"') || line.includes('"msg":"resynced dataplane"'),
     },
   };

@@ -1,7 +1,6 @@
 #!/usr/bin/env node
 // The weir command: agent, render, cleanup, demo.
 
-import { setFlagsFromString } from 'node:v8';
 import { startAgent } from '../agent/agent.ts';
 import { makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner } from '../dataplane/index.ts';
@@ -10,10 +9,6 @@ import { createLogger } from '../log.ts';
 import { parse, toConfig, usage } from './flags.ts';
 import { formatRendered, render } from './render.ts';
 import { waitForSignal } from './signals.ts';
-
-// A small young generation keeps the resident size of a large cluster's start-up burst
-// down (measured: ~400 MB -> ~300 MB RSS for 100k pods) at a small cost in GC time.
-setFlagsFromString('--max-semi-space-size=4');
 
 async function main(argv: readonly string[]): Promise<number> {
   const { command, values } = parse(argv, process.env);

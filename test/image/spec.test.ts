@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS } from '../../src/cli/node-flags.ts';
 import { imageSpec } from './spec.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -49,6 +50,8 @@ test('the Dockerfile runs the same entrypoint and cmd, in the same working direc
       .instructions.filter(([o]) => o === op)
       .at(-1)?.[1];
   assert.deepEqual(JSON.parse(last('ENTRYPOINT') ?? 'null'), spec.entrypoint);
+  // The agent runs with the Node flags its code names (a startup-only heap setting).
+  assert.deepEqual(spec.entrypoint, ['node', ...NODE_FLAGS, '/app/dist/cli/main.js']);
   assert.deepEqual(JSON.parse(last('CMD') ?? 'null'), spec.cmd);
   assert.equal(last('WORKDIR'), spec.workdir);
   // No ENV in the final stage: Debian's base image and the script set only the default PATH.

@@ -3,7 +3,7 @@
 // resolves it (downward API fields read from the pod object itself, $(VAR) references), and
 // its container run as written, inside the node's network namespace:
 //   - the same command, args and env. The image does not exist as a runnable thing here, so
-//     its entrypoint (the Dockerfile's ENTRYPOINT, `node /app/dist/cli/main.js`) is mapped to
+//     its entrypoint (the Dockerfile's ENTRYPOINT, `node --max-semi-space-size=2 /app/dist/cli/main.js`) is mapped to
 //     this checkout's `src/cli/main.ts` run by the Node 24 of node_modules; nothing else is.
 //   - the container's mounts: a private mount namespace where /run is a fresh tmpfs (standing
 //     in for the image's own /run), holding only the DaemonSet's hostPath volumes and the
@@ -120,11 +120,12 @@ export function containerEnv(pod: Obj, container: Obj, base: ReadonlyMap<string,
 
 /** The argv the container runs, as the runtime builds it: command (default: the image's
  *  ENTRYPOINT) then args (default, without a command: the image's CMD), $(VAR)s expanded;
- *  the command's image paths mapped to this checkout. */
+ *  the command's image paths mapped to this checkout, its flags (Node's) kept. */
 export function containerArgv(container: Obj, env: ReadonlyMap<string, string>): string[] {
   const command: string[] = container.command ?? imageConfig('ENTRYPOINT') ?? [];
   const args: string[] = container.args ?? (container.command === undefined ? (imageConfig('CMD') ?? []) : []);
   const mapped = command.map((a) => {
+    if (a.startsWith('--')) return expand(a, env);
     const path = IMAGE_PATHS[expand(a, env)];
     if (path === undefined) throw new Error(`the container runs "${a}", which this test cannot map to this checkout (known: ${Object.keys(IMAGE_PATHS).join(', ')})`);
     return path;

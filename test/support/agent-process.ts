@@ -4,6 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS } from '../../src/cli/node-flags.ts';
 
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
@@ -27,7 +28,8 @@ export class AgentProcess {
 
   constructor(node: string, netns: string, args: readonly string[]) {
     this.node = node;
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, MAIN, 'agent', '--node-name', node, ...args], {
+    // With the image's Node flags, so memory figures are the product's.
+    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, ...NODE_FLAGS, MAIN, 'agent', '--node-name', node, ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     createInterface({ input: this.child.stdout! }).on('line', (l) => this.#onLine(l));
