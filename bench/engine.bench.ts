@@ -71,7 +71,10 @@ async function main(): Promise<void> {
     t0 = performance.now();
     await dataplane.resync(calc.desired);
     const coldApply = ms(t0);
-    console.log(`cold apply in a network namespace: ${fmt(coldApply)} ms  -> cold start (compile + apply) ${fmt(coldCompile + coldApply)} ms`);
+    const coldSteps = Object.entries(steps)
+      .map(([step, xs]) => `${step} ${fmt(xs[0])}`)
+      .join(', ');
+    console.log(`cold apply in a network namespace: ${fmt(coldApply)} ms (${coldSteps})  -> cold start (compile + apply) ${fmt(coldCompile + coldApply)} ms`);
     // What an agent holds after start-up: the model, the desired state and the dataplane's
     // record (the source's objects are the model's own).
     (globalThis as { gc?: () => void }).gc?.();

@@ -10,7 +10,7 @@ import type { Family } from '../model/types.ts';
 import { createIpset, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
-import { acceptMarkOf, commitChains, commitSetChanges, planChains, planSets } from './plan.ts';
+import { acceptMarkOf, commitChains, commitSetChanges, planChains, planSets, SPLIT_SETS_AT_LINES } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
 import { emptyFamilyState, emptyState, familyStateFromSave, hasLeftovers, hookIsRight, sameHook, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
@@ -227,7 +227,14 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       // (1) Sets first, so every set a new rule names exists.
       const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
       if (sets.lines.length > 0) {
-        await timed(stats, 'sets', () => t.ipset.restore(sets.lines));
+        const batches = sets.lines.length < SPLIT_SETS_AT_LINES ? [sets.lines] : [sets.byFamily[4], sets.byFamily[6]].filter((l) => l.length > 0);
+        await timed(stats, 'sets', async () => {
+          // Side by side when split; the record changes only once every batch succeeded (a
+          // failure reads the kernel back before the next write).
+          const results = await Promise.allSettled(batches.map((lines) => t.ipset.restore(lines)));
+          const failed = results.find((r) => r.status === 'rejected');
+          if (failed) throw (failed as PromiseRejectedResult).reason;
+        });
       }
       commitSetChanges(state.sets, sets.changes);
       stats.setsCreated = sets.created;

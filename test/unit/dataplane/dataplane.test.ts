@@ -516,3 +516,31 @@ test("Felix's chains in mangle make Weir refuse too", async () => {
   const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
   await assert.rejects(dp.checkOwnership(), (e: Error) => e instanceof PreconditionError && /cali-FORWARD/.test(e.message));
 });
+
+test('a large set write goes to one ipset restore per family, side by side; a failing one fails the write and the next apply reads the kernel back', async () => {
+  const v4 = Array.from({ length: 6000 }, (_, i) => `10.1.${i >> 8}.${i & 255}`);
+  const v6 = Array.from({ length: 6000 }, (_, i) => `fd00::1:${i.toString(16)}`);
+  const big = desired({
+    sets: [set('cali40s:a', 4, v4), set('cali60s:a', 6, v6)],
+    chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [fromSet('cali40s:a')] },
+    chains6: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [fromSet('cali60s:a')] },
+  });
+  let failV6 = true;
+  const runner = fakeKernel({}, (c) =>
+    failV6 && c.cmd === 'ipset' && c.args[0] === 'restore' && c.input?.includes('cali60s:a') ? { ...OK, exitCode: 1, stderr: 'ipset v7.17: Error in line 3' } : undefined,
+  );
+  const dp = make(runner);
+  await assert.rejects(dp.apply(big), RestoreError);
+  const restores = runner.calls.filter((c) => c.cmd === 'ipset' && c.args[0] === 'restore');
+  assert.equal(restores.length, 2);
+  assert.ok(
+    restores.every((c) => !(c.input!.includes('cali40s:') && c.input!.includes('cali60s:'))),
+    'each restore holds one family',
+  );
+  assert.ok(!runner.calls.some((c) => c.cmd.includes('tables-nft-restore')), 'no chain is written after a failed set step');
+  failV6 = false;
+  runner.calls.length = 0;
+  await dp.apply(big);
+  assert.equal(runner.calls[0].cmd, 'iptables-nft-save', 'the retry reads the kernel back first');
+  assert.equal(runner.calls.filter((c) => c.cmd === 'ipset' && c.args[0] === 'restore').length, 2);
+});

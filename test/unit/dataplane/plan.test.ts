@@ -240,3 +240,20 @@ test('planChains: an older Weir’s chains and hooks in filter are removed after
   assert.deepEqual(state.leftovers, noLeftovers());
   assert.equal(planChains(want, fwd('cali-FORWARD'), new Set(), state, MARK).payload, undefined);
 });
+
+test('planSets: lines by family, each in order, and whole in family order', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1']), set('cali60s:a', 6, ['fd00::1'])] });
+  const have = applied([['cali40s:tmp', { ...v4net, members: [] }]]);
+  const p = planSets(
+    d,
+    new Map([
+      ['cali60s:a', 'all'],
+      ['cali40s:a', 'all'],
+    ]),
+    have,
+    opts,
+  );
+  assert.deepEqual(p.byFamily[4], ['destroy cali40s:tmp', 'create cali40s:a hash:net family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1 -exist']);
+  assert.deepEqual(p.byFamily[6], ['create cali60s:a hash:net family inet6 maxelem 1000 comment -exist', 'add cali60s:a fd00::1 -exist']);
+  assert.deepEqual(p.lines, [...p.byFamily[4], ...p.byFamily[6]]);
+});
