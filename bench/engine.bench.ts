@@ -21,7 +21,10 @@ const size: SyntheticSize = {
   policies: Math.round(20_000 * scale),
   localPods: 110,
 };
-const ITERATIONS = Number(process.env.WEIR_BENCH_ITERATIONS ?? 40);
+const ITERATIONS = Number(process.env.WEIR_BENCH_ITERATIONS ?? 100);
+/** Changes of each kind made first and not counted: the first of a kind runs code the JIT has
+ *  not compiled yet (a one-off after start, not a steady cost). GC pauses are counted. */
+const WARMUP = Number(process.env.WEIR_BENCH_WARMUP ?? 5);
 const names = makeNames('cali');
 const marks = { accept: 0x10000, pass: 0x20000 };
 const ms = (t0: number) => performance.now() - t0;
@@ -81,21 +84,24 @@ async function main(): Promise<void> {
     console.log(`memory after cold start: ${memory()}`);
 
     const kinds = changeKinds();
-    console.log(`\nincremental changes, ${ITERATIONS} of each: compute (calc) and apply (kernel), p50 / p99 in ms`);
+    console.log(`\nincremental changes, ${ITERATIONS} of each after ${WARMUP} not counted: compute (calc) and apply (kernel), p50 / p99 in ms`);
     console.log('kind'.padEnd(28), 'compute p50', 'compute p99', '  apply p50', '  apply p99', ' sets/members/chains dirtied (last)', ' steps p50');
     for (const [kind, make] of kinds) {
       const compute: number[] = [];
       const apply: number[] = [];
       let last = '';
       steps = {};
-      for (let i = 0; i < ITERATIONS; i++) {
+      for (let i = 0; i < WARMUP + ITERATIONS; i++) {
+        if (i === WARMUP) steps = {};
         const ev = make(i);
         let t = performance.now();
         const dirty = calc.applyEvents(ev);
-        compute.push(ms(t));
+        const computeMs = ms(t);
         dataplane.markDirty(dirty);
         t = performance.now();
         await dataplane.apply(calc.desired);
+        if (i < WARMUP) continue;
+        compute.push(computeMs);
         apply.push(ms(t));
         last = describeDirty(dirty);
       }
