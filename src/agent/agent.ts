@@ -11,7 +11,7 @@ import type { Logger } from '../log.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
 import { createKubeSource, createManifestSource } from '../sources/index.ts';
-import { createPodInterfaceScanner, withPodInterfaces } from '../sources/pod-interfaces.ts';
+import { createLinkMonitor, createPodInterfaceScanner, withPodInterfaces } from '../sources/pod-interfaces.ts';
 import type { Source } from '../sources/types.ts';
 import type { ModelEvent } from '../model/types.ts';
 import type { AgentConfig } from './config.ts';
@@ -48,13 +48,16 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   // Every retry on the xtables lock is counted (iptables.ts logs it).
   const onRetry = (info: { tool: string }) => metrics.commandRetries.inc({ command: info.tool });
   const { backend, problems } = await preflight({ runner, names, families: cfg.families, backend: cfg.backend, log, lockRetry, onRetry });
-  // Each local pod's address is bound to its bridge port, learned from this node's kernel.
+  // Each local pod's address is bound to its bridge port, learned from this node's kernel:
+  // scanned on link events (polled every 2 s only while the link monitor is down).
   const source = cfg.sourceBinding
     ? withPodInterfaces(clusterSource, {
         nodeName: cfg.nodeName,
         scanner: createPodInterfaceScanner(runner, cfg.podBridge, log),
+        monitor: createLinkMonitor(runner),
         log,
         rescanMs: 2_000,
+        safetyRescanMs: 30_000,
         unboundRescanMs: 100,
       })
     : clusterSource;

@@ -9,8 +9,14 @@
 // CAP_SYS_ADMIN but, unlike `ip -n`, no mount of its own).
 // Only the pod's own interface counts: addresses the runtime configured, not ones a packet
 // claims, so ARP or neighbour-table poisoning cannot move a binding.
+//
+// Scans follow link events: one long-lived `ip -o monitor link` in the scans' namespace tells
+// of every port coming, going, joining the bridge or changing carrier, and a scan follows
+// within a debounce. An idle node spawns nothing but a slow safety rescan; while the monitor
+// is down (it cannot start, or died) scans poll as before, and it is restarted with backoff.
 
-import { backoffMs } from '../backoff.ts';
+import { execa } from 'execa';
+import { type Backoff, backoffMs } from '../backoff.ts';
 import type { CommandRunner } from '../dataplane/runner.ts';
 import type { Logger } from '../log.ts';
 import { canonicalIp } from '../model/cidr.ts';
@@ -36,9 +42,15 @@ interface BridgePort {
 }
 
 /** Reads the pod bridge's ports, their peers' namespaces and the peers' global addresses. */
-export function createPodInterfaceScanner(runner: CommandRunner, bridge: string, log: Logger): PodInterfaceScanner {
-  // A pod keeps its addresses for its life: cache them per (namespace, peer, port).
-  let cache = new Map<string, readonly string[]>();
+/** How long after a port's addresses were first found they are read again at every scan: the
+ *  runtime gives a dual-stack pod its addresses one family at a time, and a scan between the
+ *  two would otherwise bind the first one for the pod's life. */
+export const ADDRESSES_SETTLE_MS = 5_000;
+
+export function createPodInterfaceScanner(runner: CommandRunner, bridge: string, log: Logger, now: () => number = () => performance.now()): PodInterfaceScanner {
+  // A pod keeps its addresses for its life: cache them per (namespace, peer, port), once found
+  // and settled.
+  let cache = new Map<string, { readonly ips: readonly string[]; readonly since: number }>();
   let warnedNoBridge = false;
   // Scans repeat every 100 ms while a pod is unbound: each problem is said once while it lasts.
   let said = new Set<string>();
@@ -76,7 +88,7 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
       for (const e of (await json('ip', ['-j', 'netns', 'list-id'])) as { nsid?: number; name?: string }[]) {
         if (typeof e.nsid === 'number' && typeof e.name === 'string') names.set(e.nsid, e.name);
       }
-      const next = new Map<string, readonly string[]>();
+      const next = new Map<string, { readonly ips: readonly string[]; readonly since: number }>();
       const claims = new Map<string, string[]>();
       await Promise.all(
         ports.map(async (p) => {
@@ -90,8 +102,9 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
             return;
           }
           const key = `${ns}/${p.peerIndex}/${p.ifindex}/${p.ifname}`;
-          let ips = cache.get(key);
-          if (ips === undefined) {
+          const cached = cache.get(key);
+          let ips = cached?.ips;
+          if (cached === undefined || now() - cached.since < ADDRESSES_SETTLE_MS) {
             try {
               ips = addressesOf((await json('nsenter', [`--net=${NETNS_DIR}/${ns}`, 'ip', '-j', 'addr', 'show'])) as AddrLink[], p.peerIndex);
             } catch (err) {
@@ -99,7 +112,11 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
               return;
             }
           }
-          next.set(key, ips);
+          if (ips === undefined) return;
+          // A port read before its pod's addresses were given (the runtime attaches the port,
+          // then configures the pod: a link event's scan can fall in between) is read again,
+          // and so is one found in its first seconds (see ADDRESSES_SETTLE_MS).
+          if (ips.length > 0) next.set(key, { ips, since: cached?.since ?? now() });
           for (const ip of ips) {
             const c = claims.get(ip);
             if (c) c.push(p.ifname);
@@ -136,22 +153,135 @@ function addressesOf(links: readonly AddrLink[], ifindex: number): string[] {
   return out;
 }
 
+/** What a link monitor tells withPodInterfaces. */
+export interface LinkMonitorHandlers {
+  /** The monitor listens: every link change from now on is told. */
+  ready(): void;
+  /** One or more links changed (or changes may have been lost): scan again. */
+  change(): void;
+  /** The monitor ended or could not start. Called at most once, never after close(). */
+  exit(reason: string): void;
+}
+
+export interface LinkMonitorStream {
+  /** Ends the monitor and waits until its process is gone. */
+  close(): Promise<void>;
+}
+
+/** Starts one watcher of the links in the scans' network namespace per open(); restarts are
+ *  the caller's (withPodInterfaces). */
+export interface LinkMonitor {
+  open(handlers: LinkMonitorHandlers): LinkMonitorStream;
+}
+
+const STDERR_KEEP = 2048;
+
+/**
+ * `ip -o monitor link`, a child of the agent, in the network namespace where `runner` runs its
+ * commands: the runner may wrap them (`netnsRunner`: `ip netns exec NS`), so the monitor asks
+ * it where that is (`ip netns identify`, empty in a namespace that is not pinned, such as the
+ * node's own) and enters a pinned one with `nsenter --net`, which execs, so the child is ip
+ * itself and close() ends it. A line on stderr (`netlink receive error`: the socket overran)
+ * means events were lost: it counts as a change.
+ */
+export function createLinkMonitor(runner: CommandRunner, opts: { readonly killAfterMs?: number } = {}): LinkMonitor {
+  let where: Promise<string> | undefined;
+  const identify = async (): Promise<string> => {
+    const r = await runner.run('ip', ['netns', 'identify']);
+    if (r.exitCode !== 0) throw new Error(`ip netns identify exited with ${r.exitCode}: ${r.stderr.trim()}`);
+    return (
+      r.stdout
+        .split('\n')
+        .map((l) => l.trim())
+        .find((l) => l !== '') ?? ''
+    );
+  };
+  return {
+    open(h) {
+      let closed = false;
+      let ended: Promise<unknown> = Promise.resolve();
+      let kill = () => {};
+      const exit = (reason: string) => {
+        if (!closed) h.exit(reason);
+        closed = true;
+      };
+      const start = async () => {
+        // Only a successful answer is kept: a failed one is asked again at the next open().
+        where ??= identify().catch((err: unknown) => {
+          where = undefined;
+          throw err;
+        });
+        const ns = await where;
+        if (closed) return;
+        const [cmd, ...args] = ns === '' ? ['ip', '-o', 'monitor', 'link'] : ['nsenter', `--net=${NETNS_DIR}/${ns}`, 'ip', '-o', 'monitor', 'link'];
+        const child = execa(cmd, args, {
+          buffer: false,
+          reject: false,
+          stdin: 'ignore',
+          env: { LC_ALL: 'C' },
+          forceKillAfterDelay: opts.killAfterMs ?? 2_000,
+        });
+        kill = () => child.kill('SIGTERM');
+        let stderr = '';
+        // A pid means the process runs (Node reports a failed spawn without one); ip subscribes
+        // to link events right after it starts, and the scan that ready() asks for comes a
+        // debounce later.
+        if (child.pid !== undefined) queueMicrotask(() => !closed && h.ready());
+        child.stdout?.on('data', () => {
+          if (!closed) h.change();
+        });
+        child.stderr?.on('data', (chunk: Buffer) => {
+          stderr = (stderr + chunk.toString('utf8')).slice(-STDERR_KEEP);
+          if (!closed) h.change();
+        });
+        ended = child.then((r) => {
+          const why = r.exitCode !== undefined ? `exited with ${r.exitCode}` : r.signal ? `killed by ${r.signal}` : (r.originalMessage ?? r.message ?? 'did not run');
+          exit(`${cmd} ${args.join(' ')} ${why}${stderr.trim() === '' ? '' : `: ${stderr.trim().split('\n').at(-1)}`}`);
+        });
+      };
+      start().catch((err: unknown) => exit(`cannot find the scans' network namespace: ${(err as Error).message}`));
+      return {
+        async close() {
+          closed = true;
+          kill();
+          await ended;
+        },
+      };
+    },
+  };
+}
+
 export interface PodInterfaceOptions {
   readonly nodeName: string;
   readonly scanner: PodInterfaceScanner;
   readonly log: Logger;
-  /** Rescan period while every local pod is bound (ports of re-created sandboxes). */
+  /** Rescan period while every local pod is bound and no link monitor runs (ports of
+   *  re-created sandboxes): polling. */
   readonly rescanMs: number;
   /** First rescan delay while some local pod address has no port yet; it doubles up to
    *  rescanMs while the address stays unbound (a namespace that cannot be read, say), so a
-   *  lasting problem costs no more than the ordinary rescans. */
+   *  lasting problem costs no more than the ordinary rescans. The link monitor does not end
+   *  these: an address given inside a pod's namespace is no link event of the node's. */
   readonly unboundRescanMs: number;
+  /** Link events: a scan follows each burst. Without it scans poll every rescanMs. */
+  readonly monitor?: LinkMonitor;
+  /** Rescan period while the monitor runs, in case it missed something. Default 30 s. */
+  readonly safetyRescanMs?: number;
+  /** How long a scan waits after a link event, so a burst (port added, joins the bridge,
+   *  carrier up) is one scan. Default 30 ms. */
+  readonly debounceMs?: number;
+  /** Restarts of a monitor that died or could not start. Default 1 s doubling to 30 s. */
+  readonly monitorRestart?: Backoff;
+  /** A monitor that ran this long before it died starts the backoff over, and its death is
+   *  warned about again. Default 60 s. */
+  readonly monitorStableMs?: number;
 }
 
 /**
  * Wraps a cluster source: every batch that brings a local pod address not bound yet waits for
  * a scan and carries the binding changes with it, so a new pod is enforced and can send in the
- * same write. Periodic rescans deliver binding changes on their own.
+ * same write. Rescans after link events (o.monitor), periodic ones and the unbound backoff
+ * deliver binding changes on their own.
  */
 export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source<CalcEvent> {
   const localIps = new Map<string, readonly string[]>(); // pod uid -> addresses
@@ -165,6 +295,21 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
   let deliver: (b: SourceBatch<CalcEvent>) => void = () => {};
   /** Rescans in a row that left some address unbound. */
   let unboundScans = 0;
+  const safetyRescanMs = o.safetyRescanMs ?? 30_000;
+  const debounceMs = o.debounceMs ?? 30;
+  const restart = o.monitorRestart ?? { initialMs: 1_000, maxMs: 30_000 };
+  const stableMs = o.monitorStableMs ?? 60_000;
+  /** The running monitor's stream; monitorUp once it listens. */
+  let stream: LinkMonitorStream | undefined;
+  let monitorUp = false;
+  let restartTimer: NodeJS.Timeout | undefined;
+  let restarts = 0;
+  /** The monitor is down and that was warned about (once per outage). */
+  let warned = false;
+  /** A link event no scan has started since. */
+  let changed = false;
+  /** The pending timer is a link event's (a scan is due within the debounce). */
+  let soon = false;
 
   const unbound = () => {
     for (const ips of localIps.values()) for (const ip of ips) if (!bound.has(ip)) return true;
@@ -173,6 +318,7 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
 
   const rescan = async (): Promise<PodInterfaceEvent[]> => {
     let found: PortBindings;
+    changed = false; // this scan reads the kernel after every event told so far
     try {
       found = await o.scanner.scan();
     } catch (err) {
@@ -187,24 +333,91 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
   };
 
   const nextDelay = (): number => {
+    const periodic = monitorUp ? safetyRescanMs : o.rescanMs;
     if (!unbound()) {
       unboundScans = 0;
-      return o.rescanMs;
+      return periodic;
     }
-    return backoffMs(++unboundScans, { initialMs: o.unboundRescanMs, maxMs: o.rescanMs });
+    return Math.min(periodic, backoffMs(++unboundScans, { initialMs: o.unboundRescanMs, maxMs: o.rescanMs }));
   };
 
-  const arm = () => {
-    if (stopped) return;
+  /** Sets the one timer: a scan after `ms`; `event`: a link event's, which no later arm() pushes
+   *  back. Nothing before the first batch is delivered (a scan's changes need its revision). */
+  const setTimer = (ms: number, event: boolean) => {
+    if (stopped || !delivered) return;
     clearTimeout(timer);
+    soon = event;
     timer = setTimeout(() => {
+      soon = false;
       chain = chain.then(async () => {
-        const events = await rescan();
-        if (events.length > 0 && delivered && !stopped) deliver({ events, ...delivered });
+        if (stopped) return;
+        // A link event that a scan since has covered needs none of its own.
+        if (!event || changed) {
+          const events = await rescan();
+          if (events.length > 0 && delivered && !stopped) deliver({ events, ...delivered });
+        }
         arm();
       });
-    }, nextDelay());
+    }, ms);
     timer.unref?.();
+  };
+
+  /** After a scan: the next periodic (or unbound backoff) one, unless a link event's is due. */
+  const arm = () => {
+    if (soon) return;
+    if (changed) setTimer(debounceMs, true);
+    else setTimer(nextDelay(), false);
+  };
+
+  /** A link changed: scan within the debounce (a burst of events is one scan). */
+  const linkChanged = () => {
+    changed = true;
+    if (!soon) setTimer(debounceMs, true);
+  };
+
+  const watch = () => {
+    restartTimer = undefined;
+    if (stopped || !o.monitor) return;
+    const opened = Date.now();
+    // This monitor's handlers act only while it is the current one (not after its exit, a
+    // stop() or a restart), even when they are called from inside open().
+    const self = {};
+    let current: object | undefined = self;
+    let up = false;
+    const mine = () => current === self && !stopped;
+    const s = o.monitor.open({
+      ready: () => {
+        if (!mine()) return;
+        up = true;
+        monitorUp = true;
+        o.log.debug('link monitor listening: pod interfaces are scanned on link events');
+        // Changes while it was starting (or down) were not told: one scan covers them, and the
+        // next periodic one is the safety rescan.
+        linkChanged();
+      },
+      change: () => {
+        if (mine()) linkChanged();
+      },
+      exit: (reason) => {
+        if (!mine()) return;
+        current = undefined;
+        stream = undefined;
+        monitorUp = false;
+        if (up && Date.now() - opened >= stableMs) {
+          restarts = 0;
+          warned = false;
+        }
+        const retryInMs = backoffMs(++restarts, restart);
+        const fields = { reason, retryInMs, pollMs: o.rescanMs };
+        if (warned) o.log.debug(fields, 'link monitor stopped again; restarting');
+        else o.log.warn(fields, `link monitor stopped: pod interfaces are scanned every ${o.rescanMs} ms until it runs again; restarting it with backoff`);
+        warned = true;
+        arm(); // back to polling
+        restartTimer = setTimeout(watch, retryInMs);
+        restartTimer.unref?.();
+      },
+    });
+    if (current === self) stream = s;
   };
 
   const track = (events: readonly ModelEvent[]): boolean => {
@@ -228,27 +441,43 @@ export function withPodInterfaces(inner: Source, o: PodInterfaceOptions): Source
     return fresh;
   };
 
+  /** No more scans, no monitor (and none restarted). */
+  const halt = async () => {
+    stopped = true;
+    clearTimeout(timer);
+    clearTimeout(restartTimer);
+    const s = stream;
+    stream = undefined;
+    await s?.close();
+  };
+
   return {
     start(onBatch) {
       deliver = onBatch;
-      return inner.start((batch) => {
-        const firstSync = batch.synced && !syncedSeen;
-        syncedSeen ||= batch.synced;
-        const fresh = track(batch.events);
-        if (fresh) unboundScans = 0; // a new address: look again soon
-        chain = chain.then(async () => {
-          if (stopped) return;
-          const extra = fresh || firstSync ? await rescan() : [];
-          delivered = { synced: batch.synced, revision: batch.revision };
-          deliver(extra.length > 0 ? { ...batch, events: [...batch.events, ...extra] } : batch);
-          arm();
+      // Listening before the first scan, so no change after it goes untold.
+      watch();
+      return inner
+        .start((batch) => {
+          const firstSync = batch.synced && !syncedSeen;
+          syncedSeen ||= batch.synced;
+          const fresh = track(batch.events);
+          if (fresh) unboundScans = 0; // a new address: look again soon
+          chain = chain.then(async () => {
+            if (stopped) return;
+            const extra = fresh || firstSync ? await rescan() : [];
+            delivered = { synced: batch.synced, revision: batch.revision };
+            deliver(extra.length > 0 ? { ...batch, events: [...batch.events, ...extra] } : batch);
+            arm();
+          });
+        })
+        .catch(async (err: unknown) => {
+          // The caller will not stop() a source that failed to start: leave no monitor behind.
+          await halt();
+          throw err;
         });
-      });
     },
     async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      await inner.stop();
+      await Promise.all([halt(), inner.stop()]);
       await chain;
     },
   };

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
 import { silentLogger } from '../../../src/log.ts';
 import type { CalcEvent, ModelEvent, Pod } from '../../../src/model/types.ts';
-import { createPodInterfaceScanner, withPodInterfaces, type PodInterfaceScanner } from '../../../src/sources/pod-interfaces.ts';
+import { ADDRESSES_SETTLE_MS, createPodInterfaceScanner, withPodInterfaces, type PodInterfaceScanner } from '../../../src/sources/pod-interfaces.ts';
 import type { Source, SourceBatch } from '../../../src/sources/types.ts';
 
 const ok = (stdout: unknown): RunResult => ({ stdout: JSON.stringify(stdout), stderr: '', exitCode: 0 });
@@ -52,10 +52,43 @@ test('no bridge yet means nothing is bound; a known port is not read again', asy
   const none = recordingRunner(async () => ({ stdout: '', stderr: 'Device "cni0" does not exist.', exitCode: 1 }));
   assert.equal((await createPodInterfaceScanner(none, 'cni0', silentLogger()).scan()).size, 0);
   const runner = kernel([port('veth1', 10, 2, 0)], { 0: ['cni-a', addrs(2, ['10.244.1.5', 'global'])] });
-  const scanner = createPodInterfaceScanner(runner, 'cni0', silentLogger());
+  let t = 0;
+  const scanner = createPodInterfaceScanner(runner, 'cni0', silentLogger(), () => t);
+  await scanner.scan();
+  t += 100;
+  await scanner.scan();
+  t += ADDRESSES_SETTLE_MS;
   await scanner.scan();
   await scanner.scan();
-  assert.equal(runner.calls.filter((c) => c.cmd === 'nsenter').length, 1);
+  assert.equal(runner.calls.filter((c) => c.cmd === 'nsenter').length, 2, 'read again while settling, then never');
+});
+
+test("a dual-stack pod scanned between its two addresses is bound to both: a port's addresses are read again in its first seconds", async () => {
+  const namespaces: Record<number, [string, unknown]> = { 0: ['cni-a', addrs(2, ['10.244.1.5', 'global'])] };
+  const runner = kernel([port('veth1', 10, 2, 0)], namespaces);
+  let t = 0;
+  const scanner = createPodInterfaceScanner(runner, 'cni0', silentLogger(), () => t);
+  assert.deepEqual([...(await scanner.scan())], [['10.244.1.5', 'veth1']], 'the IPv4 address came first');
+  namespaces[0] = ['cni-a', addrs(2, ['10.244.1.5', 'global'], ['fd00::5', 'global'])];
+  t += 100;
+  assert.deepEqual([...(await scanner.scan())].sort(), [
+    ['10.244.1.5', 'veth1'],
+    ['fd00::5', 'veth1'],
+  ]);
+});
+
+test('a port read before its pod has an address is read again at the next scan, and bound then', async () => {
+  const namespaces: Record<number, [string, unknown]> = { 0: ['cni-a', addrs(2)] };
+  const runner = kernel([port('veth1', 10, 2, 0)], namespaces);
+  let t = 0;
+  const scanner = createPodInterfaceScanner(runner, 'cni0', silentLogger(), () => t);
+  assert.equal((await scanner.scan()).size, 0, 'no address yet');
+  namespaces[0] = ['cni-a', addrs(2, ['10.244.1.5', 'global'])]; // the runtime configures the pod after attaching its port
+  assert.deepEqual([...(await scanner.scan())], [['10.244.1.5', 'veth1']]);
+  t += ADDRESSES_SETTLE_MS;
+  await scanner.scan();
+  await scanner.scan();
+  assert.equal(runner.calls.filter((c) => c.cmd === 'nsenter').length, 2, 'read until found, then cached once settled');
 });
 
 /** A silent logger that keeps its warnings. */
