@@ -123,6 +123,8 @@ export class Reconciler {
   /** Since when a write has been wanted without one succeeding (null: nothing owed). */
   #owedSince: number | null = null;
   #writeStartedAt: number | null = null;
+  /** When the last source batch arrived (null: none yet). */
+  #lastBatchAt: number | null = null;
   #idleWaiters: (() => void)[] = [];
 
   constructor(o: ReconcilerOptions) {
@@ -164,7 +166,11 @@ export class Reconciler {
     if (this.#arrivals.length < MAX_UNAPPLIED) this.#arrivals.push(now);
     this.#latestRevision = batch.revision;
     if (this.#synced || batch.synced) this.#owedSince ??= now;
-    this.#pacer.poke(this.#o.debounceMs);
+    // A batch after a quiet spell is written at once: waiting would only add latency. One that
+    // follows another within the debounce, or finds a write running, waits so a burst coalesces.
+    const quiet = !this.#pacer.busy() && (this.#lastBatchAt === null || now - this.#lastBatchAt >= this.#o.debounceMs);
+    this.#lastBatchAt = now;
+    this.#pacer.poke(quiet ? 0 : this.#o.debounceMs);
   }
 
   /** The source has delivered its first complete view. */

@@ -28,7 +28,7 @@ export const FLAGS = {
   'audit-nflog-group': { type: 'string', help: "NFLOG group of the audit rules (default 77; 1 to 3 are Calico's)" },
   'audit-rate': { type: 'string', help: 'kernel-side cap on audit events per second on this node (default 1000)' },
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
-  'debounce-ms': { type: 'string', help: 'quiet time before a write, so bursts coalesce (default 20)' },
+  'debounce-ms': { type: 'string', help: 'a batch within this many ms of the previous one waits this long, so bursts coalesce; one after a quiet spell is written at once (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
   'hook-check-interval': { type: 'string', help: "seconds between cheap checks of Weir's FORWARD hook and chains, which resync at once when another program changed them (default 5; 0: off)" },
   'watch-idle-timeout': { type: 'string', help: 'seconds a watch may stay silent (not even a bookmark) before it is restarted (default 180)' },

@@ -160,12 +160,39 @@ describe('reconcile loop', () => {
     assert.equal(r.readiness().revision, 'b9');
   });
 
+  test('a batch after a quiet spell is written at once; batches right after it, or during a write, wait and coalesce', async () => {
+    const { clock, dataplane, r } = setup();
+    dataplane.writeMs = 30;
+    r.onBatch(batch('r1'));
+    await clock.advance(0);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.at),
+      [0],
+      'no debounce on the first batch',
+    );
+    for (const t of [5, 10, 15]) {
+      await clock.advance(t - clock.t);
+      r.onBatch(batch(`b${t}`));
+    }
+    await clock.advance(200);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.at),
+      [0, 30],
+      'the three batches during the first write are one write, when it ends (20 ms after the first of them had passed)',
+    );
+    assert.equal(r.readiness().revision, 'b15');
+    await clock.advance(1000 - clock.t);
+    r.onBatch(batch('late'));
+    await clock.advance(0);
+    assert.deepEqual(dataplane.writes().at(-1)?.at, 1000, 'quiet again: at once');
+  });
+
   test('a failed write is retried with doubling backoff, as a resync, and readiness says why', async () => {
     const { clock, dataplane, r } = setup();
     dataplane.failWrites = 3;
     r.onBatch(batch('r1'));
-    await clock.advance(20);
-    assert.equal(dataplane.writes().length, 1);
+    await clock.advance(0);
+    assert.equal(dataplane.writes().length, 1, 'a batch after a quiet spell is written at once');
     assert.deepEqual(r.readiness(), { ready: false, revision: '', reason: 'ApplyFailed', error: 'UNKNOWN' });
     await clock.advance(99);
     assert.equal(dataplane.writes().length, 1, 'not before the first backoff of 100 ms');
@@ -185,14 +212,13 @@ describe('reconcile loop', () => {
   test('the periodic resync reads the kernel back', async () => {
     const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
     r.onBatch(batch('r1'));
-    await clock.advance(20);
     await clock.advance(2000);
     assert.deepEqual(
       dataplane.writes().map((c) => [c.kind, c.at]),
       [
-        ['resync', 20],
-        ['resync', 1020],
-        ['resync', 2020],
+        ['resync', 0],
+        ['resync', 1000],
+        ['resync', 2000],
       ],
     );
     await r.stop();
@@ -244,11 +270,11 @@ describe('backoff while events keep arriving', () => {
       await clock.advance(30);
     }
     const starts = dataplane.writes().map((c) => c.at);
-    assert.deepEqual(starts, [20, 1045], 'the first write after the debounce, the next one backoff (1 s) after its end');
+    assert.deepEqual(starts, [0, 1025], 'the first write at once, the next one backoff (1 s) after its end');
     await clock.advance(100);
     assert.deepEqual(
       dataplane.writes().map((c) => c.at),
-      [20, 1045, 3070],
+      [0, 1025, 3050],
       'then 2 s after the second',
     );
     await stopWhileAdvancing(clock, r);
@@ -315,8 +341,10 @@ describe('health and readiness', () => {
 
   test('/healthz fails while a write hangs', async () => {
     const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
-    dataplane.hang = true;
     r.onBatch(batch('r1'));
+    await clock.advance(10);
+    dataplane.hang = true;
+    r.onBatch(batch('r2')); // within the debounce of r1: its write starts 20 ms later, and hangs
     await clock.advance(3000);
     assert.equal(r.health().healthy, true);
     await clock.advance(1);
@@ -357,9 +385,9 @@ describe('the hook check and the start-up guard', () => {
     assert.deepEqual(
       dataplane.calls.map((c) => [c.kind, c.at]),
       [
-        ['resync', 20],
-        ['hookIntact', 5020],
-        ['hookIntact', 10_020],
+        ['resync', 0],
+        ['hookIntact', 5000],
+        ['hookIntact', 10_000],
       ],
     );
     dataplane.hook = false;
@@ -367,8 +395,8 @@ describe('the hook check and the start-up guard', () => {
     assert.deepEqual(
       dataplane.calls.slice(3).map((c) => [c.kind, c.at]),
       [
-        ['hookIntact', 15_020],
-        ['resync', 15_020],
+        ['hookIntact', 15_000],
+        ['resync', 15_000],
       ],
     );
     assert.equal(dataplane.hook, true);
@@ -376,7 +404,7 @@ describe('the hook check and the start-up guard', () => {
     await clock.advance(5000);
     assert.deepEqual(
       dataplane.calls.slice(5).map((c) => [c.kind, c.at]),
-      [['hookIntact', 20_020]],
+      [['hookIntact', 20_000]],
     );
     await r.stop();
   });
@@ -406,9 +434,9 @@ describe('the hook check and the start-up guard', () => {
     assert.deepEqual(
       dataplane.calls.map((c) => [c.kind, c.at]),
       [
-        ['resync', 20],
-        ['hookIntact', 1020],
-        ['resync', 1020],
+        ['resync', 0],
+        ['hookIntact', 1000],
+        ['resync', 1000],
       ],
     );
     assert.equal(await counterValue(metrics, 'errors', { reason: 'UNKNOWN' }), 1);
