@@ -403,6 +403,35 @@ test('lists are paginated with limit and continue, and every page counts', async
   assert.deepEqual(pods.sort(), names);
 });
 
+test('a page failing after the first (asked for while the first was decoded) fails the list, which starts over from the first page', async () => {
+  const names = ['p1', 'p2', 'p3', 'p4', 'p5'];
+  let release = () => {};
+  const h = await harness({
+    timings: { pageSize: 2 },
+    seed: (api) => {
+      api.set('Namespace', namespace('default'));
+      names.forEach((n, i) => {
+        api.set('Pod', pod('default', n, { ip: `10.244.0.${i + 10}` }));
+      });
+      api.fault('Pod', 'list', { hold: new Promise<void>((r) => (release = r)) }); // page 1, held
+      api.fault('Pod', 'list', { status: 500, reason: 'InternalError' }); // page 2 fails
+    },
+  });
+  const started = h.start();
+  await until(() => h.api.requestsOf('Pod', 'list').length === 1, 'the first page asked for');
+  release();
+  await started;
+  const lists = h.api.requestsOf('Pod', 'list');
+  assert.deepEqual(
+    lists.map((r) => r.query.get('continue') !== null),
+    [false, true, false, true, true],
+    'page 1, page 2 (failed), then the whole list again',
+  );
+  assert.equal(h.hooksOf('Pod', 'error').length, 1);
+  const pods = h.batches[0].events.filter((e) => e.kind === 'Pod').map((e) => (e.op === 'upsert' && e.kind === 'Pod' ? e.object.name : ''));
+  assert.deepEqual(pods.sort(), names);
+});
+
 test('the periodic relist repairs events the watch missed, and an unchanged relist sends nothing', async () => {
   const h = await harness({
     timings: { relistMs: [150, 150] },
