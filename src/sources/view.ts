@@ -1,6 +1,7 @@
 // A source's view of the world (model objects by key) and the exact events between two views.
 // Shared by the manifest and kube sources, so both emit the same events in the same order.
 
+import { createHash } from 'node:crypto';
 import type { ModelEvent, ObjectKind } from '../model/types.ts';
 
 /** An upsert of one of the kinds a source reads from the cluster or a manifest. */
@@ -9,7 +10,7 @@ export type ModelUpsert = Extract<ModelEvent, { op: 'upsert'; kind: ObjectKind }
 export interface ViewEntry {
   readonly key: string;
   readonly upsert: ModelUpsert;
-  /** Canonical JSON of the model object: equal text means no event. */
+  /** A digest of the model object's canonical JSON: equal digests mean no event. */
   readonly canonical: string;
   /** Where the object came from: a manifest file name, or an API collection path. */
   readonly file: string;
@@ -49,7 +50,13 @@ export function objectRef(u: ModelUpsert): string {
 
 /** A view entry for one upsert. */
 export function viewEntry(upsert: ModelUpsert, file: string): ViewEntry {
-  return { key: objectKey(upsert), upsert, canonical: canonicalJson(upsert.object), file };
+  return { key: objectKey(upsert), upsert, canonical: canonicalDigest(upsert.object), file };
+}
+
+/** SHA-256 of the canonical JSON: what a view keeps per object to tell changes (44 characters
+ *  where the JSON of a pod is about 400, times every pod of the cluster). */
+export function canonicalDigest(value: unknown): string {
+  return createHash('sha256').update(canonicalJson(value)).digest('base64');
 }
 
 /** JSON with object keys sorted, so key order in a file never produces an event. */

@@ -1,11 +1,11 @@
 // The four kinds Weir watches: where they live in the API and how one raw object becomes a
-// view entry (the shared conversion of ../convert.ts, canonical JSON for exact diffs).
+// view entry (the shared conversion of ../convert.ts, a digest of canonical JSON for exact diffs).
 
 import { rawRefOf } from '../../kube/reflector.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
-import { canonicalJson, objectKey } from '../view.ts';
+import { canonicalDigest, objectKey } from '../view.ts';
 import type { ModelUpsert, ViewEntry } from '../view.ts';
 
 export interface Resource extends Collection<ObjectKind> {
@@ -51,7 +51,7 @@ export function convertObject(res: Resource, raw: unknown): Converted {
       upsert = { kind: 'NetworkPolicy', op: 'upsert', object: toNetworkPolicy(raw) };
       break;
   }
-  const entry: ViewEntry = { key: objectKey(upsert), upsert, canonical: canonicalJson(upsert.object), file: res.path };
+  const entry: ViewEntry = { key: objectKey(upsert), upsert, canonical: canonicalDigest(upsert.object), file: res.path };
   return { entry, name: nameOfUpsert(upsert), warnings };
 }
 
