@@ -1,0 +1,1034 @@
+// npm run bench:agent: Weir's own targets measured on the built agent process (issue 10), not
+// in-process. A real kube-apiserver holds a cluster of bench/synthetic.ts's shapes (default
+// 100k pods, 10k namespaces, 20k policies, ~110 pods on node-0), and the bundled agent
+// (scripts/build.ts into .cache/agent-scale/weir-dist, never dist/) runs as node-0 in a network
+// namespace of this bench's own, reaching the API server through a bridge (test/integration/
+// bridge.ts), with the image's Node flags (src/cli/node-flags.ts). Prints measured figures
+// (p50/p99) next to the targets; asserts nothing.
+//   1. populating the API server (bounded concurrency), and how long it took
+//   2. cold start: process spawn -> the first full write ("resynced dataplane"), split into list,
+//      compute and write, with the CPU the agent, kube-apiserver and etcd spent meanwhile and the
+//      same lists made by the bench alone; RSS after it, peak (VmHWM) and at rest 30 s later
+//   3. incremental changes through the API, one at a time: API write answered -> the agent's
+//      "applied changes" line as received; the agent's own write ms; calc ms ("model updated")
+//   4. CPU at rest (from /proc) and RSS at the end
+//
+//   npm run bench:agent -- --scale=0.1 --changes=30
+// Flags (or env): --scale (WEIR_BENCH_SCALE, default 1), --changes (WEIR_BENCH_CHANGES, 30),
+// --concurrency (API writes in flight while populating, 32), --rest-s (30), --settle-s (wait up
+// to this long for the load average to fall under 1 after populating, 60), --max-populate-s
+// (stop creating pods after this long and measure the cluster made so far; 0: no limit),
+// --lease-holder (the agent takes the policy-status Lease and so writes every policy's
+// NetworkPolicyStatus, as one agent of a cluster does; by default another node holds it).
+
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { NODE_FLAGS } from '../src/cli/node-flags.ts';
+import type { Pod, RawNetworkPolicy } from '../src/model/types.ts';
+import { registerExitCleanup } from '../src/sim/cleanup.ts';
+import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
+import { bridgeApiServer, type Bridge } from '../test/integration/bridge.ts';
+import { startControlPlane, type ControlPlane } from '../test/integration/controlplane.ts';
+import { Api, ApiError, type KubeObject } from './peers/api.ts';
+import { usageOf, type Usage } from './peers/enforcers.ts';
+import { makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
+
+const REPO = fileURLToPath(new URL('../', import.meta.url));
+const CRDS = join(REPO, 'crds');
+const OUT = join(REPO, '.cache/agent-scale/weir-dist');
+const METRICS_PORT = 9464;
+
+const { values: flags } = parseArgs({
+  options: {
+    scale: { type: 'string' },
+    changes: { type: 'string' },
+    concurrency: { type: 'string' },
+    'rest-s': { type: 'string' },
+    'settle-s': { type: 'string' },
+    'max-populate-s': { type: 'string' },
+    'lease-holder': { type: 'boolean' },
+  },
+  strict: true,
+});
+const num = (v: string | undefined, env: string | undefined, d: number): number => {
+  const n = Number(v ?? env ?? d);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`not a number: ${v ?? env}`);
+  return n;
+};
+const scale = num(flags.scale, process.env.WEIR_BENCH_SCALE, 1);
+const CHANGES = Math.max(1, Math.round(num(flags.changes, process.env.WEIR_BENCH_CHANGES, 30)));
+const CONCURRENCY = Math.max(1, Math.round(num(flags.concurrency, undefined, 32)));
+const REST_S = num(flags['rest-s'], undefined, 30);
+const SETTLE_S = num(flags['settle-s'], undefined, 60);
+const MAX_POPULATE_S = num(flags['max-populate-s'], undefined, 0);
+const LEASE_HOLDER = flags['lease-holder'] ?? false;
+
+/** The shapes of bench/synthetic.ts, at the size of engine.bench.ts. */
+const size: SyntheticSize = {
+  pods: Math.round(100_000 * scale),
+  namespaces: Math.max(1, Math.round(10_000 * scale)),
+  policies: Math.round(20_000 * scale),
+  localPods: 110,
+};
+const NODES = Math.max(1, Math.round(size.pods / size.localPods));
+
+// ---------------------------------------------------------------------------------------------
+// Figures
+
+function pct(xs: readonly number[], p: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+}
+const f1 = (x: number): string => (Number.isNaN(x) ? '-' : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : x.toFixed(0));
+const mb = (x: number | undefined): string => (x === undefined ? '-' : `${x.toFixed(0)} MB`);
+const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
+const log = (s = ''): void => console.log(s);
+/** Progress goes to stderr, so stdout holds the figures alone. */
+const progress = (s: string): void => void process.stderr.write(`  .. ${s}\n`);
+
+function loadAverage(): number {
+  return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+}
+
+/** Printed before every section: above 1 the figures were taken under load. */
+function section(title: string): void {
+  const load = loadAverage();
+  log(`\n== ${title}  (load average ${load.toFixed(2)}${load > 1 ? ': UNDER LOAD, figures of this section were taken while other work shared the cores' : ''})`);
+}
+
+function machine(): string {
+  const nproc = spawnSync('nproc', { encoding: 'utf8' }).stdout.trim();
+  const kernel = spawnSync('uname', ['-r'], { encoding: 'utf8' }).stdout.trim();
+  const ipt = spawnSync('iptables', ['--version'], { encoding: 'utf8' }).stdout.trim();
+  const mem = /MemTotal:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1];
+  const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+  return `${nproc} cores, ${Math.round(Number(mem) / 1024 / 1024)} GB RAM, kernel ${kernel}, ${ipt}, node ${process.version}, load average ${load}`;
+}
+
+function sourceState(): string {
+  const git = (args: string[]) => spawnSync('git', ['-C', REPO, ...args], { encoding: 'utf8' }).stdout.trim();
+  const dirty = git(['status', '--porcelain', '--', 'src', 'scripts/build.ts']).split('\n').filter(Boolean).length;
+  return `commit ${git(['rev-parse', '--short', 'HEAD'])}${dirty > 0 ? ` + ${dirty} uncommitted file(s) in src/ (built as they were)` : ''}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// API objects of the synthetic shapes, as a kubelet and a user would write them
+
+/** A node's address (status.hostIP of its pods). */
+const hostIPOf = (nodeName: string): string => {
+  const n = Number(nodeName.slice(nodeName.lastIndexOf('-') + 1));
+  return `100.64.${(n >> 8) & 255}.${n & 255}`;
+};
+/** IPv6 in canonical text (synthetic.ts writes fd00::0:1f, the API server's strict validation
+ *  wants fd00::1f). */
+const canonicalIp = (ip: string): string => (ip.includes(':') ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
+
+function podObject(p: Pod): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: p.name, namespace: p.namespace, labels: { ...p.labels } },
+    spec: {
+      nodeName: p.nodeName,
+      containers: [{ name: 'app', image: 'registry.invalid/weir-bench', ports: p.ports.map((x) => ({ name: x.name, containerPort: x.port, protocol: x.protocol })) }],
+    },
+  };
+}
+
+function podStatus(p: Pod): unknown {
+  const hostIP = hostIPOf(p.nodeName);
+  const ips = p.ips.map(canonicalIp);
+  return {
+    status: {
+      phase: 'Running',
+      hostIP,
+      hostIPs: [{ ip: hostIP }],
+      podIP: ips[0],
+      podIPs: ips.map((ip) => ({ ip })),
+      conditions: [{ type: 'Ready', status: 'True' }],
+    },
+  };
+}
+
+const namespaceObject = (i: number): KubeObject => {
+  const ns = makeNamespace(i);
+  return { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns.name, labels: { ...ns.labels } } };
+};
+
+const policyObject = (p: RawNetworkPolicy): KubeObject => ({
+  apiVersion: 'networking.k8s.io/v1',
+  kind: 'NetworkPolicy',
+  metadata: { namespace: p.namespace, name: p.name },
+  spec: p.spec,
+});
+
+const collection = (kind: 'Pod' | 'NetworkPolicy' | 'Namespace', namespace?: string): string =>
+  kind === 'Namespace' ? '/api/v1/namespaces' : kind === 'Pod' ? `/api/v1/namespaces/${namespace}/pods` : `/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies`;
+
+/** API clients: one keep-alive pool of 16 sockets each (bench/peers/api.ts), enough of them for
+ *  the concurrency asked for. */
+class Clients {
+  readonly all: Api[];
+  #next = 0;
+  constructor(cp: ControlPlane, n: number) {
+    this.all = Array.from({ length: Math.max(1, Math.ceil(n / 16)) }, () => new Api(cp.server, cp.token, cp.kubeconfig));
+  }
+  get one(): Api {
+    return this.all[0];
+  }
+  pick(): Api {
+    return this.all[this.#next++ % this.all.length];
+  }
+  close(): void {
+    for (const a of this.all) a.close();
+  }
+}
+
+/** Retries what an overloaded API server answers (429, 5xx, a dropped connection); a create
+ *  that turns out to exist (a retry of one that had succeeded) counts as done. */
+async function withRetry(what: string, fn: () => Promise<unknown>, create = false): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await fn();
+      return;
+    } catch (e) {
+      if (create && e instanceof ApiError && e.status === 409) return;
+      const transient = !(e instanceof ApiError) || e.status === 429 || e.status >= 500;
+      if (!transient || attempt >= 8) throw new Error(`${what}: ${(e as Error).message}`, { cause: e });
+      await sleep(Math.min(5000, 100 * 2 ** attempt));
+    }
+  }
+}
+
+/** Runs `fn` for 0..n-1 with `limit` in flight; stops taking new work after the first error or
+ *  when `stop()` says so. Resolves with how many succeeded and the first error. */
+async function pool(n: number, limit: number, fn: (i: number) => Promise<void>, stop: () => boolean = () => false): Promise<{ done: number; error?: Error }> {
+  let next = 0;
+  let done = 0;
+  let error: Error | undefined;
+  const worker = async (): Promise<void> => {
+    while (next < n && error === undefined && !stop()) {
+      const i = next++;
+      try {
+        await fn(i);
+        done++;
+      } catch (e) {
+        error ??= e as Error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, n) }, worker));
+  return { done, error };
+}
+
+/** Logs progress every 10 s while `work` runs. */
+async function withProgress<T>(what: string, total: number, count: () => number, work: Promise<T>): Promise<T> {
+  const t0 = performance.now();
+  const timer = setInterval(() => {
+    const c = count();
+    const rate = c / ((performance.now() - t0) / 1000);
+    progress(`${what}: ${c}/${total} (${rate.toFixed(0)}/s, ${rate > 0 ? `about ${secs(((total - c) / rate) * 1000)} to go` : '?'}; load ${loadAverage().toFixed(2)})`);
+  }, 10_000);
+  try {
+    return await work;
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+interface Population {
+  readonly pods: number;
+  readonly namespaces: number;
+  readonly policies: number;
+  readonly podsError?: string;
+}
+
+async function populate(cp: ControlPlane, clients: Clients): Promise<Population> {
+  const api = clients.one;
+  // Status objects: their CRDs exist, as in a real install (the agent writes its NodePolicyStatus).
+  await cp.kubectl(['apply', '-f', CRDS]);
+  await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev']);
+  // This node: its pod ranges are those of synthetic.ts's podIps for node 0.
+  await api.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE }, spec: { podCIDR: '10.0.0.0/20', podCIDRs: ['10.0.0.0/20', 'fd00::/112'] } });
+  await api.patch('Node', undefined, NODE, { status: { addresses: [{ type: 'InternalIP', address: hostIPOf(NODE) }], conditions: [{ type: 'Ready', status: 'True' }] } }, 'status');
+  if (!LEASE_HOLDER) {
+    // Most agents of a cluster do not hold the policy-status Lease: another node does, for a day.
+    const now = new Date().toISOString().replace('Z', '000Z');
+    await api.request('POST', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases', {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { namespace: 'kube-system', name: 'weir-policy-status' },
+      spec: { holderIdentity: 'node-1', leaseDurationSeconds: 86_400, acquireTime: now, renewTime: now },
+    });
+  }
+
+  const t0 = performance.now();
+  let t = t0;
+  let count = 0;
+  const ns = await withProgress(
+    'namespaces',
+    size.namespaces,
+    () => count,
+    pool(size.namespaces, CONCURRENCY, async (i) => {
+      await withRetry(`namespace ${i}`, () => clients.pick().request('POST', `${collection('Namespace')}?fieldManager=weir-bench`, namespaceObject(i)), true);
+      count++;
+    }),
+  );
+  if (ns.error) throw ns.error;
+  const nsMs = performance.now() - t;
+  t = performance.now();
+  count = 0;
+  const pol = await withProgress(
+    'policies',
+    size.policies,
+    () => count,
+    pool(size.policies, CONCURRENCY, async (j) => {
+      const p = makePolicy(j, size);
+      await withRetry(`policy ${p.namespace}/${p.name}`, () => clients.pick().request('POST', `${collection('NetworkPolicy', p.namespace)}?fieldManager=weir-bench`, policyObject(p)), true);
+      count++;
+    }),
+  );
+  if (pol.error) throw pol.error;
+  const polMs = performance.now() - t;
+  t = performance.now();
+  count = 0;
+  // Each pod as a kubelet sees it: created (Pending, no address), then its status (Running,
+  // its IPs and its node's address) through the status subresource.
+  const deadline = MAX_POPULATE_S > 0 ? t0 + MAX_POPULATE_S * 1000 : Number.POSITIVE_INFINITY;
+  const pods = await withProgress(
+    'pods (create + status)',
+    size.pods,
+    () => count,
+    pool(
+      size.pods,
+      CONCURRENCY,
+      async (i) => {
+        const p = makePod(i, size);
+        const a = clients.pick();
+        await withRetry(`pod ${p.namespace}/${p.name}`, () => a.request('POST', `${collection('Pod', p.namespace)}?fieldManager=weir-bench`, podObject(p)), true);
+        await withRetry(`status of pod ${p.namespace}/${p.name}`, () => a.patch('Pod', p.namespace, p.name, podStatus(p), 'status'));
+        count++;
+      },
+      () => performance.now() > deadline,
+    ),
+  );
+  const podsMs = performance.now() - t;
+  const total = performance.now() - t0;
+  const rate = (n: number, ms: number) => `${((n / ms) * 1000).toFixed(0)}/s`;
+  log(`namespaces: ${ns.done} in ${secs(nsMs)} (${rate(ns.done, nsMs)})`);
+  log(`policies:   ${pol.done} in ${secs(polMs)} (${rate(pol.done, polMs)})`);
+  log(`pods:       ${pods.done} in ${secs(podsMs)} (${rate(pods.done, podsMs)} pods, ${rate(2 * pods.done, podsMs)} writes: create + status)`);
+  log(`populated in ${secs(total)}, ${CONCURRENCY} writes in flight`);
+  let podsError: string | undefined;
+  if (pods.error) podsError = `the API server stopped taking pods after ${pods.done}: ${pods.error.message}`;
+  else if (pods.done < size.pods) podsError = `--max-populate-s=${MAX_POPULATE_S} reached after ${pods.done} pods`;
+  if (podsError) log(`NOT FULL SIZE: ${podsError}; measuring the ${pods.done} pods that exist`);
+  return { pods: pods.done, namespaces: ns.done, policies: pol.done, podsError };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the cold start's time goes: CPU of each process involved, and the same lists made by
+// the bench itself
+
+/** CPU seconds so far of each process taking part, by name. */
+type CpuSnapshot = Record<string, number>;
+
+/** PIDs of the control plane's daemons (DIR/pids: "name pid starttime" lines). */
+function controlPlanePids(cp: ControlPlane): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const line of readFileSync(join(cp.dir, 'pids'), 'utf8').split('\n')) {
+    const [name, pid] = line.trim().split(/\s+/);
+    if (name && Number(pid) > 0) out[name] = Number(pid);
+  }
+  return out;
+}
+
+/** The bridge's process in the agent's namespace: our child whose command line names the
+ *  bridge's socket (bridge.ts does not expose it). */
+function bridgePid(): number | undefined {
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === process.pid && readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('weir-bridge-')) return Number(d);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return undefined;
+}
+
+function cpuSnapshot(pids: Record<string, number | undefined>): CpuSnapshot {
+  const out: CpuSnapshot = {};
+  for (const [name, pid] of Object.entries(pids)) {
+    const u = pid === undefined ? null : usageOf(pid);
+    if (u) out[name] = u.cpuS;
+  }
+  const me = process.cpuUsage();
+  out['bench (this process)'] = (me.user + me.system) / 1e6;
+  return out;
+}
+
+const cpuBetween = (a: CpuSnapshot, b: CpuSnapshot): string =>
+  Object.keys(b)
+    .filter((k) => a[k] !== undefined || k === 'agent')
+    .map((k) => `${k} ${(b[k] - (a[k] ?? 0)).toFixed(1)} s`)
+    .join(', ');
+
+/** Lists a collection page by page, reading each body without parsing it: what the API server
+ *  alone takes to serve a list. */
+async function timedList(cp: ControlPlane, agent: HttpsAgent, path: string, query: string): Promise<{ pages: number; bytes: number }> {
+  let cont = '';
+  let pages = 0;
+  let bytes = 0;
+  do {
+    const url = new URL(`${path}?${query}${cont ? `&continue=${encodeURIComponent(cont)}` : ''}`, cp.server);
+    const head = await new Promise<string>((resolve, reject) => {
+      const req = httpsRequest(url, { agent, headers: { authorization: `Bearer ${cp.token}`, accept: 'application/json' } }, (res) => {
+        let first = '';
+        res.on('data', (c: Buffer) => {
+          bytes += c.length;
+          if (first.length < 4096) first += c.toString();
+        });
+        res.on('end', () => (res.statusCode === 200 ? resolve(first) : reject(new Error(`GET ${path}: HTTP ${res.statusCode}: ${first.slice(0, 300)}`))));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    pages++;
+    cont = /"continue":"([^"]*)"/.exec(head)?.[1] ?? '';
+  } while (cont !== '');
+  return { pages, bytes };
+}
+
+/** The agent's lists (every namespace, pod and policy, all at once), made by the bench: how long
+ *  the API server takes to serve them, and the CPU it and etcd spend. */
+async function listLikeTheAgent(cp: ControlPlane, query: string): Promise<string> {
+  const ca = /certificate-authority-data:\s*(\S+)/.exec(readFileSync(cp.kubeconfig, 'utf8'))?.[1] ?? '';
+  const agent = new HttpsAgent({ keepAlive: true, ca: Buffer.from(ca, 'base64') });
+  try {
+    const c0 = cpuSnapshot(controlPlanePids(cp));
+    const t0 = performance.now();
+    const r = await Promise.all(['/api/v1/namespaces', '/api/v1/pods', '/apis/networking.k8s.io/v1/networkpolicies'].map((p) => timedList(cp, agent, p, query)));
+    const ms = performance.now() - t0;
+    const c1 = cpuSnapshot(controlPlanePids(cp));
+    return `${secs(ms)} (${r.reduce((n, x) => n + x.pages, 0)} pages, ${(r.reduce((n, x) => n + x.bytes, 0) / 1e6).toFixed(0)} MB of JSON; CPU ${cpuBetween(c0, c1)})`;
+  } finally {
+    agent.destroy();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent process
+
+interface LogRecord {
+  readonly level?: number;
+  readonly msg?: string;
+  readonly ms?: number;
+  readonly revision?: string;
+  readonly resync?: boolean;
+  readonly stats?: {
+    membersAdded?: number;
+    membersRemoved?: number;
+    setsCreated?: number;
+    setsDeleted?: number;
+    chainsWritten?: number;
+    chainsDeleted?: number;
+    rulesWritten?: number;
+    durations?: Record<string, number>;
+  };
+  readonly [k: string]: unknown;
+}
+
+/** A write of the agent ("applied changes" or "resynced dataplane"), with when its line was
+ *  received and the calc time of the passes since the previous write. */
+interface Write {
+  readonly at: number;
+  readonly rec: LogRecord;
+  readonly revision: number;
+  readonly computeMs: number | undefined;
+  /** Usage of the process as the line arrived. */
+  readonly usage: Usage | null;
+}
+
+const isWrite = (r: LogRecord): boolean => r.msg === 'applied changes' || r.msg === 'resynced dataplane';
+
+class Agent {
+  readonly child: ChildProcess;
+  readonly spawnedAt: number;
+  readonly lines: string[] = [];
+  /** The first line of each message, when it was received, and the CPU snapshot then. */
+  readonly firstAt = new Map<string, { at: number; rec: LogRecord; cpu: CpuSnapshot }>();
+  /** Taken at the first line of each message (cheap: a few reads of /proc). */
+  snapshot: () => CpuSnapshot = () => ({});
+  readonly writes: Write[] = [];
+  readonly warnings: string[] = [];
+  revision = 0;
+  #compute: number[] = [];
+  readonly #waiters = new Set<{ test: (w: Write) => boolean; resolve: (w: Write) => void; reject: (e: Error) => void }>();
+
+  constructor(netns: string, argv: readonly string[]) {
+    this.spawnedAt = performance.now();
+    // `ip netns exec` execs in place: child.pid is the agent's own PID.
+    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
+    for (const s of [this.child.stdout!, this.child.stderr!]) createInterface({ input: s }).on('line', (l) => this.#onLine(l));
+    this.child.once('exit', (code, signal) => {
+      const e = new Error(`the agent exited (${code ?? signal}); last lines:\n${this.lines.slice(-10).join('\n')}`);
+      for (const w of [...this.#waiters]) w.reject(e);
+      this.#waiters.clear();
+    });
+  }
+
+  get pid(): number {
+    return this.child.pid ?? -1;
+  }
+
+  get exited(): boolean {
+    return this.child.exitCode !== null || this.child.signalCode !== null;
+  }
+
+  usage(): Usage | null {
+    return this.exited ? null : usageOf(this.pid);
+  }
+
+  /** The first write from now on that passes `test`. */
+  nextWrite(test: (w: Write) => boolean, timeoutMs: number, what: string): Promise<Write> {
+    return new Promise((resolve, reject) => {
+      const w = {
+        test,
+        resolve: (x: Write) => {
+          clearTimeout(timer);
+          resolve(x);
+        },
+        reject: (e: Error) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(w);
+        reject(
+          new Error(
+            `agent: no write for "${what}" within ${timeoutMs} ms${this.exited ? ` (exited ${this.child.exitCode ?? this.child.signalCode})` : ''}; last lines:\n${this.lines.slice(-6).join('\n')}`,
+          ),
+        );
+      }, timeoutMs);
+      if (this.exited) w.reject(new Error(`the agent has exited (${this.child.exitCode ?? this.child.signalCode}); last lines:\n${this.lines.slice(-10).join('\n')}`));
+      else this.#waiters.add(w);
+    });
+  }
+
+  /** The write that holds the batch a change made from now on (a later revision). */
+  writeAfter(timeoutMs: number, what: string): Promise<Write> {
+    const after = this.revision;
+    return this.nextWrite((w) => w.revision > after, timeoutMs, what);
+  }
+
+  /** SIGTERM, then SIGKILL after 5 s. */
+  async stop(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
+    this.child.kill('SIGTERM');
+    const force = setTimeout(() => this.child.kill('SIGKILL'), 5000);
+    await gone;
+    clearTimeout(force);
+  }
+
+  #onLine(line: string): void {
+    const at = performance.now();
+    this.lines.push(line);
+    if (this.lines.length > 200) this.lines.shift();
+    let rec: LogRecord;
+    try {
+      rec = JSON.parse(line) as LogRecord;
+    } catch {
+      this.warnings.push(line);
+      return;
+    }
+    if (typeof rec.msg === 'string' && !this.firstAt.has(rec.msg)) this.firstAt.set(rec.msg, { at, rec, cpu: this.snapshot() });
+    if ((rec.level ?? 0) >= 40) this.warnings.push(line);
+    if (rec.msg === 'model updated' && typeof rec.ms === 'number') this.#compute.push(rec.ms);
+    if (!isWrite(rec)) return;
+    const revision = Number(rec.revision ?? 0);
+    const w: Write = {
+      at,
+      rec,
+      revision,
+      computeMs: this.#compute.length > 0 ? this.#compute.reduce((a, b) => a + b, 0) : undefined,
+      usage: this.usage(),
+    };
+    this.#compute = [];
+    this.revision = Math.max(this.revision, revision);
+    this.writes.push(w);
+    for (const x of [...this.#waiters]) {
+      if (x.test(w)) {
+        this.#waiters.delete(x);
+        x.resolve(w);
+      }
+    }
+  }
+}
+
+/** The agent's /metrics, fetched from inside its namespace. */
+function scrapeMetrics(netns: string): Promise<string> {
+  const script = `fetch('http://127.0.0.1:${METRICS_PORT}/metrics').then((r) => r.text()).then((t) => process.stdout.write(t), (e) => { console.error(String(e)); process.exit(1); })`;
+  return new Promise((resolve) => {
+    const child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', script], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let out = '';
+    child.stdout!.on('data', (c) => (out += c));
+    child.on('close', () => resolve(out));
+  });
+}
+
+interface Histogram {
+  readonly buckets: Map<number, number>;
+  readonly sum: number;
+  readonly count: number;
+}
+
+/** One histogram of a Prometheus text exposition, summed over the series that pass `filter`. */
+function histogram(text: string, name: string, filter: (labels: string) => boolean = () => true): Histogram {
+  const buckets = new Map<number, number>();
+  let sum = 0;
+  let count = 0;
+  for (const line of text.split('\n')) {
+    const m = /^(\w+?)(_bucket|_sum|_count)(?:\{([^}]*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name || !filter(m[3] ?? '')) continue;
+    const v = Number(m[4]);
+    if (m[2] === '_sum') sum += v;
+    else if (m[2] === '_count') count += v;
+    else {
+      const le = /le="([^"]+)"/.exec(m[3] ?? '')?.[1];
+      const bound = le === '+Inf' ? Number.POSITIVE_INFINITY : Number(le);
+      buckets.set(bound, (buckets.get(bound) ?? 0) + v);
+    }
+  }
+  return { buckets, sum, count };
+}
+
+function minus(a: Histogram, b: Histogram): Histogram {
+  return { buckets: new Map([...a.buckets].map(([le, v]) => [le, v - (b.buckets.get(le) ?? 0)])), sum: a.sum - b.sum, count: a.count - b.count };
+}
+
+/** The bucket bound under which a quantile lies (Prometheus histograms give no more). */
+function bucketQuantile(h: Histogram, q: number): string {
+  if (h.count <= 0) return '-';
+  for (const [le, c] of [...h.buckets].sort((x, y) => x[0] - y[0])) if (c >= q * h.count) return le === Number.POSITIVE_INFINITY ? '> largest bucket' : `<= ${f1(le * 1000)} ms`;
+  return '?';
+}
+
+/** A gauge of a Prometheus text exposition (summed over its series). */
+function gauge(text: string, name: string): number | undefined {
+  let v: number | undefined;
+  for (const line of text.split('\n')) {
+    const m = /^(\w+)(?:\{[^}]*\})? (\S+)$/.exec(line);
+    if (m && m[1] === name) v = (v ?? 0) + Number(m[2]);
+  }
+  return v;
+}
+
+/** What V8 holds, beside RSS: a gap between them is memory the heap no longer uses that the
+ *  process has not returned, or buffers outside the heap. */
+function heap(text: string): string {
+  const g = (name: string) => {
+    const v = gauge(text, name);
+    return v === undefined ? '-' : (v / 2 ** 20).toFixed(0);
+  };
+  return `V8 heap used ${g('weir_nodejs_heap_size_used_bytes')} of ${g('weir_nodejs_heap_size_total_bytes')} MB, external ${g('weir_nodejs_external_memory_bytes')} MB`;
+}
+
+const describeHistogram = (h: Histogram): string => `n=${h.count}, mean ${f1(h.count > 0 ? (h.sum / h.count) * 1000 : Number.NaN)} ms, p50 ${bucketQuantile(h, 0.5)}, p99 ${bucketQuantile(h, 0.99)}`;
+
+// ---------------------------------------------------------------------------------------------
+// Changes
+
+interface Change {
+  /** Untimed writes first (e.g. the pod's create before its status), each waited for. */
+  readonly prep: ((api: Api) => Promise<unknown>)[];
+  /** The timed write. */
+  readonly write: (api: Api) => Promise<unknown>;
+}
+
+interface KindResult {
+  readonly kind: string;
+  readonly local: boolean | null;
+  readonly latency: number[];
+  readonly api: number[];
+  readonly agentMs: number[];
+  readonly computeMs: number[];
+  /** write->applied less the agent's write and compute: watch delivery, batching, debounce. */
+  readonly other: number[];
+  readonly steps: Record<string, number[]>;
+  changedKernel: number;
+  resyncs: number;
+  missed: number;
+}
+
+/** The shape (0-4) of synthetic policy j (bench/synthetic.ts's makePolicy). */
+const shapeOf = (j: number): number => (j + Math.floor(j / size.namespaces)) % 5;
+
+/** Whether synthetic shape `shape`'s podSelector selects a pod with these labels. */
+function shapeSelects(shape: number, labels: Record<string, string>): boolean {
+  return [true, labels.tier === 'db', labels.tier === 'api', labels.tier === 'web', labels.app === 'app1' || labels.app === 'app2'][shape];
+}
+
+/**
+ * Remote pods whose tier web <-> api moves them in or out of a peer set of node-0. A local pod
+ * of tier api in namespace n is selected by n's shape-2 policy, which allows tier=web from every
+ * namespace of team t(n % 50) (its own team): the remote pods of those namespaces are peers.
+ */
+function peerPods(count: number, existing: number, localPods: readonly number[]): number[] {
+  const teams = new Set<number>();
+  for (const i of localPods) {
+    const p = makePod(i, size);
+    const n = Number(p.namespace.slice(3));
+    for (let j = n; j < size.policies; j += size.namespaces) if (shapeOf(j) === 2 && p.labels.tier === 'api') teams.add(n % 50);
+  }
+  const out: number[] = [];
+  // Spread over the cluster: a stride prime to any size here.
+  for (let k = 0, i = 7; k < existing && out.length < count; k++, i = (i + 7919) % existing) {
+    if (i % NODES !== 0 && teams.has((i % size.namespaces) % 50) && !out.includes(i)) out.push(i);
+  }
+  return out;
+}
+
+function changeKinds(existing: number): [string, boolean | null, (i: number) => Change][] {
+  // The indices of engine.bench.ts: fresh pods on node-0 (local) and on node-1 (remote).
+  const fresh = size.pods + 1000;
+  const localIndex = (i: number) => fresh + i * NODES - ((fresh + i * NODES) % NODES);
+  const remoteIndex = (i: number) => localIndex(i) + 1;
+  const labels = new Map<number, Record<string, string>>();
+  const labelsOf = (i: number) => labels.get(i) ?? { ...makePod(i, size).labels };
+  /** A new tier for pod i: a merge patch of its labels. */
+  const retier = (i: number, flip: (tier: string) => string) => {
+    const l = { ...labelsOf(i), tier: flip(labelsOf(i).tier) };
+    labels.set(i, l);
+    const p = makePod(i, size);
+    return (api: Api) => api.patch('Pod', p.namespace, p.name, { metadata: { labels: l } });
+  };
+  const add = (index: number): Change => {
+    const p = makePod(index, size);
+    return { prep: [(api) => api.request('POST', collection('Pod', p.namespace), podObject(p))], write: (api) => api.patch('Pod', p.namespace, p.name, podStatus(p), 'status') };
+  };
+  const del = (index: number): Change => {
+    const p = makePod(index, size);
+    return { prep: [], write: (api) => api.delete('Pod', p.namespace, p.name) };
+  };
+  // The pods of node-0 that exist (all of them unless populating stopped early).
+  const localPods = Array.from({ length: Math.ceil(existing / NODES) }, (_, m) => m * NODES).filter((i) => i < existing);
+  const peers = peerPods(CHANGES, existing, localPods);
+  // Policy i has the shape engine.bench.ts's "policy add" has, in the namespace of a local pod
+  // it selects (so that it is enforced on node-0), a different pod each time where possible.
+  const policies = Array.from({ length: CHANGES }, (_, i) => {
+    const p = makePolicy(size.policies + i, size);
+    const shape = shapeOf(size.policies + i);
+    let pod = localPods[(i * 7) % localPods.length];
+    for (let k = 0; k < localPods.length; k++) {
+      const candidate = localPods[(i * 7 + k) % localPods.length];
+      if (shapeSelects(shape, makePod(candidate, size).labels)) {
+        pod = candidate;
+        break;
+      }
+    }
+    return { ...p, namespace: makePod(pod, size).namespace, name: `bench-${i}` };
+  });
+  return [
+    ['pod add (local)', true, (i) => add(localIndex(i))],
+    ['pod delete (local)', true, (i) => del(localIndex(i))],
+    ['pod add (remote)', false, (i) => add(remoteIndex(i))],
+    ['pod delete (remote)', false, (i) => del(remoteIndex(i))],
+    ['pod label change (remote)', false, (i) => ({ prep: [], write: retier(peers[i % peers.length], (t) => (t === 'web' ? 'api' : 'web')) })],
+    ['pod label change (local)', true, (i) => ({ prep: [], write: retier(localPods[i % localPods.length], (t) => (t === 'db' ? 'api' : 'db')) })],
+    ['policy add', null, (i) => ({ prep: [], write: (api) => api.request('POST', collection('NetworkPolicy', policies[i].namespace), policyObject(policies[i])) })],
+    ['policy delete', null, (i) => ({ prep: [], write: (api) => api.request('DELETE', `/apis/networking.k8s.io/v1/namespaces/${policies[i].namespace}/networkpolicies/${policies[i].name}`) })],
+  ];
+}
+
+const changedKernel = (r: LogRecord): boolean => {
+  const s = r.stats ?? {};
+  return (s.membersAdded ?? 0) + (s.membersRemoved ?? 0) + (s.setsCreated ?? 0) + (s.setsDeleted ?? 0) + (s.chainsWritten ?? 0) + (s.chainsDeleted ?? 0) > 0;
+};
+
+async function measureKind(agent: Agent, api: Api, kind: string, local: boolean | null, make: (i: number) => Change): Promise<KindResult> {
+  const r: KindResult = { kind, local, latency: [], api: [], agentMs: [], computeMs: [], other: [], steps: {}, changedKernel: 0, resyncs: 0, missed: 0 };
+  for (let i = 0; i < CHANGES; i++) {
+    const c = make(i);
+    try {
+      for (const prep of c.prep) {
+        const seen = agent.writeAfter(30_000, `${kind} #${i} (before the timed write)`);
+        await prep(api);
+        await seen;
+        // A kubelet writes a pod's status well after creating it (sandbox, image): the timed
+        // write follows a quiet spell, as the next change does (below).
+        await sleep(50);
+      }
+      const seen = agent.writeAfter(30_000, `${kind} #${i}`);
+      const sent = performance.now();
+      await c.write(api);
+      const answered = performance.now();
+      const w = await seen;
+      r.latency.push(w.at - answered);
+      r.api.push(answered - sent);
+      if (typeof w.rec.ms === 'number') r.agentMs.push(w.rec.ms);
+      if (w.computeMs !== undefined) r.computeMs.push(w.computeMs);
+      r.other.push(w.at - answered - (w.rec.ms ?? 0) - (w.computeMs ?? 0));
+      for (const [step, s] of Object.entries(w.rec.stats?.durations ?? {})) if (s > 0) (r.steps[step] ??= []).push(s * 1000);
+      if (changedKernel(w.rec)) r.changedKernel++;
+      if (w.rec.resync) r.resyncs++;
+    } catch (e) {
+      r.missed++;
+      progress(`${kind} #${i}: ${(e as Error).message.split('\n')[0]}`);
+    }
+    await sleep(50); // the next change is a batch of its own
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface Figures {
+  coldStartMs?: number;
+  rssAfterStart?: number;
+  hwmAfterStart?: number;
+  rssRest?: number;
+  hwmEnd?: number;
+  rssEnd?: number;
+  cpuRestPct?: number;
+  results: KindResult[];
+}
+
+async function main(): Promise<void> {
+  log(`bench:agent: Weir's targets on the built agent process against a real kube-apiserver`);
+  log(`machine: ${machine()}`);
+  log(`source: ${sourceState()}`);
+  log(
+    `cluster (bench/synthetic.ts shapes, scale ${scale}): ${size.pods} pods on ${NODES} nodes (~${size.localPods} on ${NODE}), ${size.namespaces} namespaces, ${size.policies} policies; ${CHANGES} changes of each kind`,
+  );
+  log(`policy-status Lease: ${LEASE_HOLDER ? 'the agent takes it (writes every NetworkPolicyStatus)' : 'held by another node (the agent writes only its NodePolicyStatus)'}`);
+
+  progress(`building the agent from src/ into ${OUT}`);
+  const built = spawnSync(process.execPath, [join(REPO, 'scripts/build.ts'), OUT], { encoding: 'utf8' });
+  if (built.status !== 0) throw new Error(`scripts/build.ts failed:\n${(built.stdout + built.stderr).slice(0, 2000)}`);
+  const main = join(OUT, 'cli/main.js');
+
+  const figures: Figures = { results: [] };
+  let cp: ControlPlane | undefined;
+  let clients: Clients | undefined;
+  let bridge: Bridge | undefined;
+  let agent: Agent | undefined;
+  const netns = `${uniquePrefix('wagsc')}node`;
+  let nsMade = false;
+  // Ctrl-C, SIGTERM or an exit without the finally below: kill what we started, by PID, and
+  // delete our namespace (the control plane has its own handler).
+  const unregister = registerExitCleanup(() => {
+    if (agent && !agent.exited) agent.child.kill('SIGKILL');
+    void bridge?.close().catch(() => {}); // kills its process in the namespace before its first await
+    if (nsMade) spawnSync('ip', ['netns', 'delete', netns]);
+  });
+  try {
+    section('1. populating the API server');
+    progress('starting etcd and kube-apiserver');
+    cp = await startControlPlane();
+    log(`kube-apiserver ready in ${secs(cp.startMs)} at ${cp.server}`);
+    clients = new Clients(cp, CONCURRENCY);
+    const pop = await populate(cp, clients);
+
+    if (SETTLE_S > 0) {
+      const until = performance.now() + SETTLE_S * 1000;
+      progress(`waiting up to ${SETTLE_S} s for the load average (${loadAverage().toFixed(2)}) to fall under 1`);
+      while (loadAverage() >= 1 && performance.now() < until) await sleep(2000);
+    }
+
+    section(`2. cold start: ${pop.pods} pods, ${pop.policies} policies`);
+    await createNs(netns);
+    nsMade = true;
+    bridge = await bridgeApiServer(netns, Number(new URL(cp.server).port));
+    // Node's flags as the image's entrypoint passes them.
+    const argv = [...NODE_FLAGS, main, 'agent', '--node-name', NODE, '--kubeconfig', cp.kubeconfig, '--source-binding', 'off', '--log-level', 'debug', '--metrics-addr', `127.0.0.1:${METRICS_PORT}`];
+    log(`agent: node ${argv.map((x) => (x === cp?.kubeconfig ? '(admin kubeconfig)' : x.replace(REPO, ''))).join(' ')}  (in network namespace ${netns})`);
+    log('for comparison, the same lists made by the bench itself (all kinds at once; bodies read, not parsed; no bridge):');
+    log(`  500 a page, as the agent lists:                 ${await listLikeTheAgent(cp, 'limit=500')}`);
+    log(`  one page each, resourceVersion=0 (watch cache): ${await listLikeTheAgent(cp, 'resourceVersion=0')}`);
+    const others = { ...controlPlanePids(cp), bridge: bridgePid() };
+    const cpu0 = cpuSnapshot(others);
+    const a = new Agent(netns, argv);
+    agent = a;
+    a.snapshot = () => cpuSnapshot({ agent: a.pid, ...others });
+    const first = await a.nextWrite((w) => w.rec.msg === 'resynced dataplane', 600_000, 'the first full write');
+    const since = (msg: string) => {
+      const x = a.firstAt.get(msg);
+      return x ? `${secs(x.at - a.spawnedAt)}` : '-';
+    };
+    figures.coldStartMs = first.at - a.spawnedAt;
+    figures.rssAfterStart = first.usage?.rssMB;
+    figures.hwmAfterStart = first.usage?.hwmMB;
+    const d = first.rec.stats?.durations ?? {};
+    const st = first.rec.stats ?? {};
+    log(`spawn -> first log line                      ${secs((a.firstAt.values().next().value?.at ?? Number.NaN) - a.spawnedAt)}`);
+    const listed = a.firstAt.get('kube: every kind listed; sending the full state');
+    const written = a.firstAt.get('resynced dataplane');
+    log(`spawn -> "every kind listed" (list done)     ${since('kube: every kind listed; sending the full state')}`);
+    if (listed) log(`  CPU meanwhile: ${cpuBetween(cpu0, listed.cpu)}`);
+    log(`full state compute ("model updated")         ${f1(first.computeMs ?? Number.NaN)} ms`);
+    log(
+      `full write ("resynced dataplane")            ${f1(first.rec.ms ?? Number.NaN)} ms  (read ${f1((d.read ?? 0) * 1000)}, sets ${f1((d.sets ?? 0) * 1000)}, chains ${f1((d.chains ?? 0) * 1000)}, destroy ${f1((d.destroy ?? 0) * 1000)} ms)`,
+    );
+    log(
+      `  wrote ${st.setsCreated ?? 0} sets, ${st.membersAdded ?? 0} members, ${st.chainsWritten ?? 0} chains, ${st.rulesWritten ?? 0} rules; kernel holds ${String(first.rec.sets)} sets, ${String(first.rec.chains)} chains, ${String(first.rec.rules)} rules`,
+    );
+    if (listed && written) log(`  CPU from the lists done to the full write: ${cpuBetween(listed.cpu, written.cpu)}`);
+    log(`COLD START: spawn -> full state written       ${secs(figures.coldStartMs)}`);
+    const metrics0 = await scrapeMetrics(netns);
+    log(`RSS right after: ${mb(figures.rssAfterStart)}, peak so far (VmHWM) ${mb(figures.hwmAfterStart)}; ${heap(metrics0)}`);
+    const u0 = a.usage();
+    const writes0 = a.writes.length;
+    await sleep(REST_S * 1000);
+    const u1 = a.usage();
+    figures.rssRest = u1?.rssMB;
+    const restWrites = a.writes.slice(writes0);
+    log(
+      `${REST_S} s later, at rest: RSS ${mb(u1?.rssMB)}, VmHWM ${mb(u1?.hwmMB)}, ${heap(await scrapeMetrics(netns))}, CPU ${u0 && u1 ? ((100 * (u1.cpuS - u0.cpuS)) / REST_S).toFixed(1) : '-'}% of a core; writes meanwhile: ${restWrites.map((w) => `${w.rec.msg} ${f1(w.rec.ms ?? Number.NaN)} ms`).join(', ') || 'none'}`,
+    );
+
+    section(`3. incremental changes through the API server, ${CHANGES} of each, one at a time`);
+    const metrics1 = await scrapeMetrics(netns);
+    const api = clients.one;
+    log('write->applied: API write answered -> the agent\'s "applied changes" line received; agent write: the ms of that line;');
+    log('compute: the ms of its "model updated" line (calc, GC included); other: write->applied less both (watch delivery, batching, debounce)');
+    log(
+      `${'kind'.padEnd(26)} ${'write->applied p50/p99'.padStart(23)} ${'agent write p50/p99'.padStart(20)} ${'compute p50/p99'.padStart(16)} ${'other p50'.padStart(10)} ${'API answer p50'.padStart(15)}  kernel changed  steps p50 (ms)`,
+    );
+    for (const [kind, local, make] of changeKinds(pop.pods)) {
+      const r = await measureKind(a, api, kind, local, make);
+      figures.results.push(r);
+      log(kindRow(r));
+    }
+    const metrics2 = await scrapeMetrics(netns);
+    log(`(n=${CHANGES}: p99 is the ${CHANGES >= 100 ? '99th percentile' : 'largest sample'}; steps are the agent's own per-step durations of the write)`);
+    log("the agent's own histograms over section 3 (/metrics; bucket bounds):");
+    log(`  weir_calc_duration_seconds        ${describeHistogram(minus(histogram(metrics2, 'weir_calc_duration_seconds'), histogram(metrics1, 'weir_calc_duration_seconds')))}`);
+    log(`  weir_event_to_enforced_seconds    ${describeHistogram(minus(histogram(metrics2, 'weir_event_to_enforced_seconds'), histogram(metrics1, 'weir_event_to_enforced_seconds')))}`);
+    const gc = (text: string, kind: string) => histogram(text, 'weir_nodejs_gc_duration_seconds', (l) => l.includes(`kind="${kind}"`));
+    for (const [label, from, to] of [
+      ['cold start', '', metrics0],
+      ['section 3', metrics1, metrics2],
+    ] as const) {
+      const parts = ['minor', 'major', 'incremental'].map((k) => {
+        const h = minus(gc(to, k), gc(from, k));
+        return `${k} ${h.count} (${f1(h.sum * 1000)} ms total)`;
+      });
+      log(`  GC pauses (weir_nodejs_gc_duration_seconds), ${label.padEnd(10)}: ${parts.join(', ')}`);
+    }
+
+    section(`4. at rest for ${REST_S} s`);
+    const w0 = a.writes.length;
+    const r0 = a.usage();
+    await sleep(REST_S * 1000);
+    const r1 = a.usage();
+    figures.cpuRestPct = r0 && r1 ? (100 * (r1.cpuS - r0.cpuS)) / REST_S : undefined;
+    figures.rssEnd = r1?.rssMB;
+    figures.hwmEnd = r1?.hwmMB;
+    const resyncs = a.writes.slice(w0).filter((w) => w.rec.resync);
+    log(
+      `CPU at rest: ${figures.cpuRestPct?.toFixed(1) ?? '-'}% of a core over ${REST_S} s (the process and its waited-for children); periodic resyncs meanwhile: ${resyncs.length}${resyncs.length > 0 ? ` (${resyncs.map((w) => `${f1(w.rec.ms ?? Number.NaN)} ms`).join(', ')})` : ''}`,
+    );
+    log(`RSS at the end: ${mb(figures.rssEnd)}, peak over the whole run (VmHWM) ${mb(figures.hwmEnd)}; ${heap(await scrapeMetrics(netns))}`);
+    if (LEASE_HOLDER) {
+      const list = await api.request<{ items: unknown[]; metadata: { remainingItemCount?: number } }>('GET', '/apis/weir.dev/v1alpha1/networkpolicystatuses?limit=1');
+      log(`NetworkPolicyStatus objects the agent has written so far: ${list.items.length + (list.metadata.remainingItemCount ?? 0)} (of ${pop.policies} policies)`);
+    }
+    const allResyncs = a.writes.filter((w) => w.rec.resync).slice(1);
+    if (allResyncs.length > 0)
+      log(
+        `every periodic resync of the run: p50 ${f1(
+          pct(
+            allResyncs.map((w) => w.rec.ms ?? 0),
+            50,
+          ),
+        )} ms, max ${f1(Math.max(...allResyncs.map((w) => w.rec.ms ?? 0)))} ms (n=${allResyncs.length})`,
+      );
+    if (a.warnings.length > 0) {
+      log(`agent warnings and errors: ${a.warnings.length}; the first ones:`);
+      for (const l of a.warnings.slice(0, 5)) log(`  ${l.slice(0, 300)}`);
+    }
+
+    summary(figures, pop);
+  } finally {
+    await agent?.stop().catch(() => {});
+    await bridge?.close().catch(() => {});
+    if (nsMade) await deleteNs(netns);
+    unregister();
+    clients?.close();
+    await cp?.stop();
+  }
+}
+
+function kindRow(r: KindResult): string {
+  const pp = (xs: number[]) => `${f1(pct(xs, 50))} / ${f1(pct(xs, 99))}`;
+  const steps = Object.entries(r.steps).map(([step, xs]) => `${step} ${f1(pct(xs, 50))}`);
+  const notes = [r.resyncs > 0 ? `${r.resyncs} landed in a periodic resync` : '', r.missed > 0 ? `${r.missed} MISSED: no write within 30 s` : ''].filter(Boolean);
+  return [
+    r.kind.padEnd(26),
+    pp(r.latency).padStart(23),
+    pp(r.agentMs).padStart(20),
+    pp(r.computeMs).padStart(16),
+    f1(pct(r.other, 50)).padStart(10),
+    f1(pct(r.api, 50)).padStart(15),
+    ` ${`${r.changedKernel}/${r.latency.length}`.padStart(14)}`,
+    ` ${steps.join(', ')}${notes.length > 0 ? `  (${notes.join('; ')})` : ''}`,
+  ].join(' ');
+}
+
+function summary(fig: Figures, pop: Population): void {
+  log(`\n== targets (issue 10), ${pop.pods} pods / ${pop.policies} policies${pop.podsError ? ` (NOT the full size: ${pop.podsError})` : ''}`);
+  const onePod = fig.results.filter((r) => r.kind.startsWith('pod '));
+  const p99 = (rs: KindResult[], pick: (r: KindResult) => number[]) => pct(rs.flatMap(pick), 99);
+  const worst = (rs: KindResult[], pick: (r: KindResult) => number[]) =>
+    rs
+      .map((r) => [r.kind, pct(pick(r), 99)] as const)
+      .sort((x, y) => y[1] - x[1])
+      .slice(0, 2)
+      .map(([k, v]) => `${k} ${f1(v)}`)
+      .join(', ');
+  const applied = p99(onePod, (r) => r.latency);
+  const agentWrite = p99(onePod, (r) => r.agentMs);
+  const compute = p99(fig.results, (r) => r.computeMs);
+  const rows: [string, string, boolean | undefined][] = [
+    [
+      'one-pod change, local or remote, applied p99 < 50 ms',
+      `write->applied p99 over every pod change ${f1(applied)} ms (worst: ${worst(onePod, (r) => r.latency)}); the agent's write alone p99 ${f1(agentWrite)} ms`,
+      onePod.length > 0 ? applied < 50 : undefined,
+    ],
+    [
+      'incremental compute p99 < 5 ms, GC included',
+      `"model updated" p99 over every change ${f1(compute)} ms (worst: ${worst(fig.results, (r) => r.computeMs)})`,
+      fig.results.length > 0 ? compute < 5 : undefined,
+    ],
+    [
+      'cold start, list -> enforced < 2 s',
+      `spawn -> full state written ${fig.coldStartMs === undefined ? '-' : secs(fig.coldStartMs)}`,
+      fig.coldStartMs === undefined ? undefined : fig.coldStartMs < 2000,
+    ],
+    [
+      'RSS of the agent process < 300 MB',
+      `after cold start ${mb(fig.rssAfterStart)}, at rest ${mb(fig.rssRest)}, at the end ${mb(fig.rssEnd)}, peak (VmHWM) ${mb(fig.hwmEnd)}`,
+      fig.hwmEnd === undefined ? undefined : fig.hwmEnd < 300,
+    ],
+  ];
+  for (const [target, measured, met] of rows) log(`${target.padEnd(52)} ${measured}  -> ${met === undefined ? 'not measured' : met ? 'met' : 'NOT met'}`);
+  log(`CPU at rest: ${fig.cpuRestPct?.toFixed(1) ?? '-'}% of a core`);
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exitCode = 1;
+});
