@@ -37,7 +37,9 @@ function agentConfig(docs: readonly Obj[], hostIP = '172.31.0.1') {
   const pod = { ...created, metadata: { ...created.metadata, name: 'weir-abcde' }, status: { hostIP, podIP: hostIP } };
   const container = agentContainer(docs);
   const env = containerEnv(pod, container, new Map());
-  const [, , command, ...flags] = containerArgv(container, env);
+  // node, its flags, the CLI's path, then the command and its flags.
+  const argv = containerArgv(container, env);
+  const [command, ...flags] = argv.slice(argv.findIndex((a) => a.endsWith('/cli/main.ts')) + 1);
   return { command, flags, config: toConfig(parse(flags, Object.fromEntries(env)).values, { nodeName: true, manifestsDir: false }) };
 }
 
