@@ -13,7 +13,8 @@ import { silentLogger } from '../../src/log.ts';
 import type { CalcEvent, PodInterfaceEvent } from '../../src/model/types.ts';
 import { createNs, deleteAllNs, inNs, sh, uniquePrefix } from '../../src/sim/netns.ts';
 import { createLinkMonitor, createPodInterfaceScanner, type PodInterfaceOptions, withPodInterfaces } from '../../src/sources/pod-interfaces.ts';
-import type { Source, SourceBatch } from '../../src/sources/types.ts';
+import type { SourceBatch } from '../../src/sources/types.ts';
+import { manualSource } from '../support/sources.ts';
 
 const skip = process.getuid?.() !== 0 ? 'needs root (network namespaces)' : false;
 
@@ -27,17 +28,6 @@ async function poll<T>(what: string, timeoutMs: number, fn: () => Promise<T | un
     if (performance.now() - t0 > timeoutMs) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(5);
   }
-}
-
-function manualSource(): Source & { push(b: SourceBatch): void } {
-  let sink: (b: SourceBatch) => void = () => {};
-  return {
-    async start(onBatch) {
-      sink = onBatch;
-    },
-    async stop() {},
-    push: (b) => sink(b),
-  };
 }
 
 describe('pod interface bindings on link events (real kernel)', { skip }, () => {

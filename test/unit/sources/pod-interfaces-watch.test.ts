@@ -7,9 +7,10 @@ import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
 import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
 import { silentLogger } from '../../../src/log.ts';
-import type { CalcEvent, Pod } from '../../../src/model/types.ts';
+import type { CalcEvent } from '../../../src/model/types.ts';
 import { createPodInterfaceScanner, type LinkMonitor, type LinkMonitorHandlers, type PodInterfaceOptions, type PodInterfaceScanner, withPodInterfaces } from '../../../src/sources/pod-interfaces.ts';
-import type { Source, SourceBatch } from '../../../src/sources/types.ts';
+import type { SourceBatch } from '../../../src/sources/types.ts';
+import { localPod, manualSource } from '../../support/sources.ts';
 
 /** Lets every pending promise callback and I/O step run (setImmediate is not mocked). */
 async function flush(): Promise<void> {
@@ -22,30 +23,6 @@ async function advance(t: TestContext, ms: number, step = 5): Promise<void> {
     t.mock.timers.tick(Math.min(step, ms - done));
     await flush();
   }
-}
-
-const localPod = (uid: string, ips: string[]): Pod => ({
-  uid,
-  namespace: 'ns',
-  name: uid,
-  labels: {},
-  nodeName: 'node-a',
-  hostNetwork: false,
-  phase: 'Running',
-  terminating: false,
-  ips,
-  ports: [],
-});
-
-function manualSource(): Source & { push(b: SourceBatch): void } {
-  let sink: (b: SourceBatch) => void = () => {};
-  return {
-    async start(onBatch) {
-      sink = onBatch;
-    },
-    async stop() {},
-    push: (b) => sink(b),
-  };
 }
 
 interface FakeStream {

@@ -4,7 +4,8 @@ import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.t
 import { silentLogger } from '../../../src/log.ts';
 import type { CalcEvent, ModelEvent, Pod } from '../../../src/model/types.ts';
 import { ADDRESSES_SETTLE_MS, createPodInterfaceScanner, withPodInterfaces, type PodInterfaceScanner } from '../../../src/sources/pod-interfaces.ts';
-import type { Source, SourceBatch } from '../../../src/sources/types.ts';
+import type { SourceBatch } from '../../../src/sources/types.ts';
+import { localPod, manualSource } from '../../support/sources.ts';
 
 const ok = (stdout: unknown): RunResult => ({ stdout: JSON.stringify(stdout), stderr: '', exitCode: 0 });
 const port = (ifname: string, ifindex: number, peer: number, nsid: number) => ({ ifname, ifindex, link_index: peer, link_netnsid: nsid, master: 'cni0' });
@@ -99,31 +100,6 @@ function warningsOf() {
     warnings.push(msg);
   }) as typeof log.warn;
   return { log, warnings };
-}
-
-const localPod = (uid: string, ips: string[], nodeName = 'node-a'): Pod => ({
-  uid,
-  namespace: 'ns',
-  name: uid,
-  labels: {},
-  nodeName,
-  hostNetwork: false,
-  phase: 'Running',
-  terminating: false,
-  ips,
-  ports: [],
-});
-
-/** A source whose batches the test pushes by hand. */
-function manualSource(): Source & { push(b: SourceBatch): void } {
-  let sink: (b: SourceBatch) => void = () => {};
-  return {
-    async start(onBatch) {
-      sink = onBatch;
-    },
-    async stop() {},
-    push: (b) => sink(b),
-  };
 }
 
 test('a batch bringing a new local pod address waits for a scan and carries its binding; remote pods do not scan', async () => {
