@@ -270,12 +270,22 @@ export class Turn {
     return (await c.probe({ proto: 'tcp', ip, port, timeoutMs })).ok;
   }
 
-  /** Polls until every (from, to-ip, expected) holds at once; returns the ms it took. */
+  /** When the probes of the last until() that held were sent (performance.now()). */
+  heldSince = 0;
+
+  /** Polls until every (from, to-ip, expected) holds at once; returns the ms from the call to the
+   *  sending of the probes that held. Not to their answers: a denied probe of an enforcer that
+   *  drops waits out its 300 ms timeout, one that rejects is answered at once, and that is no
+   *  difference in when the policy held. */
   async until(cells: readonly { from: string; ip: string; allowed: boolean; port?: number }[], timeoutMs: number, what: string): Promise<number> {
     const t0 = performance.now();
     for (;;) {
+      const sent = performance.now();
       const got = await Promise.all(cells.map((c) => this.connects(c.from, c.ip, c.port ?? 80, 300)));
-      if (got.every((g, i) => g === cells[i].allowed)) return performance.now() - t0;
+      if (got.every((g, i) => g === cells[i].allowed)) {
+        this.heldSince = sent;
+        return sent - t0;
+      }
       if (performance.now() - t0 > timeoutMs) {
         const bad = cells.filter((_, i) => got[i] !== cells[i].allowed).map((c) => `${c.from} -> ${c.ip}:${c.port ?? 80} expected ${c.allowed ? 'ALLOW' : 'DENY'}`);
         throw new Error(`${this.spec.name}: ${what}: not enforced after ${timeoutMs} ms: ${bad.join('; ')}`);
