@@ -382,37 +382,38 @@ for (const c of [
   });
 }
 
-test('lists are paginated with limit and continue, and every page counts', async () => {
-  const names = ['p1', 'p2', 'p3', 'p4', 'p5'];
-  const h = await harness({
-    timings: { pageSize: 2 },
-    seed: (api) => {
-      api.set('Namespace', namespace('default'));
-      names.forEach((n, i) => {
-        api.set('Pod', pod('default', n, { ip: `10.244.0.${i + 10}` }));
-      });
-    },
+const PAGED = ['p1', 'p2', 'p3', 'p4', 'p5'];
+
+/** Five pods in one namespace, listed two a page. */
+function seedPaged(api: FakeApiServer): void {
+  api.set('Namespace', namespace('default'));
+  PAGED.forEach((n, i) => {
+    api.set('Pod', pod('default', n, { ip: `10.244.0.${i + 10}` }));
   });
+}
+
+/** The names of the pods the first batch upserts. */
+function firstBatchPods(h: { batches: readonly SourceBatch<ModelEvent>[] }): string[] {
+  return h.batches[0].events.flatMap((e) => (e.op === 'upsert' && e.kind === 'Pod' ? [e.object.name] : [])).sort();
+}
+
+test('lists are paginated with limit and continue, and every page counts', async () => {
+  const h = await harness({ timings: { pageSize: 2 }, seed: seedPaged });
   await h.start();
   const lists = h.api.requestsOf('Pod', 'list');
   assert.equal(lists.length, 3);
   assert.ok(lists.every((r) => r.query.get('limit') === '2'));
   assert.equal(lists[0].query.get('continue'), null);
   assert.ok(lists.slice(1).every((r) => (r.query.get('continue') ?? '') !== ''));
-  const pods = h.batches[0].events.filter((e) => e.kind === 'Pod').map((e) => (e.op === 'upsert' && e.kind === 'Pod' ? e.object.name : ''));
-  assert.deepEqual(pods.sort(), names);
+  assert.deepEqual(firstBatchPods(h), PAGED);
 });
 
-test('a page failing after the first (asked for while the first was decoded) fails the list, which starts over from the first page', async () => {
-  const names = ['p1', 'p2', 'p3', 'p4', 'p5'];
+test('a page failing after the first fails the list, which starts over from the first page', async () => {
   let release = () => {};
   const h = await harness({
     timings: { pageSize: 2 },
     seed: (api) => {
-      api.set('Namespace', namespace('default'));
-      names.forEach((n, i) => {
-        api.set('Pod', pod('default', n, { ip: `10.244.0.${i + 10}` }));
-      });
+      seedPaged(api);
       api.fault('Pod', 'list', { hold: new Promise<void>((r) => (release = r)) }); // page 1, held
       api.fault('Pod', 'list', { status: 500, reason: 'InternalError' }); // page 2 fails
     },
@@ -428,8 +429,7 @@ test('a page failing after the first (asked for while the first was decoded) fai
     'page 1, page 2 (failed), then the whole list again',
   );
   assert.equal(h.hooksOf('Pod', 'error').length, 1);
-  const pods = h.batches[0].events.filter((e) => e.kind === 'Pod').map((e) => (e.op === 'upsert' && e.kind === 'Pod' ? e.object.name : ''));
-  assert.deepEqual(pods.sort(), names);
+  assert.deepEqual(firstBatchPods(h), PAGED);
 });
 
 test('the periodic relist repairs events the watch missed, and an unchanged relist sends nothing', async () => {
