@@ -10,7 +10,7 @@ import { silentLogger } from '../../../src/log.ts';
 import type { CalcEvent } from '../../../src/model/types.ts';
 import { createPodInterfaceScanner, type LinkMonitor, type LinkMonitorHandlers, type PodInterfaceOptions, type PodInterfaceScanner, withPodInterfaces } from '../../../src/sources/pod-interfaces.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
-import { localPod, manualSource } from '../../support/sources.ts';
+import { localPod, manualSource, warningsOf } from '../../support/sources.ts';
 
 /** Lets every pending promise callback and I/O step run (setImmediate is not mocked). */
 async function flush(): Promise<void> {
@@ -59,15 +59,6 @@ function tableScanner(table: Map<string, string>): PodInterfaceScanner & { scans
     },
   };
   return s;
-}
-
-function warningsOf() {
-  const warnings: string[] = [];
-  const log = silentLogger();
-  log.warn = ((_o: unknown, msg: string) => {
-    warnings.push(msg);
-  }) as typeof log.warn;
-  return { log, warnings };
 }
 
 /** The agent's timings: poll 2 s while the monitor is down, 30 s safety rescan while it runs. */

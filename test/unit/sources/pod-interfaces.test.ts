@@ -5,7 +5,7 @@ import { silentLogger } from '../../../src/log.ts';
 import type { CalcEvent, ModelEvent, Pod } from '../../../src/model/types.ts';
 import { ADDRESSES_SETTLE_MS, createPodInterfaceScanner, withPodInterfaces, type PodInterfaceScanner } from '../../../src/sources/pod-interfaces.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
-import { localPod, manualSource } from '../../support/sources.ts';
+import { localPod, manualSource, warningsOf } from '../../support/sources.ts';
 
 const ok = (stdout: unknown): RunResult => ({ stdout: JSON.stringify(stdout), stderr: '', exitCode: 0 });
 const port = (ifname: string, ifindex: number, peer: number, nsid: number) => ({ ifname, ifindex, link_index: peer, link_netnsid: nsid, master: 'cni0' });
@@ -91,16 +91,6 @@ test('a port read before its pod has an address is read again at the next scan, 
   await scanner.scan();
   assert.equal(runner.calls.filter((c) => c.cmd === 'nsenter').length, 2, 'read until found, then cached once settled');
 });
-
-/** A silent logger that keeps its warnings. */
-function warningsOf() {
-  const warnings: string[] = [];
-  const log = silentLogger();
-  log.warn = ((_o: unknown, msg: string) => {
-    warnings.push(msg);
-  }) as typeof log.warn;
-  return { log, warnings };
-}
 
 test('a batch bringing a new local pod address waits for a scan and carries its binding; remote pods do not scan', async () => {
   let scans = 0;
