@@ -18,11 +18,11 @@ export type { Clock } from '../pacer.ts';
 /** What the loop needs from the dataplane (dataplane/ provides it). */
 export interface DataplanePort {
   markDirty(d: Dirty): void;
-  /** Writes what is dirty. */
-  apply(desired: DesiredDataplane): Promise<unknown>;
+  /** Writes what is dirty; with `tidy`, also what earlier layered writes left (tidyPending). */
+  apply(desired: DesiredDataplane, opts?: { tidy?: boolean }): Promise<unknown>;
   /** Reads the kernel back, removes own stale objects and repairs drift, then applies. */
   resync(desired: DesiredDataplane): Promise<unknown>;
-  status(): { sets: number; chains: number; rules: number };
+  status(): { sets: number; chains: number; rules: number; tidyPending?: number };
   /** A cheap drift check (one iptables-save per family, no ipset read): false when Weir's hook
    *  is missing or misplaced, or any of its chains was flushed, edited or removed. */
   hookIntact(): Promise<boolean>;
@@ -43,6 +43,9 @@ export const systemClock: Clock = {
 export const UNHEALTHY_AFTER_RESYNC_INTERVALS = 3;
 /** The same bound when the periodic resync is off. */
 export const DEFAULT_UNHEALTHY_AFTER_MS = 90_000;
+/** How long the node must be quiet before the loop tidies what layered writes left: the tidy
+ *  deletes rules, which costs a grace period that a change arriving meanwhile would wait for. */
+export const DEFAULT_TIDY_DELAY_MS = 1_000;
 /** Arrival times kept for the event-to-enforced histogram while writes fail: the oldest ones
  *  (the longest waits); later batches of the same write are not observed. */
 export const MAX_UNAPPLIED = 1_000;
@@ -57,6 +60,8 @@ export interface ReconcilerOptions {
   readonly retryMaxMs: number;
   /** Full read-back of the kernel; 0 turns it off. */
   readonly resyncIntervalMs: number;
+  /** Quiet time before a tidy write (DataplanePort.apply); default DEFAULT_TIDY_DELAY_MS. */
+  readonly tidyDelayMs?: number;
   /** How often the hook is checked once synced; 0 or absent turns it off. */
   readonly hookCheckIntervalMs?: number;
   /** /healthz fails when a write has been wanted this long without one succeeding; default
@@ -120,6 +125,8 @@ export class Reconciler {
   #needResync = true;
   #nextResyncAt: number | null = null;
   #nextHookCheckAt: number | null = null;
+  /** When the tidy is due (null: nothing owed). */
+  #nextTidyAt: number | null = null;
   /** Since when a write has been wanted without one succeeding (null: nothing owed). */
   #owedSince: number | null = null;
   #writeStartedAt: number | null = null;
@@ -215,12 +222,13 @@ export class Reconciler {
     const now = this.#clock.now();
     if (this.#nextResyncAt !== null && now >= this.#nextResyncAt) this.#needResync = true;
     if (!this.#needResync && this.#nextHookCheckAt !== null && now >= this.#nextHookCheckAt) await this.#checkHook();
-    if (batches.length === 0 && !this.#needResync) {
+    const tidy = this.#nextTidyAt !== null && now >= this.#nextTidyAt;
+    if (batches.length === 0 && !this.#needResync && !tidy) {
       this.#askForPeriodic();
       return 'skipped';
     }
     const revision = batches.length > 0 ? batches[batches.length - 1].revision : this.#latestRevision;
-    return this.#write(revision);
+    return this.#write(revision, tidy);
   }
 
   #compute(batches: readonly SourceBatch<CalcEvent>[]): void {
@@ -277,7 +285,7 @@ export class Reconciler {
     }
   }
 
-  async #write(revision: string): Promise<'ok'> {
+  async #write(revision: string, tidy: boolean): Promise<'ok'> {
     const { calc, dataplane, log, metrics } = this.#o;
     const resync = this.#needResync;
     const t0 = this.#clock.now();
@@ -285,7 +293,7 @@ export class Reconciler {
     this.#writeStartedAt = t0;
     let stats: unknown;
     try {
-      stats = resync ? await dataplane.resync(calc.desired) : await dataplane.apply(calc.desired);
+      stats = resync ? await dataplane.resync(calc.desired) : await dataplane.apply(calc.desired, tidy ? { tidy } : undefined);
     } catch (err) {
       this.#writeStartedAt = null;
       this.#needResync = true; // after a failure, trust only what the kernel says it holds
@@ -312,11 +320,13 @@ export class Reconciler {
       this.#nextResyncAt = resyncIntervalMs > 0 ? now + resyncIntervalMs : null;
       this.#nextHookCheckAt = hookCheckIntervalMs > 0 ? now + hookCheckIntervalMs : null;
     }
+    const st = dataplane.status();
+    // Pushed back by every write: a tidy waits for a quiet node.
+    this.#nextTidyAt = (st.tidyPending ?? 0) > 0 ? now + (this.#o.tidyDelayMs ?? DEFAULT_TIDY_DELAY_MS) : null;
     const ms = now - t0;
     for (const at of this.#unapplied.splice(0)) metrics.enforceLatency.observe((now - at) / 1000);
     metrics.applyDuration.observe({ step: resync ? 'resync' : 'total' }, ms / 1000);
     metrics.applies.inc({ result: 'ok' });
-    const st = dataplane.status();
     metrics.sets.set(st.sets);
     metrics.chains.set(st.chains);
     metrics.rules.set(st.rules);
@@ -324,7 +334,7 @@ export class Reconciler {
     const counts = calc.policyCounts();
     metrics.policies.set({ state: 'valid' }, counts.valid);
     metrics.policies.set({ state: 'invalid' }, counts.invalid);
-    log.info({ resync, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : 'applied changes');
+    log.info({ resync, tidy, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : tidy ? 'tidied dataplane' : 'applied changes');
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     this.#askForPeriodic();
     return 'ok';
@@ -332,7 +342,7 @@ export class Reconciler {
 
   /** Asks the pacer for the next periodic pass: the resync or the hook check, whichever is due first. */
   #askForPeriodic(): void {
-    const due = [this.#nextResyncAt, this.#nextHookCheckAt].filter((t): t is number => t !== null);
+    const due = [this.#nextResyncAt, this.#nextHookCheckAt, this.#nextTidyAt].filter((t): t is number => t !== null);
     if (due.length > 0) this.#pacer.poke(Math.min(...due) - this.#clock.now());
   }
 

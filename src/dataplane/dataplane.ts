@@ -1,6 +1,8 @@
 // Makes the kernel hold the desired dataplane. Writes only what is dirty, in three steps that
 // keep every reference valid: sets first, then one iptables-restore per family, then set
-// destroys. The record of what was applied changes only after a step succeeds.
+// destroys. The record of what was applied changes only after a step succeeds. On nf_tables a
+// change is written as additions only (planLayeredChains); what it leaves behind (shadowed old
+// rules, chains and sets no longer used) is owed to a later write, the tidy.
 
 import { emptyDirty, mergeDirty, type DesiredDataplane, type DesiredSet, type Dirty, type Members, type Rule } from '../calc/desired.ts';
 import { PreconditionError } from '../errors.ts';
@@ -10,7 +12,7 @@ import type { Family } from '../model/types.ts';
 import { createIpset, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
-import { acceptMarkOf, commitChains, commitSetChanges, planChains, planSets, SPLIT_SETS_AT_LINES } from './plan.ts';
+import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_LINES, type ChainsPlan, type LayeredPlan } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
 import { emptyFamilyState, emptyState, familyStateFromSave, hasLeftovers, hookIsRight, sameHook, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
@@ -59,6 +61,11 @@ export interface ApplyStats {
   durations: Record<ApplyStep | 'total', number>;
 }
 
+export interface ApplyOptions {
+  /** Write in full, including what is owed from layered writes (DataplaneStatus.tidyPending). */
+  readonly tidy?: boolean;
+}
+
 export interface CleanupStats {
   chainsDeleted: number;
   hooksDeleted: number;
@@ -75,13 +82,16 @@ export interface DataplaneStatus {
   readonly members: number;
   readonly chains: number;
   readonly rules: number;
+  /** Chains and sets layered writes left for a tidy write to rewrite or remove. */
+  readonly tidyPending: number;
 }
 
 export interface Dataplane {
   /** Records what a batch of model changes dirtied; no I/O. */
   markDirty(d: Dirty): void;
-  /** Writes what is dirty; throws (and keeps it dirty) on failure so the caller can retry. */
-  apply(desired: DesiredDataplane): Promise<ApplyStats>;
+  /** Writes what is dirty; throws (and keeps it dirty) on failure so the caller can retry.
+   *  With `tidy`, writes in full and removes whatever earlier layered writes left behind. */
+  apply(desired: DesiredDataplane, opts?: ApplyOptions): Promise<ApplyStats>;
   /** Reads the kernel back, repairs drift and removes stale own objects, then applies. */
   resync(desired: DesiredDataplane): Promise<ApplyStats>;
   /** Removes every chain, hook rule and set Weir owns, and nothing else. */
@@ -121,6 +131,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   let ipvs = ipvsChoice === 'on';
   const detectIpvs = async (): Promise<boolean> => (ipvsChoice === 'auto' ? ipvsInterfacePresent(config.runner) : ipvsChoice === 'on');
   let dirty = emptyDirty();
+  // What layered writes left for the tidy: chains layered (with how many layers each) or no
+  // longer desired, and sets no longer desired.
+  let owed = nothingOwed();
   // The record is trusted only after a kernel read; a failed write may have half-applied ipset.
   let needRead = true;
   // apply/resync/cleanup never overlap: each waits for the previous one.
@@ -197,13 +210,17 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     log.debug({ sets: fresh.sets.size, chains: families.map((f) => fresh.families[f].chains.size) }, 'read kernel state');
   }
 
-  async function applyNow(desired: DesiredDataplane): Promise<ApplyStats> {
+  function owe(f: Family, chains: readonly string[]): void {
+    for (const name of chains) owed.layers[f].set(name, (owed.layers[f].get(name) ?? 0) + 1);
+  }
+
+  async function applyNow(desired: DesiredDataplane, tidy: boolean): Promise<ApplyStats> {
     // Everything below plans from this snapshot and this dirty record, taken before the first
     // await: calc's live maps may not change under a write. Later marks wait for the next one.
     const readFirst = needRead;
-    desired = snapshot(desired, readFirst ? 'all' : dirty);
     const work = dirty;
     dirty = emptyDirty();
+    desired = snapshot(desired, readFirst ? 'all' : [work, asDirty(owed)]);
     const t0 = now();
     const stats: ApplyStats = {
       resynced: false,
@@ -222,7 +239,24 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       if (readFirst) {
         await timed(stats, 'read', () => readKernel(t, desired, work));
         needRead = false;
+        owed = nothingOwed(); // every chain and set is in the work now
         stats.resynced = true;
+      }
+      const hooks = hooksFor(desired.topChain, ipvs);
+      const acceptMark = (f: Family) => acceptMarkOf(desired.chains[f], names.accept);
+      // Layered only where it saves a grace period: nf_tables, an incremental write, and every
+      // family's change expressible as additions. Otherwise everything owed is written too.
+      let layered: { f: Family; plan: LayeredPlan | undefined }[] | undefined;
+      if (!readFirst && !tidy && t.iptables.backend === 'nft') {
+        layered = families.map((f) => ({ f, plan: planLayeredChains(desired.chains[f], hooks, work.chains[f], state.families[f], acceptMark(f), owed.layers[f], MAX_LAYERS) }));
+        if (layered.some(({ plan }) => plan === undefined)) layered = undefined;
+      }
+      if (layered === undefined) {
+        mergeDirty(work, asDirty(owed));
+        owed = nothingOwed();
+      } else {
+        // A family with nothing to add may still leave chains no longer desired to the tidy.
+        for (const { f, plan } of layered) if (plan?.payload === undefined) owe(f, plan?.pending ?? []);
       }
       // (1) Sets first, so every set a new rule names exists.
       const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
@@ -242,10 +276,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       stats.membersRemoved = sets.removed;
 
       // (2) One atomic payload per family.
-      const hooks = hooksFor(desired.topChain, ipvs);
-      const plans = families
-        .map((f) => ({ f, plan: planChains(desired.chains[f], hooks, work.chains[f], state.families[f], acceptMarkOf(desired.chains[f], names.accept)) }))
-        .filter(({ plan }) => plan.payload !== undefined);
+      const plans = (layered ?? families.map((f) => ({ f, plan: planChains(desired.chains[f], hooks, work.chains[f], state.families[f], acceptMark(f)) }))).filter(
+        (p): p is { f: Family; plan: ChainsPlan } => p.plan?.payload !== undefined,
+      );
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
           // The families are separate tables: write them side by side, record each success.
@@ -253,6 +286,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
           plans.forEach(({ f, plan }, i) => {
             if (results[i].status !== 'fulfilled') return;
             commitChains(state.families[f], plan);
+            owe(f, (plan as Partial<LayeredPlan>).pending ?? []);
             stats.chainsWritten += plan.written.size;
             stats.chainsDeleted += plan.deleted.length;
             stats.rulesWritten += plan.rules;
@@ -263,8 +297,10 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         });
       }
 
-      // (3) Destroy sets no chain references any more.
-      if (sets.destroyLines.length > 0) {
+      // (3) Destroy sets no chain references any more. After a layered write a shadowed rule
+      // may still name one: the tidy destroys it.
+      if (layered !== undefined) for (const name of sets.destroyed) owed.sets.set(name, 'all');
+      else if (sets.destroyLines.length > 0) {
         await timed(stats, 'destroy', () => t.ipset.restore(sets.destroyLines));
         for (const name of sets.destroyed) state.sets.delete(name);
         stats.setsDeleted = sets.destroyed.length;
@@ -303,6 +339,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     await t.ipset.restore(sets.map(setDestroy));
     stats.setsDeleted = sets.length;
     state = emptyState();
+    owed = nothingOwed();
     log.info({ stats }, 'dataplane cleaned up');
     return stats;
   }
@@ -311,13 +348,13 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     markDirty(d) {
       mergeDirty(dirty, d);
     },
-    apply(desired) {
-      return serial(() => applyNow(desired));
+    apply(desired, opts) {
+      return serial(() => applyNow(desired, opts?.tidy ?? false));
     },
     resync(desired) {
       return serial(() => {
         needRead = true;
-        return applyNow(desired);
+        return applyNow(desired, true);
       });
     },
     cleanup() {
@@ -389,21 +426,41 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         chains += state.families[f].chains.size;
         for (const h of state.families[f].chains.values()) rules += h.length;
       }
-      return { backend: tools?.iptables.backend, ipvs, inSync: !needRead, sets: state.sets.size, members, chains, rules };
+      const tidyPending = owed.layers[4].size + owed.layers[6].size + owed.sets.size;
+      return { backend: tools?.iptables.backend, ipvs, inSync: !needRead, sets: state.sets.size, members, chains, rules, tidyPending };
     },
   };
+}
+
+/** Layers a chain may carry before a change to it is written in full: each is as long as the
+ *  chain's rules were then, so this bounds the kernel's copy while no quiet spell allows a tidy. */
+export const MAX_LAYERS = 8;
+
+interface Owed {
+  readonly layers: Record<Family, Map<string, number>>;
+  readonly sets: Map<string, 'all'>;
+}
+const nothingOwed = (): Owed => ({ layers: { 4: new Map(), 6: new Map() }, sets: new Map() });
+const asDirty = (o: Owed): Dirty => ({ sets: o.sets, chains: { 4: new Set(o.layers[4].keys()), 6: new Set(o.layers[6].keys()) } });
+
+/** The members a set is dirty for in any of several records. */
+function unionOf(entries: readonly (Set<string> | 'all' | undefined)[]): Set<string> | 'all' | undefined {
+  const present = entries.filter((e) => e !== undefined);
+  if (present.length <= 1) return present[0];
+  if (present.includes('all')) return 'all';
+  return new Set(present.flatMap((e) => [...(e as Set<string>)]));
 }
 
 const namesASet = (r: Rule) => r.matches.some((m) => m.kind === 'set');
 
 /**
  * A copy of what an apply will read: the chain maps (their rule arrays are never mutated by
- * calc, only replaced), and the members of the sets it will plan ('all': every set).
+ * calc, only replaced), and the members of the sets it may plan ('all': every set).
  */
-function snapshot(desired: DesiredDataplane, dirty: Dirty | 'all'): DesiredDataplane {
+function snapshot(desired: DesiredDataplane, dirty: readonly Dirty[] | 'all'): DesiredDataplane {
   const sets = new Map<string, DesiredSet>();
   for (const [name, set] of desired.sets) {
-    const which = dirty === 'all' ? 'all' : dirty.sets.get(name);
+    const which = dirty === 'all' ? 'all' : unionOf(dirty.map((d) => d.sets.get(name)));
     if (which === undefined) {
       sets.set(name, set); // not planned: only its presence is read
       continue;

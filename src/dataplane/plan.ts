@@ -16,6 +16,7 @@ import {
   insertAcceptHook,
   insertHook,
   renderChain,
+  renderLayerEnd,
   restorePayload,
   setAdd,
   setCreate,
@@ -23,7 +24,7 @@ import {
   setDestroy,
   setSwap,
 } from './render.ts';
-import { acceptHookIsRight, hookIsRight, noLeftovers, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
+import { acceptHookIsRight, hasLeftovers, hookIsRight, noLeftovers, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
 
 // ---- Sets ---------------------------------------------------------------------------------
 
@@ -221,6 +222,26 @@ export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, hooks: 
     written.set(name, r.hashes);
   }
 
+  const { hookLines, inserts, hookChanges } = planHooks(chains, hooks, state);
+  const body = [...declares, ...hookLines, ...rules, ...inserts, ...deletes];
+
+  const old = state.leftovers;
+  const filter = [...old.chains.map(declareChain), ...old.hooks.map((h) => deleteRule(h.chain, h.spec)), ...old.chains.map(deleteChain)];
+  const accept = planAcceptHook(state, acceptMark);
+  filter.push(...accept.lines);
+  return {
+    payload: body.length > 0 || filter.length > 0 ? restorePayload(body, filter) : undefined,
+    written,
+    deleted,
+    hooks: hookChanges,
+    acceptHook: accept.hook,
+    leftoversRemoved: old.chains.length > 0 || old.hooks.length > 0,
+    rules: rules.length,
+  };
+}
+
+/** The mangle hooks to fix: every copy of a wrong one goes, the wanted one goes in at the top. */
+function planHooks(chains: ReadonlyMap<string, readonly Rule[]>, hooks: readonly Hook[], state: FamilyState) {
   const hookLines: string[] = [];
   const inserts: string[] = [];
   const hookChanges = new Map<HookChain, HookState>();
@@ -232,28 +253,89 @@ export function planChains(chains: ReadonlyMap<string, readonly Rule[]>, hooks: 
     if (want) inserts.push(insertHook(want));
     hookChanges.set(builtin, want ? { specs: [want.spec], atTop: true } : { specs: [], atTop: false });
   }
+  return { hookLines, inserts, hookChanges };
+}
 
-  const body = [...declares, ...hookLines, ...rules, ...inserts, ...deletes];
-
-  const old = state.leftovers;
-  const filter = [...old.chains.map(declareChain), ...old.hooks.map((h) => deleteRule(h.chain, h.spec)), ...old.chains.map(deleteChain)];
-  let acceptHook: HookState | undefined;
+/** The filter accept hook: first when `acceptMark` is given (ACCEPT mode), absent otherwise. */
+function planAcceptHook(state: FamilyState, acceptMark: number | undefined): { lines: string[]; hook: HookState | undefined } {
   const have = state.acceptHook;
-  if (acceptMark === undefined ? have.specs.length > 0 : !acceptHookIsRight(have, acceptMark)) {
-    for (const spec of have.specs) filter.push(deleteRule('FORWARD', spec));
-    if (acceptMark !== undefined) filter.push(insertAcceptHook(acceptMark));
-    acceptHook = acceptMark !== undefined ? { specs: [acceptHookSpec(acceptMark)], atTop: true } : { specs: [], atTop: false };
+  if (acceptMark === undefined ? have.specs.length === 0 : acceptHookIsRight(have, acceptMark)) return { lines: [], hook: undefined };
+  const lines = have.specs.map((spec) => deleteRule('FORWARD', spec));
+  if (acceptMark !== undefined) lines.push(insertAcceptHook(acceptMark));
+  return { lines, hook: acceptMark !== undefined ? { specs: [acceptHookSpec(acceptMark)], atTop: true } : { specs: [], atTop: false } };
+}
+
+export interface LayeredPlan extends ChainsPlan {
+  /** Chains whose old rules or whole selves stay until the tidy: layered, or no longer desired. */
+  readonly pending: readonly string[];
+}
+
+/**
+ * The change planChains would write, as additions only, for nf_tables: a transaction that
+ * deletes a rule makes iptables-nft-restore wait an RCU grace period (10-20 ms) before it can
+ * exit; one that only adds does not. A new chain is created and filled. A changed chain gets its
+ * new rules inserted above the old ones, then an unconditional RETURN between them: falling off
+ * the end of a user chain is a RETURN too, so the chain acts exactly as the new rules say. A
+ * chain no longer desired stays, reached only through shadowed rules. All of those are
+ * `pending`: a later planChains write (the tidy) rewrites or deletes them.
+ *
+ * Undefined when the change cannot be written that way: a hook or the accept hook must move, an
+ * older Weir's leftovers must go, or a changed chain already has `maxLayers` layers (`layers`
+ * counts them): rewriting it in full is the tidy that was owed anyway.
+ */
+export function planLayeredChains(
+  chains: ReadonlyMap<string, readonly Rule[]>,
+  hooks: readonly Hook[],
+  dirty: ReadonlySet<string>,
+  state: FamilyState,
+  acceptMark: number | undefined,
+  layers: ReadonlyMap<string, number>,
+  maxLayers: number,
+): LayeredPlan | undefined {
+  if (planHooks(chains, hooks, state).hookChanges.size > 0 || planAcceptHook(state, acceptMark).hook !== undefined || hasLeftovers(state)) return undefined;
+  const declares: string[] = [];
+  const appends: string[] = [];
+  const inserts: string[] = [];
+  const written = new Map<string, string[]>();
+  const pending: string[] = [];
+  for (const name of dirty) {
+    const want = chains.get(name);
+    const have = state.chains.get(name);
+    if (want === undefined) {
+      if (have !== undefined) pending.push(name);
+      continue;
+    }
+    const r = renderChain(name, want);
+    if (have !== undefined && sameList(have, r.hashes)) continue;
+    if (have === undefined) {
+      declares.push(declareChain(name));
+      appends.push(...r.lines);
+      written.set(name, r.hashes);
+      continue;
+    }
+    if ((layers.get(name) ?? 0) >= maxLayers) return undefined;
+    const end = renderLayerEnd(name, r.hashes[r.hashes.length - 1]);
+    // Each goes in at position 1, so the last inserted is first: RETURN, then the rules backwards.
+    inserts.push(insertAtTop(name, end.line));
+    for (let i = r.lines.length - 1; i >= 0; i--) inserts.push(insertAtTop(name, r.lines[i]));
+    written.set(name, [...r.hashes, end.hash, ...have]);
+    pending.push(name);
   }
+  const body = [...declares, ...appends, ...inserts];
   return {
-    payload: body.length > 0 || filter.length > 0 ? restorePayload(body, filter) : undefined,
+    payload: body.length > 0 ? restorePayload(body, []) : undefined,
     written,
-    deleted,
-    hooks: hookChanges,
-    acceptHook,
-    leftoversRemoved: old.chains.length > 0 || old.hooks.length > 0,
-    rules: rules.length,
+    deleted: [],
+    hooks: new Map(),
+    acceptHook: undefined,
+    leftoversRemoved: false,
+    rules: appends.length + inserts.length,
+    pending,
   };
 }
+
+/** `-A chain spec` as `-I chain 1 spec`. */
+const insertAtTop = (chain: string, appendLine: string) => `-I ${chain} 1 ${appendLine.slice(`-A ${chain} `.length)}`;
 
 /** Applies a successful payload to the family record. */
 export function commitChains(state: FamilyState, plan: ChainsPlan): void {

@@ -157,6 +157,13 @@ export function renderChain(chain: string, rules: readonly Rule[]): RenderedChai
   return { lines, hashes };
 }
 
+/** The RETURN that ends a layer of new rules inserted above a chain's old ones (planLayeredChains). */
+export function renderLayerEnd(chain: string, prevHash: string): { line: string; hash: string } {
+  const human = 'end of the new rules; older ones below wait for removal';
+  const hash = ruleHash(chain, prevHash, '-j RETURN', human);
+  return { line: `-A ${chain} -m comment --comment "${OWNER_MARK}:${hash} ${human}" -j RETURN`, hash };
+}
+
 /** The comment that marks Weir's hook rules (their target tells which instance). */
 export const HOOK_COMMENT = `${OWNER_MARK}:hook`;
 

@@ -186,7 +186,7 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
       });
     });
 
-    test('an incremental change writes only the dirty chain', async () => {
+    test('an incremental change writes only the dirty chain; on nft as additions only, tidied later to the same rules', async () => {
       await inFreshNs(async (runner) => {
         const rec = recordingRunner(runner);
         const dp = newDataplane(rec, backend);
@@ -202,12 +202,33 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
         assert.equal(rec.calls.length, 1);
         const payload = rec.calls[0].input!;
         assert.equal(rec.calls[0].cmd, `iptables-${backend}-restore`);
-        assert.deepEqual(
-          payload.split('\n').filter((l) => l.startsWith(':')),
-          [`:${pol} - [0:0]`],
-        );
-        assert.equal(payload.split('\n').filter((l) => l.startsWith('-') && !l.startsWith(`-A ${pol} `)).length, 0);
-        assert.deepEqual([stats.chainsWritten, stats.rulesWritten], [1, 3]);
+        const polRules = async () => own(await tableLines(runner, backend, 4)).filter((l) => l.startsWith(`-A ${pol} `));
+        const oldRules = own(before.v4).filter((l) => l.startsWith(`-A ${pol} `));
+        if (backend === 'nft') {
+          // The new rules above a RETURN above the old ones; no line flushes or deletes.
+          assert.deepEqual(
+            payload.split('\n').filter((l) => l.startsWith(':') || (l.startsWith('-') && !l.startsWith(`-I ${pol} 1 `))),
+            [],
+          );
+          assert.deepEqual([stats.chainsWritten, stats.rulesWritten], [1, 4]);
+          const layered = await polRules();
+          assert.equal(layered.length, 3 + 1 + oldRules.length);
+          assert.ok(layered[0].startsWith(`-A ${pol} -p tcp `) && layered[2].startsWith(`-A ${pol} -s 192.168.0.0/16 `));
+          assert.match(layered[3], /^-A \S+ -m comment --comment "weir:HASH end of the new rules; older ones below wait for removal" -j RETURN$/);
+          assert.deepEqual(layered.slice(4), oldRules);
+          assert.equal(await dp.hookIntact(), true, 'the record holds the layered chain as the kernel does');
+          assert.equal(dp.status().tidyPending, 1);
+          await dp.apply(next, { tidy: true });
+          assert.equal(dp.status().tidyPending, 0);
+        } else {
+          assert.deepEqual(
+            payload.split('\n').filter((l) => l.startsWith(':')),
+            [`:${pol} - [0:0]`],
+          );
+          assert.equal(payload.split('\n').filter((l) => l.startsWith('-') && !l.startsWith(`-A ${pol} `)).length, 0);
+          assert.deepEqual([stats.chainsWritten, stats.rulesWritten], [1, 3]);
+        }
+        assert.equal((await polRules()).length, 3);
         const after = await snapshot(runner, backend);
         assert.deepEqual(after.v6, before.v6);
         assert.deepEqual(after.sets, before.sets);

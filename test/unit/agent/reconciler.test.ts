@@ -46,7 +46,7 @@ class FakeClock implements Clock {
 
 const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
 
-type Call = { kind: 'apply' | 'resync' | 'hookIntact' | 'guard'; at: number };
+type Call = { kind: 'apply' | 'tidy' | 'resync' | 'hookIntact' | 'guard'; at: number };
 
 /** The dataplane seen by the loop: writes take `writeMs` of fake time and fail, hang or
  *  succeed as the test says; the hook is intact until the test removes it, and a resync puts
@@ -59,19 +59,22 @@ class FakeDataplane implements DataplanePort {
   hang = false;
   hook: boolean | 'throw' = true;
   guardDoes: boolean | 'throw' = false;
+  /** Each plain apply leaves work for a tidy, as a layered write on nf_tables does. */
+  layers = false;
+  tidyPending = 0;
   readonly #clock: FakeClock;
   constructor(clock: FakeClock) {
     this.#clock = clock;
   }
   markDirty(_d: Dirty) {}
-  apply(_d: DesiredDataplane) {
-    return this.#write('apply');
+  apply(_d: DesiredDataplane, opts?: { tidy?: boolean }) {
+    return this.#write(opts?.tidy ? 'tidy' : 'apply');
   }
   resync(_d: DesiredDataplane) {
     return this.#write('resync');
   }
   status() {
-    return { sets: 0, chains: 0, rules: 0 };
+    return { sets: 0, chains: 0, rules: 0, tidyPending: this.tidyPending };
   }
   async hookIntact() {
     this.calls.push({ kind: 'hookIntact', at: this.#clock.t });
@@ -83,10 +86,10 @@ class FakeDataplane implements DataplanePort {
     if (this.guardDoes === 'throw') throw new Error('iptables-restore: cannot write the skeleton');
     return this.guardDoes;
   }
-  writes(kind?: 'apply' | 'resync') {
-    return this.calls.filter((c) => (kind ? c.kind === kind : c.kind === 'apply' || c.kind === 'resync'));
+  writes(kind?: 'apply' | 'tidy' | 'resync') {
+    return this.calls.filter((c) => (kind ? c.kind === kind : c.kind === 'apply' || c.kind === 'tidy' || c.kind === 'resync'));
   }
-  async #write(kind: 'apply' | 'resync') {
+  async #write(kind: 'apply' | 'tidy' | 'resync') {
     this.calls.push({ kind, at: this.#clock.t });
     if (this.hang) return new Promise<never>(() => {});
     if (this.writeMs > 0) await new Promise<void>((resolve) => this.#clock.setTimeout(resolve, this.writeMs));
@@ -95,6 +98,7 @@ class FakeDataplane implements DataplanePort {
       throw this.failWith();
     }
     if (kind === 'resync' && this.hook === false) this.hook = true;
+    this.tidyPending = kind === 'apply' && this.layers ? this.tidyPending + 1 : 0;
     return {};
   }
 }
@@ -185,6 +189,42 @@ describe('reconcile loop', () => {
     r.onBatch(batch('late'));
     await clock.advance(0);
     assert.deepEqual(dataplane.writes().at(-1)?.at, 1000, 'quiet again: at once');
+  });
+
+  test('what a layered write left is tidied once the node has been quiet for tidyDelayMs; each change pushes the tidy back', async () => {
+    const { clock, dataplane, r } = setup({ tidyDelayMs: 500 });
+    dataplane.layers = true;
+    r.onBatch(batch('r1'));
+    await clock.advance(100);
+    r.onBatch(batch('r2', true, 'p2'));
+    await clock.advance(0);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.kind),
+      ['resync', 'apply'],
+    );
+    await clock.advance(400);
+    r.onBatch(batch('r3', true, 'p3'));
+    await clock.advance(0);
+    await clock.advance(499);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.kind),
+      ['resync', 'apply', 'apply'],
+      'no tidy within 500 ms of a write',
+    );
+    await clock.advance(1);
+    assert.deepEqual(
+      dataplane.writes().map((c) => [c.kind, c.at]),
+      [
+        ['resync', 0],
+        ['apply', 100],
+        ['apply', 500],
+        ['tidy', 1000],
+      ],
+    );
+    assert.equal(dataplane.tidyPending, 0);
+    await clock.advance(5000);
+    assert.equal(dataplane.writes().length, 4, 'nothing owed: no more writes');
+    assert.deepEqual(r.readiness(), { ready: true, revision: 'r3', reason: 'Ready' });
   });
 
   test('a failed write is retried with doubling backoff, as a resync, and readiness says why', async () => {
