@@ -11,6 +11,7 @@
 // response headers arrive. Silence is judged by the reflector's watchdog instead.
 
 import { KubeApiError } from '../errors.ts';
+import { ListSplitter } from './list-splitter.ts';
 import { HttpMethod, IsomorphicFetchHttpLibrary, RequestContext } from '@kubernetes/client-node';
 import type { KubeConfig } from '@kubernetes/client-node';
 
@@ -63,6 +64,10 @@ export interface KubeClient {
   /** Sends the request; resolves to the parsed JSON answer (undefined for an empty body),
    *  rejects with a KubeApiError for any non-2xx answer or transport failure. */
   send(req: KubeRequest): Promise<unknown>;
+  /** Sends a GET for a list and hands each item to `onItem` as it arrives, so the whole answer
+   *  is never held at once; resolves to the answer without its items (`"items": []`). Rejects
+   *  as `send` does, and when the body is cut short or is not a list. */
+  list(req: KubeRequest, onItem: (item: unknown) => void): Promise<unknown>;
   /** Opens a watch (GET with the query as given, which should hold watch=true); resolves once
    *  the server answered 200, with the stream of its events. `onData` is called for every chunk
    *  received, so a caller can measure silence. */
@@ -153,6 +158,41 @@ export function createKubeClient(kc: KubeConfig, opts: KubeClientOptions = {}): 
       if (resp.httpStatusCode < 200 || resp.httpStatusCode > 299) throw failure(req, resp.httpStatusCode, parsed, text);
       if (parsed === undefined && text.trim() !== '') throw new KubeApiError(req.method, req.path, resp.httpStatusCode, '', 'the response is not JSON');
       return parsed;
+    },
+
+    async list(req, onItem) {
+      const resp = await open(req, false);
+      if (resp.httpStatusCode < 200 || resp.httpStatusCode > 299) {
+        const text = await resp.body.text().catch(() => '');
+        throw failure(req, resp.httpStatusCode, parseJson(text), text);
+      }
+      const stream = resp.body.stream();
+      if (stream === null) throw new KubeApiError(req.method, req.path, resp.httpStatusCode, '', 'the list response has no body');
+      const splitter = new ListSplitter();
+      const decoder = new TextDecoder();
+      // The caller's own failure passes through as it is; the rest is the server's or the wire's.
+      let callerFailure: unknown;
+      const take = (text: string) => {
+        for (const item of splitter.push(text)) {
+          const value = JSON.parse(item) as unknown;
+          try {
+            onItem(value);
+          } catch (err) {
+            callerFailure = err;
+            throw err;
+          }
+        }
+      };
+      try {
+        for await (const chunk of stream) take(decoder.decode(chunk, { stream: true }));
+        take(decoder.decode());
+        return splitter.finish();
+      } catch (err) {
+        if (err === callerFailure || req.signal?.aborted) throw err;
+        const status = err instanceof SyntaxError ? resp.httpStatusCode : 0;
+        const message = err instanceof SyntaxError ? `the list response is not a complete JSON list: ${err.message}` : describe(err);
+        throw new KubeApiError(req.method, req.path, status, '', message, { cause: err });
+      }
     },
 
     async watch(path, query, signal, onData) {

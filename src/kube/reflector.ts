@@ -200,15 +200,18 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     do {
       const query: Record<string, string> = { limit: String(timings.pageSize) };
       if (cont !== '') query.continue = cont;
+      // The first list may come from the API server's watch cache (as client-go's reflector
+      // does): the watch from its resourceVersion delivers whatever is newer. It spares etcd a
+      // read of the whole collection; at 100k pods the cache answers in one piece, which the
+      // client streams. Relists repair missed events, so they read the latest state.
+      else if (!listedOnce) query.resourceVersion = '0';
       if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
-      const body = await client.send({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs });
-      const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
-      const items = isRecord(body) && Array.isArray(body.items) ? body.items : null;
-      if (items === null) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');
-      for (const item of items) {
+      const body = await client.list({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs }, (item) => {
         const c = convert(item, badNow);
         if (c !== null) fresh.push(c);
-      }
+      });
+      const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
+      if (!isRecord(body) || !Array.isArray(body.items)) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');
       cont = typeof md.continue === 'string' ? md.continue : '';
       listRv = typeof md.resourceVersion === 'string' ? md.resourceVersion : '';
     } while (cont !== '');

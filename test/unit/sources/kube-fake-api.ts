@@ -26,7 +26,9 @@ export type Fault =
   /** Answer normally once the promise resolves. */
   | { readonly hold: Promise<void> }
   /** (watch) 200 and headers, then nothing at all, ever. */
-  | { readonly stall: true };
+  | { readonly stall: true }
+  /** (list) 200, then the connection dies halfway through the body. */
+  | { readonly truncate: true };
 
 export interface RequestRecord {
   readonly kind: Kind;
@@ -183,11 +185,16 @@ export class FakeApiServer {
     if (fault !== undefined && 'status' in fault) return status(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
     const selector = url.searchParams.get('fieldSelector');
     const name = selector?.startsWith('metadata.name=') ? selector.slice('metadata.name='.length) : null;
-    if (verb === 'list') return this.list(kind, url.searchParams, name, res);
+    if (verb === 'list') return this.list(kind, url.searchParams, name, res, fault !== undefined && 'truncate' in fault);
     this.watch(kind, url.searchParams, name, res, fault !== undefined && 'stall' in fault);
   }
 
-  private list(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse): void {
+  private list(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse, truncate: boolean): void {
+    // As the real API server: a continue token carries its own resourceVersion.
+    if (q.get('continue') !== null && q.get('resourceVersion') !== null) {
+      status(res, 400, 'BadRequest', 'specifying resource version is not allowed when using continue');
+      return;
+    }
     const all = [...this.store(kind).entries()]
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([, o]) => o)
@@ -199,8 +206,14 @@ export class FakeApiServer {
     const more = offset + limit < all.length;
     const metadata: Record<string, string> = { resourceVersion: String(rv) };
     if (more) metadata.continue = Buffer.from(JSON.stringify({ offset: offset + limit, rv })).toString('base64');
+    const body = JSON.stringify({ kind: `${kind}List`, apiVersion: 'v1', metadata, items });
+    if (truncate) {
+      res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+      res.write(body.slice(0, Math.floor(body.length / 2)), () => res.destroy());
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ kind: `${kind}List`, apiVersion: 'v1', metadata, items }));
+    res.end(body);
   }
 
   private watch(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse, stalled: boolean): void {

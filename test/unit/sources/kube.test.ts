@@ -397,14 +397,28 @@ function firstBatchPods(h: { batches: readonly SourceBatch<ModelEvent>[] }): str
   return h.batches[0].events.flatMap((e) => (e.op === 'upsert' && e.kind === 'Pod' ? [e.object.name] : [])).sort();
 }
 
-test('lists are paginated with limit and continue, and every page counts', async () => {
+test('lists are paginated with limit and continue, and every page counts; the first page of the first list may come from the watch cache', async () => {
   const h = await harness({ timings: { pageSize: 2 }, seed: seedPaged });
   await h.start();
   const lists = h.api.requestsOf('Pod', 'list');
   assert.equal(lists.length, 3);
   assert.ok(lists.every((r) => r.query.get('limit') === '2'));
   assert.equal(lists[0].query.get('continue'), null);
-  assert.ok(lists.slice(1).every((r) => (r.query.get('continue') ?? '') !== ''));
+  assert.equal(lists[0].query.get('resourceVersion'), '0');
+  assert.ok(lists.slice(1).every((r) => (r.query.get('continue') ?? '') !== '' && r.query.get('resourceVersion') === null));
+  assert.deepEqual(firstBatchPods(h), PAGED);
+});
+
+test('a list answer cut off halfway is a failed list, retried, never a shorter list', async () => {
+  const h = await harness({
+    seed: (api) => {
+      seedPaged(api);
+      api.fault('Pod', 'list', { truncate: true });
+    },
+  });
+  await h.start();
+  assert.equal(h.api.requestsOf('Pod', 'list').length, 2);
+  assert.match(h.hooksOf('Pod', 'error')[0].detail ?? '', /terminated/);
   assert.deepEqual(firstBatchPods(h), PAGED);
 });
 
@@ -450,6 +464,11 @@ test('the periodic relist repairs events the watch missed, and an unchanged reli
     { kind: 'Pod', op: 'upsert', object: toPod(a) },
   ]);
   assert.equal(h.hooksOf('Pod', 'relist')[0].detail, 'periodic');
+  assert.deepEqual(
+    h.api.requestsOf('Pod', 'list').map((r) => r.query.get('resourceVersion')),
+    ['0', null],
+    'the first list from the watch cache, the relist consistent',
+  );
   assert.ok(h.lines.some((l) => l.kind === 'Pod' && /relist repaired 2 object/.test(l.msg)));
   const batches = h.batches.length;
   const lists = h.api.requestsOf('Pod', 'list').length;
