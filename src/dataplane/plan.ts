@@ -266,8 +266,9 @@ function planAcceptHook(state: FamilyState, acceptMark: number | undefined): { l
 }
 
 export interface LayeredPlan extends ChainsPlan {
-  /** Chains whose old rules or whole selves stay until the tidy: layered, or no longer desired. */
-  readonly pending: readonly string[];
+  /** Chains left to the tidy, each with how many of its rules no packet reaches any more: the
+   *  old rules of a layered chain, every rule of a chain no longer desired. */
+  readonly pending: ReadonlyMap<string, number>;
 }
 
 /**
@@ -280,8 +281,8 @@ export interface LayeredPlan extends ChainsPlan {
  * `pending`: a later planChains write (the tidy) rewrites or deletes them.
  *
  * Undefined when the change cannot be written that way: a hook or the accept hook must move, an
- * older Weir's leftovers must go, or a changed chain already has `maxLayers` layers (`layers`
- * counts them): rewriting it in full is the tidy that was owed anyway.
+ * older Weir's leftovers must go, or the rules it would leave shadowed, beyond those already
+ * (`shadowed`, per chain), would exceed `budget`: the full write is the tidy that was owed.
  */
 export function planLayeredChains(
   chains: ReadonlyMap<string, readonly Rule[]>,
@@ -289,20 +290,26 @@ export function planLayeredChains(
   dirty: ReadonlySet<string>,
   state: FamilyState,
   acceptMark: number | undefined,
-  layers: ReadonlyMap<string, number>,
-  maxLayers: number,
+  shadowed: ReadonlyMap<string, number>,
+  budget: number,
 ): LayeredPlan | undefined {
   if (planHooks(chains, hooks, state).hookChanges.size > 0 || planAcceptHook(state, acceptMark).hook !== undefined || hasLeftovers(state)) return undefined;
   const declares: string[] = [];
   const appends: string[] = [];
   const inserts: string[] = [];
   const written = new Map<string, string[]>();
-  const pending: string[] = [];
+  const pending = new Map<string, number>();
+  let spent = 0;
+  // Everything the chain held stays below the new rules (or alone, unreachable).
+  const shadow = (name: string, rules: number) => {
+    pending.set(name, rules);
+    spent += rules - (shadowed.get(name) ?? 0);
+  };
   for (const name of dirty) {
     const want = chains.get(name);
     const have = state.chains.get(name);
     if (want === undefined) {
-      if (have !== undefined) pending.push(name);
+      if (have !== undefined) shadow(name, have.length);
       continue;
     }
     const r = renderChain(name, want);
@@ -313,14 +320,14 @@ export function planLayeredChains(
       written.set(name, r.hashes);
       continue;
     }
-    if ((layers.get(name) ?? 0) >= maxLayers) return undefined;
     const end = renderLayerEnd(name, r.hashes[r.hashes.length - 1]);
     // Each goes in at position 1, so the last inserted is first: RETURN, then the rules backwards.
     inserts.push(insertAtTop(name, end.line));
     for (let i = r.lines.length - 1; i >= 0; i--) inserts.push(insertAtTop(name, r.lines[i]));
     written.set(name, [...r.hashes, end.hash, ...have]);
-    pending.push(name);
+    shadow(name, have.length);
   }
+  if (spent > budget) return undefined;
   const body = [...declares, ...appends, ...inserts];
   return {
     payload: body.length > 0 ? restorePayload(body, []) : undefined,

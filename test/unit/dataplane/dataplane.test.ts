@@ -4,7 +4,7 @@ import { emptyDirty, type Dirty, type Rule } from '../../../src/calc/desired.ts'
 import { makeNames } from '../../../src/calc/names.ts';
 import { PreconditionError, RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
-import { createDataplane, MAX_LAYERS, type ApplyStep } from '../../../src/dataplane/dataplane.ts';
+import { createDataplane, type ApplyStep } from '../../../src/dataplane/dataplane.ts';
 import { recordingRunner, type RecordedCall, type RunResult } from '../../../src/dataplane/runner.ts';
 import { renderChain } from '../../../src/dataplane/render.ts';
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
@@ -615,26 +615,26 @@ test('a deleted chain and the sets it used stay until the tidy, which deletes th
   assert.deepEqual([stats.chainsDeleted, stats.setsDeleted, dp.status().tidyPending], [1, 1, 0]);
 });
 
-test('layers stack above each other up to MAX_LAYERS; the next change to that chain is written in full and tidies all that is owed', async () => {
+test('layers stack until the rules they shadow would pass maxShadowedRules; that write is made in full and tidies all that is owed', async () => {
   const runner = fakeKernel();
-  const dp = make(runner);
+  const dp = createDataplane({ runner, names, families: [4, 6], backend: 'nft', log: silentLogger(), maxShadowedRules: 8 });
   const withY = (x: Rule[], y: Rule[]) =>
     desired({ sets: [...base.sets.values()], chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': x, 'cali-y': y }, chains6: Object.fromEntries(base.chains[6]) });
   const xRules = (i: number) => [fromSet('cali40s:a', `version ${i}`)];
   await dp.apply(withY(xRules(0), [accept]));
   dp.markDirty(dirtyOf({ c4: ['cali-y'] }));
-  await dp.apply(withY(xRules(0), [fromSet('cali40s:a')]));
-  for (let i = 1; i <= MAX_LAYERS; i++) {
+  await dp.apply(withY(xRules(0), [fromSet('cali40s:a')])); // cali-y shadows 1 rule
+  // Layer k of cali-x shadows all it held: 1 rule, then 3, 5, 7 (each layer a rule and its RETURN).
+  for (let k = 1; k <= 4; k++) {
     runner.calls.length = 0;
     dp.markDirty(dirtyOf({ c4: ['cali-x'] }));
-    await dp.apply(withY(xRules(i), [fromSet('cali40s:a')]));
-    assert.deepEqual(removes(runner.calls[0].input!), [], `layer ${i} adds only`);
+    await dp.apply(withY(xRules(k), [fromSet('cali40s:a')]));
+    assert.deepEqual(removes(runner.calls[0].input!), [], `layer ${k} adds only`);
   }
-  assert.equal(dp.status().tidyPending, 2);
-  assert.equal(dp.status().rules, 3 + 3 + (2 * MAX_LAYERS + 1), 'cali-y: one layer; cali-x: each layer a rule and its RETURN, above the first rule');
+  assert.deepEqual([dp.status().tidyPending, dp.status().rules], [2, 3 + 3 + 9]);
   runner.calls.length = 0;
   dp.markDirty(dirtyOf({ c4: ['cali-x'] }));
-  await dp.apply(withY(xRules(99), [fromSet('cali40s:a')]));
+  await dp.apply(withY(xRules(5), [fromSet('cali40s:a')])); // would shadow 1 + 9 > 8
   const payload = runner.calls[0].input!;
   assert.ok(payload.includes(':cali-x - [0:0]') && payload.includes(':cali-y - [0:0]'), 'both chains rewritten in full');
   assert.deepEqual([dp.status().tidyPending, dp.status().rules], [0, 3 + 1 + 1]);
