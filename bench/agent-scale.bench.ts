@@ -20,6 +20,7 @@
 // (stop creating pods after this long and measure the cluster made so far; 0: no limit),
 // --lease-holder (the agent takes the policy-status Lease and so writes every policy's
 // NetworkPolicyStatus, as one agent of a cluster does; by default another node holds it).
+// WEIR_BENCH_AGENT_NODE_FLAGS: extra Node flags for the agent (a CPU profile, say).
 
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -63,6 +64,9 @@ const num = (v: string | undefined, env: string | undefined, d: number): number 
 };
 const scale = num(flags.scale, process.env.WEIR_BENCH_SCALE, 1);
 const CHANGES = Math.max(1, Math.round(num(flags.changes, process.env.WEIR_BENCH_CHANGES, 30)));
+/** Extra Node flags for the agent only, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to see where
+ *  its time goes (the profile is written when the bench stops it). */
+const AGENT_NODE_FLAGS = (process.env.WEIR_BENCH_AGENT_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
 const CONCURRENCY = Math.max(1, Math.round(num(flags.concurrency, undefined, 32)));
 const REST_S = num(flags['rest-s'], undefined, 30);
 const SETTLE_S = num(flags['settle-s'], undefined, 60);
@@ -853,7 +857,7 @@ async function main(): Promise<void> {
     nsMade = true;
     bridge = await bridgeApiServer(netns, Number(new URL(cp.server).port));
     // Node's flags as the image's entrypoint passes them.
-    const argv = [...NODE_FLAGS, main, 'agent', '--node-name', NODE, '--kubeconfig', cp.kubeconfig, '--source-binding', 'off', '--log-level', 'debug', '--metrics-addr', `127.0.0.1:${METRICS_PORT}`];
+    const argv = [...NODE_FLAGS, ...AGENT_NODE_FLAGS, main, 'agent', '--node-name', NODE, '--kubeconfig', cp.kubeconfig, '--source-binding', 'off', '--log-level', 'debug', '--metrics-addr', `127.0.0.1:${METRICS_PORT}`];
     log(`agent: node ${argv.map((x) => (x === cp?.kubeconfig ? '(admin kubeconfig)' : x.replace(REPO, ''))).join(' ')}  (in network namespace ${netns})`);
     log('for comparison, the same lists made by the bench itself (all kinds at once; bodies read, not parsed; no bridge):');
     log(`  500 a page, as the agent lists:                 ${await listLikeTheAgent(cp, 'limit=500')}`);
