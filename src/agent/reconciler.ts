@@ -325,7 +325,7 @@ export class Reconciler {
     this.#nextTidyAt = (st.tidyPending ?? 0) > 0 ? now + (this.#o.tidyDelayMs ?? DEFAULT_TIDY_DELAY_MS) : null;
     const ms = now - t0;
     for (const at of this.#unapplied.splice(0)) metrics.enforceLatency.observe((now - at) / 1000);
-    metrics.applyDuration.observe({ step: resync ? 'resync' : 'total' }, ms / 1000);
+    metrics.applyDuration.observe({ step: resync ? 'resync' : tidy ? 'tidy' : 'total' }, ms / 1000);
     metrics.applies.inc({ result: 'ok' });
     metrics.sets.set(st.sets);
     metrics.chains.set(st.chains);

@@ -31,7 +31,7 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     registry,
     applyDuration: new Histogram({
       name: 'weir_dataplane_apply_duration_seconds',
-      help: 'Time to write one batch of changes to the kernel, by step (ipset, iptables, total)',
+      help: 'Time to write to the kernel, by step (read, sets, chains, destroy) and whole write (total: changes, tidy: what layered writes left, resync)',
       labelNames: ['step'],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers,

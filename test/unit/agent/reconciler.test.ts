@@ -192,7 +192,7 @@ describe('reconcile loop', () => {
   });
 
   test('what a layered write left is tidied once the node has been quiet for tidyDelayMs; each change pushes the tidy back', async () => {
-    const { clock, dataplane, r } = setup({ tidyDelayMs: 500 });
+    const { clock, dataplane, metrics, r } = setup({ tidyDelayMs: 500 });
     dataplane.layers = true;
     r.onBatch(batch('r1'));
     await clock.advance(100);
@@ -222,6 +222,8 @@ describe('reconcile loop', () => {
       ],
     );
     assert.equal(dataplane.tidyPending, 0);
+    const counts = (await metrics.applyDuration.get()).values.filter((v) => v.metricName === 'weir_dataplane_apply_duration_seconds_count');
+    assert.deepEqual(Object.fromEntries(counts.map((v) => [v.labels.step, v.value])), { resync: 1, total: 2, tidy: 1 }, 'the tidy is timed apart from changes');
     await clock.advance(5000);
     assert.equal(dataplane.writes().length, 4, 'nothing owed: no more writes');
     assert.deepEqual(r.readiness(), { ready: true, revision: 'r3', reason: 'Ready' });
