@@ -269,9 +269,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         await timed(stats, 'sets', async () => {
           // Side by side when split; the record changes only once every batch succeeded (a
           // failure reads the kernel back before the next write).
-          const results = await Promise.allSettled(batches.map((lines) => t.ipset.restore(lines)));
-          const failed = results.find((r) => r.status === 'rejected');
-          if (failed) throw (failed as PromiseRejectedResult).reason;
+          await settleAll(batches.map((lines) => t.ipset.restore(lines)));
         });
       }
       commitSetChanges(state.sets, sets.changes);
@@ -286,18 +284,18 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
           // The families are separate tables: write them side by side, record each success.
-          const results = await Promise.allSettled(plans.map(({ f, plan }) => t.iptables.restore(f, plan.payload!)));
-          plans.forEach(({ f, plan }, i) => {
-            if (results[i].status !== 'fulfilled') return;
-            commitChains(state.families[f], plan);
-            owe(f, (plan as Partial<LayeredPlan>).pending ?? new Map());
-            stats.chainsWritten += plan.written.size;
-            stats.chainsDeleted += plan.deleted.length;
-            stats.rulesWritten += plan.rules;
-            stats.hooksWritten += plan.hooks.size + (plan.acceptHook ? 1 : 0);
-          });
-          const failed = results.find((r) => r.status === 'rejected');
-          if (failed) throw (failed as PromiseRejectedResult).reason;
+          await settleAll(
+            plans.map(({ f, plan }) => t.iptables.restore(f, plan.payload!)),
+            (i) => {
+              const { f, plan } = plans[i];
+              commitChains(state.families[f], plan);
+              owe(f, (plan as Partial<LayeredPlan>).pending ?? new Map());
+              stats.chainsWritten += plan.written.size;
+              stats.chainsDeleted += plan.deleted.length;
+              stats.rulesWritten += plan.rules;
+              stats.hooksWritten += plan.hooks.size + (plan.acceptHook ? 1 : 0);
+            },
+          );
         });
       }
 
@@ -447,6 +445,17 @@ interface Owed {
 }
 const nothingOwed = (): Owed => ({ shadowed: { 4: new Map(), 6: new Map() }, sets: new Map() });
 const asDirty = (o: Owed): Dirty => ({ sets: o.sets, chains: { 4: new Set(o.shadowed[4].keys()), 6: new Set(o.shadowed[6].keys()) } });
+
+/** Waits for every write, so none is still running when one failed; calls `done` with the index
+ *  of each that succeeded, then throws the first failure. */
+async function settleAll(writes: readonly Promise<unknown>[], done: (i: number) => void = () => {}): Promise<void> {
+  const results = await Promise.allSettled(writes);
+  results.forEach((r, i) => {
+    if (r.status === 'fulfilled') done(i);
+  });
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
 
 /** The members a set is dirty for in any of several records. */
 function unionOf(entries: readonly (Set<string> | 'all' | undefined)[]): Set<string> | 'all' | undefined {
