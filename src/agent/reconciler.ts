@@ -221,7 +221,10 @@ export class Reconciler {
     if (!this.#synced) return 'skipped';
     const now = this.#clock.now();
     if (this.#nextResyncAt !== null && now >= this.#nextResyncAt) this.#needResync = true;
-    if (!this.#needResync && this.#nextHookCheckAt !== null && now >= this.#nextHookCheckAt) await this.#checkHook();
+    // Changes do not wait for a due hook check (5 commands): it runs in the pass right after
+    // their write, unless a steady stream of changes has put it off by a whole interval.
+    const checkAt = this.#nextHookCheckAt;
+    if (!this.#needResync && checkAt !== null && now >= checkAt && (batches.length === 0 || now >= checkAt + (this.#o.hookCheckIntervalMs ?? 0))) await this.#checkHook();
     const tidy = this.#nextTidyAt !== null && now >= this.#nextTidyAt;
     if (batches.length === 0 && !this.#needResync && !tidy) {
       this.#askForPeriodic();

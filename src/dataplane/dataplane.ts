@@ -401,9 +401,11 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       return serial(async () => {
         if (needRead) return true; // the next write reads the kernel back anyway
         const t = await getTools();
-        if ((await detectIpvs()) !== ipvs) return false;
-        for (const f of families) {
-          const found = familyStateFromSave(await t.iptables.save(f), names);
+        // Side by side: the loop waits for this check.
+        const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f))]);
+        if (nowIpvs !== ipvs) return false;
+        for (const [i, f] of families.entries()) {
+          const found = familyStateFromSave(saved[i], names);
           const want = state.families[f];
           for (const builtin of HOOK_CHAINS) {
             if (want.hooks[builtin].specs.length > 0 && !hookIsRight(found.hooks[builtin], names.forward)) return false;

@@ -467,6 +467,27 @@ describe('the hook check and the start-up guard', () => {
     }
   });
 
+  test('a change that arrives when the hook check is due is written first; the check follows at once', async () => {
+    const { clock, dataplane, r } = setup({ hookCheckIntervalMs: 5000 });
+    r.onBatch(batch('r1'));
+    await clock.advance(4990);
+    dataplane.writeMs = 20;
+    r.onBatch(batch('r2', true, 'p2')); // written 4990-5010, while the check falls due
+    await clock.advance(10);
+    r.onBatch(batch('r3', true, 'p3'));
+    await clock.advance(100);
+    assert.deepEqual(
+      dataplane.calls.map((c) => [c.kind, c.at]),
+      [
+        ['resync', 0],
+        ['apply', 4990],
+        ['apply', 5010],
+        ['hookIntact', 5030],
+      ],
+    );
+    await stopWhileAdvancing(clock, r);
+  });
+
   test('a hook check that fails is answered with a resync', async () => {
     const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 1000 });
     r.onBatch(batch('r1'));
