@@ -857,7 +857,22 @@ async function main(): Promise<void> {
     nsMade = true;
     bridge = await bridgeApiServer(netns, Number(new URL(cp.server).port));
     // Node's flags as the image's entrypoint passes them.
-    const argv = [...NODE_FLAGS, ...AGENT_NODE_FLAGS, main, 'agent', '--node-name', NODE, '--kubeconfig', cp.kubeconfig, '--source-binding', 'off', '--log-level', 'debug', '--metrics-addr', `127.0.0.1:${METRICS_PORT}`];
+    const argv = [
+      ...NODE_FLAGS,
+      ...AGENT_NODE_FLAGS,
+      main,
+      'agent',
+      '--node-name',
+      NODE,
+      '--kubeconfig',
+      cp.kubeconfig,
+      '--source-binding',
+      'off',
+      '--log-level',
+      'debug',
+      '--metrics-addr',
+      `127.0.0.1:${METRICS_PORT}`,
+    ];
     log(`agent: node ${argv.map((x) => (x === cp?.kubeconfig ? '(admin kubeconfig)' : x.replace(REPO, ''))).join(' ')}  (in network namespace ${netns})`);
     log('for comparison, the same lists made by the bench itself (all kinds at once; bodies read, not parsed; no bridge):');
     log(`  500 a page, as the agent lists:                 ${await listLikeTheAgent(cp, 'limit=500')}`);

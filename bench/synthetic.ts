@@ -14,9 +14,10 @@ export interface SyntheticSize {
 export const NODE = 'node-0';
 const TIERS = ['web', 'api', 'db'];
 
-/** Like Flannel, every node has its own pod range: a /20 per node (k is the pod's index on it). */
+/** Like Flannel, every node has its own pod range: a /20 per node (k is the pod's index on it).
+ *  IPv6 in canonical form, as convert.ts hands pod IPs to calc (node 0's "fd00::0:3" is not). */
 export function podIps(node: number, k: number): string[] {
-  return [`10.${node >> 4}.${((node & 15) << 4) | ((k >> 8) & 15)}.${k & 255}`, `fd00::${node.toString(16)}:${k.toString(16)}`];
+  return [`10.${node >> 4}.${((node & 15) << 4) | ((k >> 8) & 15)}.${k & 255}`, node === 0 ? (k === 0 ? 'fd00::' : `fd00::${k.toString(16)}`) : `fd00::${node.toString(16)}:${k.toString(16)}`];
 }
 
 export function makePod(i: number, size: SyntheticSize, labels?: Pod['labels']): Pod {

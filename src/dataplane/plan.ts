@@ -141,8 +141,10 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
         else if (!wanted && present) dels.push(m);
       }
     }
-    for (const m of adds) lines.push(setAdd(name, m));
+    // Deletes first: should calc's text of a member differ from the kernel's (an IPv6 address
+    // not in canonical form), the member is deleted and added back, never left deleted.
     for (const m of dels) lines.push(setDel(name, m));
+    for (const m of adds) lines.push(setAdd(name, m));
     const add = adds.map((m) => memberKey(want.type, m));
     const del = dels.map((m) => memberKey(want.type, m));
     if (add.length > 0 || del.length > 0) changes.push({ name, add, del });

@@ -112,7 +112,7 @@ test('a member change writes only that member', async () => {
   const stats = await dp.apply(next);
   assert.deepEqual(
     runner.calls.map((c) => [what(c), c.input]),
-    [['ipset restore', 'add cali40s:a 10.0.0.2 -exist\ndel cali40s:a 10.0.0.1 -exist\n']],
+    [['ipset restore', 'del cali40s:a 10.0.0.1 -exist\nadd cali40s:a 10.0.0.2 -exist\n']],
   );
   assert.deepEqual([stats.membersAdded, stats.membersRemoved], [1, 1]);
 });

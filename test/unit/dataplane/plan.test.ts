@@ -22,7 +22,7 @@ test('planSets: dirty members are compared one by one, others left alone', () =>
   const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3', '10.0.0.4'] }]]);
   // 10.0.0.9 is missing too, but not dirty: an incremental apply trusts the record for it.
   const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1', '10.0.0.2', '10.0.0.3'])]]), have, opts);
-  assert.deepEqual(p.lines, ['add cali40s:a 10.0.0.1 -exist', 'del cali40s:a 10.0.0.3 -exist']);
+  assert.deepEqual(p.lines, ['del cali40s:a 10.0.0.3 -exist', 'add cali40s:a 10.0.0.1 -exist']);
   commitSetChanges(have, p.changes);
   assert.deepEqual([...have.get('cali40s:a')!.members].sort(), ['10.0.0.1', '10.0.0.2', '10.0.0.4']);
 });
@@ -31,7 +31,13 @@ test("planSets: 'all' diffs the whole set", () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.2'])] });
   const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3'] }]]);
   const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
-  assert.deepEqual(p.lines, ['add cali40s:a 10.0.0.1 -exist', 'del cali40s:a 10.0.0.3 -exist']);
+  assert.deepEqual(p.lines, ['del cali40s:a 10.0.0.3 -exist', 'add cali40s:a 10.0.0.1 -exist']);
+});
+
+test("planSets: a member whose text differs from the kernel's form is deleted, then added back: never left out", () => {
+  const d = desired({ sets: [set('cali60s:a', 6, ['fd00::0:3'])] });
+  const have = applied([['cali60s:a', { type: 'hash:net', family: 6, maxElem: 1000, members: ['fd00::3'] }]]);
+  assert.deepEqual(planSets(d, new Map([['cali60s:a', 'all']]), have, opts).lines, ['del cali60s:a fd00::3 -exist', 'add cali60s:a fd00::0:3 -exist']);
 });
 
 test('planSets: a host prefix written by calc equals the bare address read back', () => {
