@@ -20,8 +20,9 @@ export interface DataplanePort {
   markDirty(d: Dirty): void;
   /** Writes what is dirty; with `tidy`, also what earlier layered writes left (tidyPending). */
   apply(desired: DesiredDataplane, opts?: { tidy?: boolean }): Promise<unknown>;
-  /** Reads the kernel back, removes own stale objects and repairs drift, then applies. */
-  resync(desired: DesiredDataplane): Promise<unknown>;
+  /** Reads the kernel back, removes own stale objects and repairs drift, then applies; with
+   *  members 'counts', set members only of sets whose size differs from the record. */
+  resync(desired: DesiredDataplane, opts?: { members?: 'all' | 'counts' }): Promise<unknown>;
   status(): { sets: number; chains: number; rules: number; tidyPending?: number };
   /** A cheap drift check (one iptables-save per family, no ipset read): false when Weir's hook
    *  is missing or misplaced, or any of its chains was flushed, edited or removed. */
@@ -46,6 +47,9 @@ export const DEFAULT_UNHEALTHY_AFTER_MS = 90_000;
 /** How long the node must be quiet before the loop tidies what layered writes left: the tidy
  *  deletes rules, which costs a grace period that a change arriving meanwhile would wait for. */
 export const DEFAULT_TIDY_DELAY_MS = 1_000;
+/** Every this many periodic resyncs, one reads every set member back; the others read set
+ *  sizes only (at 100k pods a full read takes about a second, and the loop waits for it). */
+export const FULL_READ_EVERY = 10;
 /** Arrival times kept for the event-to-enforced histogram while writes fail: the oldest ones
  *  (the longest waits); later batches of the same write are not observed. */
 export const MAX_UNAPPLIED = 1_000;
@@ -122,7 +126,9 @@ export class Reconciler {
   #latestRevision = '';
   #appliedRevision = '';
   #lastError: { code: string; message: string } | null = null;
-  #needResync = true;
+  /** A resync is owed: 'full' reads every set member back, 'counts' only sizes (periodic). */
+  #needResync: false | 'full' | 'counts' = 'full';
+  #periodicResyncs = 0;
   #nextResyncAt: number | null = null;
   #nextHookCheckAt: number | null = null;
   /** When the tidy is due (null: nothing owed). */
@@ -220,7 +226,9 @@ export class Reconciler {
     // Nothing is written before the source has delivered its first full view of the world.
     if (!this.#synced) return 'skipped';
     const now = this.#clock.now();
-    if (this.#nextResyncAt !== null && now >= this.#nextResyncAt) this.#needResync = true;
+    if (this.#nextResyncAt !== null && now >= this.#nextResyncAt && !this.#needResync) {
+      this.#needResync = ++this.#periodicResyncs % FULL_READ_EVERY === 0 ? 'full' : 'counts';
+    }
     // Changes do not wait for a due hook check (5 commands): it runs in the pass right after
     // their write, unless a steady stream of changes has put it off by a whole interval.
     const checkAt = this.#nextHookCheckAt;
@@ -283,23 +291,24 @@ export class Reconciler {
       this.#nextHookCheckAt = now + (this.#o.hookCheckIntervalMs ?? 0);
     } else {
       // The resync of this same pass repairs it; its success schedules the next check.
-      this.#needResync = true;
+      this.#needResync = 'full';
       this.#owedSince ??= now;
     }
   }
 
   async #write(revision: string, tidy: boolean): Promise<'ok'> {
     const { calc, dataplane, log, metrics } = this.#o;
-    const resync = this.#needResync;
+    const owed = this.#needResync;
+    const resync = owed !== false;
     const t0 = this.#clock.now();
     this.#owedSince ??= t0;
     this.#writeStartedAt = t0;
     let stats: unknown;
     try {
-      stats = resync ? await dataplane.resync(calc.desired) : await dataplane.apply(calc.desired, tidy ? { tidy } : undefined);
+      stats = owed ? await dataplane.resync(calc.desired, { members: owed === 'counts' ? 'counts' : 'all' }) : await dataplane.apply(calc.desired, tidy ? { tidy } : undefined);
     } catch (err) {
       this.#writeStartedAt = null;
-      this.#needResync = true; // after a failure, trust only what the kernel says it holds
+      this.#needResync = 'full'; // after a failure, trust only what the kernel says it holds
       const code = codeOf(err);
       this.#lastError = { code, message: err instanceof Error ? err.message : String(err) };
       metrics.errors.inc({ reason: code });

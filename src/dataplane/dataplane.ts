@@ -9,13 +9,13 @@ import { PreconditionError } from '../errors.ts';
 import type { Names } from '../calc/names.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
-import { createIpset, type Ipset } from './ipset.ts';
+import { createIpset, parseIpsetTerse, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
 import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_LINES, type ChainsPlan, type LayeredPlan } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy } from './render.ts';
 import type { CommandRunner } from './runner.ts';
-import { emptyFamilyState, emptyState, familyStateFromSave, hasLeftovers, hookIsRight, sameHook, setsStateFromSave, type AppliedState, type FamilyState } from './state.ts';
+import { emptyFamilyState, emptyState, familyStateFromSave, hasLeftovers, hookIsRight, ownSets, sameHook, setsStateFromSave, type AppliedSet, type AppliedState, type FamilyState } from './state.ts';
 
 /** Felix's default; large enough for every pod IP of a big cluster in one set. */
 export const DEFAULT_MAX_SET_SIZE = 1_048_576;
@@ -68,6 +68,13 @@ export interface ApplyOptions {
   readonly tidy?: boolean;
 }
 
+/** How a read takes set members: all of them, or only for sets whose size changed. */
+export type MemberRead = 'all' | 'counts';
+
+export interface ResyncOptions {
+  readonly members?: MemberRead;
+}
+
 export interface CleanupStats {
   chainsDeleted: number;
   hooksDeleted: number;
@@ -94,8 +101,10 @@ export interface Dataplane {
   /** Writes what is dirty; throws (and keeps it dirty) on failure so the caller can retry.
    *  With `tidy`, writes in full and removes whatever earlier layered writes left behind. */
   apply(desired: DesiredDataplane, opts?: ApplyOptions): Promise<ApplyStats>;
-  /** Reads the kernel back, repairs drift and removes stale own objects, then applies. */
-  resync(desired: DesiredDataplane): Promise<ApplyStats>;
+  /** Reads the kernel back, repairs drift and removes stale own objects, then applies. With
+   *  `members: 'counts'` a set's members are read only when its size differs from the record:
+   *  cheap at 100k pods, but blind to a member swapped for another. */
+  resync(desired: DesiredDataplane, opts?: ResyncOptions): Promise<ApplyStats>;
   /** Removes every chain, hook rule and set Weir owns, and nothing else. */
   cleanup(): Promise<CleanupStats>;
   /** Throws a PreconditionError when chains or sets with Weir's prefix exist that Weir did not
@@ -179,15 +188,35 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     }
   }
 
-  /** Reads Weir's own objects back; refuses when objects with its names are not its own. */
-  async function readOwn(t: Tools): Promise<AppliedState> {
+  /**
+   * Reads Weir's own objects back; refuses when objects with its names are not its own. With
+   * `members` 'counts', set members are read only where a set's header or number of entries
+   * differs from the record (`reread` names them); elsewhere the record's members are kept.
+   */
+  async function readOwn(t: Tools, members: MemberRead = 'all', reread?: Set<string>): Promise<AppliedState> {
     const read: { [F in Family]?: FamilyState } = {};
     const foreign: string[] = [];
     const saved = await Promise.all(families.map((f) => t.iptables.save(f)));
     families.forEach((f, i) => {
       read[f] = familyStateFromSave(saved[i], names, foreign);
     });
-    const sets = setsStateFromSave(await t.ipset.save(), names, foreign);
+    let sets: Map<string, AppliedSet>;
+    if (members === 'all') sets = setsStateFromSave(await t.ipset.save(), names, foreign);
+    else {
+      const headers = parseIpsetTerse(await t.ipset.listHeaders());
+      sets = ownSets(headers, names, foreign);
+      for (const [name, found] of sets) {
+        const had = state.sets.get(name);
+        const same = had !== undefined && had.type === found.type && had.family === found.family && had.maxElem === found.maxElem;
+        if (same && had.members.size === headers.get(name)?.entries) {
+          sets.set(name, { ...found, members: had.members });
+          continue;
+        }
+        const full = setsStateFromSave(await t.ipset.save(name), names).get(name);
+        if (full !== undefined) sets.set(name, full);
+        reread?.add(name);
+      }
+    }
     if (foreign.length > 0) {
       throw new PreconditionError(
         `found ${foreign.length} chains or sets named like Weir's (prefix "${names.prefix}") that Weir did not write, such as ${foreign.slice(0, 5).join(', ')}: ` +
@@ -197,15 +226,18 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     return { sets, families: { 4: read[4] ?? emptyFamilyState(), 6: read[6] ?? emptyFamilyState() } };
   }
 
-  /** Rebuilds the record from the kernel and marks everything, desired or found, dirty. */
-  async function readKernel(t: Tools, desired: DesiredDataplane, into: Dirty): Promise<void> {
-    const fresh = await readOwn(t);
+  /** Rebuilds the record from the kernel and marks everything, desired or found, dirty; after
+   *  a 'counts' read, the sets whose members were kept from the record are not marked. */
+  async function readKernel(t: Tools, desired: DesiredDataplane, into: Dirty, members: MemberRead): Promise<void> {
+    const reread = new Set<string>();
+    const fresh = await readOwn(t, members, reread);
     const wasIpvs = ipvs;
     ipvs = await detectIpvs();
     if (ipvs !== wasIpvs) log.info({ ipvs }, ipvs ? 'kube-proxy runs in IPVS mode: hooking OUTPUT too' : 'kube-proxy no longer runs in IPVS mode: unhooking OUTPUT');
     state = fresh;
     const all = emptyDirty();
-    for (const name of [...desired.sets.keys(), ...fresh.sets.keys()]) all.sets.set(name, 'all');
+    const kept = (name: string) => members === 'counts' && !reread.has(name) && desired.sets.has(name) && fresh.sets.has(name);
+    for (const name of [...desired.sets.keys(), ...fresh.sets.keys()]) if (!kept(name)) all.sets.set(name, 'all');
     for (const f of families) {
       for (const c of [...desired.chains[f].keys(), ...fresh.families[f].chains.keys()]) all.chains[f].add(c);
     }
@@ -218,7 +250,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   }
   const shadowBudget = (f: Family) => maxShadowed - [...owed.shadowed[f].values()].reduce((a, b) => a + b, 0);
 
-  async function applyNow(desired: DesiredDataplane, tidy: boolean): Promise<ApplyStats> {
+  async function applyNow(desired: DesiredDataplane, tidy: boolean, members: MemberRead = 'all'): Promise<ApplyStats> {
     // Everything below plans from this snapshot and this dirty record, taken before the first
     // await: calc's live maps may not change under a write. Later marks wait for the next one.
     const readFirst = needRead;
@@ -241,7 +273,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     try {
       const t = await getTools();
       if (readFirst) {
-        await timed(stats, 'read', () => readKernel(t, desired, work));
+        await timed(stats, 'read', () => readKernel(t, desired, work, members));
         needRead = false;
         owed = nothingOwed(); // every chain and set is in the work now
         stats.resynced = true;
@@ -353,10 +385,12 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     apply(desired, opts) {
       return serial(() => applyNow(desired, opts?.tidy ?? false));
     },
-    resync(desired) {
+    resync(desired, opts) {
       return serial(() => {
+        // A read already owed (after a failure) takes everything.
+        const members = needRead ? 'all' : (opts?.members ?? 'all');
         needRead = true;
-        return applyNow(desired, true);
+        return applyNow(desired, true, members);
       });
     },
     cleanup() {

@@ -10,6 +10,8 @@ export {
   type DataplaneConfig,
   type DataplaneMetricHooks,
   type DataplaneStatus,
+  type MemberRead,
+  type ResyncOptions,
 } from './dataplane.ts';
 export { DEFAULT_LOCK_RETRY, type Backend, type BackendChoice, type RetryInfo, type RetryPolicy } from './iptables.ts';
 export { IPVS_INTERFACE, type IpvsChoice } from './ipvs.ts';

@@ -14,6 +14,8 @@ export interface Ipset {
   listNames(): Promise<string[]>;
   /** `ipset save [name]`: create and add lines. */
   save(name?: string): Promise<string>;
+  /** `ipset list -terse`: every set's header and number of entries, without members. */
+  listHeaders(): Promise<string>;
 }
 
 export function createIpset(runner: CommandRunner): Ipset {
@@ -34,6 +36,9 @@ export function createIpset(runner: CommandRunner): Ipset {
     },
     save(name) {
       return read(name === undefined ? ['save'] : ['save', name]);
+    },
+    listHeaders() {
+      return read(['list', '-terse']);
     },
   };
 }
@@ -71,6 +76,45 @@ export function parseIpsetSave(text: string): Map<string, SavedSet> {
       });
     } else if (w[0] === 'add' && w.length >= 3) {
       sets.get(w[1])?.members.push(w[2]);
+    }
+  }
+  return sets;
+}
+
+/** Parses `ipset list -terse` output: headers as `ipset save` gives them (members empty),
+ *  with each set's number of entries. */
+export function parseIpsetTerse(text: string): Map<string, SavedSet & { readonly entries: number }> {
+  const sets = new Map<string, SavedSet & { entries: number }>();
+  let name: string | undefined;
+  let type = '';
+  let header: string[] = [];
+  for (const line of text.split('\n')) {
+    const colon = line.indexOf(':');
+    if (colon < 0) continue;
+    const key = line.slice(0, colon).trim();
+    const value = line.slice(colon + 1).trim();
+    if (key === 'Name') {
+      name = value;
+      type = '';
+      header = [];
+    } else if (key === 'Type') type = value;
+    else if (key === 'Header') header = value.split(/\s+/);
+    else if (key === 'Number of entries' && name !== undefined) {
+      const opt = (k: string) => {
+        const i = header.indexOf(k);
+        return i >= 0 ? header[i + 1] : undefined;
+      };
+      const fam = opt('family');
+      const max = opt('maxelem');
+      sets.set(name, {
+        name,
+        type,
+        family: fam === 'inet' ? 4 : fam === 'inet6' ? 6 : undefined,
+        maxElem: max === undefined ? undefined : Number(max),
+        commented: header.includes('comment'),
+        members: [],
+        entries: Number(value),
+      });
     }
   }
   return sets;

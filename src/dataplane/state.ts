@@ -7,7 +7,7 @@ import type { SetType } from '../calc/desired.ts';
 import type { Names } from '../calc/names.ts';
 import type { Family } from '../model/types.ts';
 import { commentOf, parseSave, targetOf } from './iptables.ts';
-import { memberKey, parseIpsetSave } from './ipset.ts';
+import { memberKey, parseIpsetSave, type SavedSet } from './ipset.ts';
 import { acceptHookSpec, HOOK_CHAINS, HOOK_COMMENT, ownRuleHash, TABLE, type HookChain } from './render.ts';
 
 /** Stands for a rule in an own chain that carries no Weir hash: never equal to a real hash. */
@@ -138,8 +138,13 @@ export function familyStateFromSave(saveText: string, names: Names, foreign: str
 /** Rebuilds the set record from `ipset save` output: sets with Weir's prefix and its mark;
  *  prefixed sets without the mark are named in `foreign`. */
 export function setsStateFromSave(saveText: string, names: Names, foreign: string[] = []): Map<string, AppliedSet> {
+  return ownSets(parseIpsetSave(saveText), names, foreign);
+}
+
+/** The sets of `saved` with Weir's prefix and mark; prefixed sets without it go to `foreign`. */
+export function ownSets(saved: ReadonlyMap<string, SavedSet>, names: Names, foreign: string[] = []): Map<string, AppliedSet> {
   const sets = new Map<string, AppliedSet>();
-  for (const s of parseIpsetSave(saveText).values()) {
+  for (const s of saved.values()) {
     if (!names.isOwnSet(s.name)) continue;
     if (!s.commented) {
       foreign.push(s.name);

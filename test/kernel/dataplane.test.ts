@@ -238,6 +238,29 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
       });
     });
 
+    test('a counts resync reads the members of a set only when its size changed: a lost member is put back, a swapped one waits for a full resync', async () => {
+      await inFreshNs(async (runner) => {
+        const rec = recordingRunner(runner);
+        const dp = newDataplane(rec, backend);
+        await dp.apply(base());
+        const members = async () => (await ipsetLines(runner)).filter((l) => l.startsWith(`add ${web4} `));
+        const good = await members();
+        await runOk(runner, 'ipset', ['del', web4, '10.244.2.7']);
+        rec.calls.length = 0;
+        await dp.resync(base(), { members: 'counts' });
+        const ipsetReads = rec.calls.filter((c) => c.cmd === 'ipset' && c.args[0] !== 'restore').map((c) => c.args.join(' '));
+        assert.deepEqual(ipsetReads, ['list -terse', `save ${web4}`], 'sizes of all, members of the one that shrank');
+        assert.deepEqual(await members(), good);
+        // The same size, another member: only a full read sees it.
+        await runOk(runner, 'ipset', ['del', web4, '10.244.2.7']);
+        await runOk(runner, 'ipset', ['add', web4, '192.0.2.1']);
+        await dp.resync(base(), { members: 'counts' });
+        assert.ok((await members()).includes(`add ${web4} 192.0.2.1`));
+        await dp.resync(base());
+        assert.deepEqual(await members(), good);
+      });
+    });
+
     test('foreign rules, chains and sets survive apply, resync and cleanup untouched', async () => {
       await inFreshNs(async (runner) => {
         for (const f of [4, 6] as const) {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { MAX_UNAPPLIED, Reconciler, type Clock, type DataplanePort, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
+import { FULL_READ_EVERY, MAX_UNAPPLIED, Reconciler, type Clock, type DataplanePort, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
 import type { DesiredDataplane, Dirty } from '../../../src/calc/index.ts';
 import { RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
@@ -70,7 +70,10 @@ class FakeDataplane implements DataplanePort {
   apply(_d: DesiredDataplane, opts?: { tidy?: boolean }) {
     return this.#write(opts?.tidy ? 'tidy' : 'apply');
   }
-  resync(_d: DesiredDataplane) {
+  /** The members option of each resync, in order. */
+  resyncReads: string[] = [];
+  resync(_d: DesiredDataplane, opts?: { members?: string }) {
+    this.resyncReads.push(opts?.members ?? 'all');
     return this.#write('resync');
   }
   status() {
@@ -227,6 +230,20 @@ describe('reconcile loop', () => {
     await clock.advance(5000);
     assert.equal(dataplane.writes().length, 4, 'nothing owed: no more writes');
     assert.deepEqual(r.readiness(), { ready: true, revision: 'r3', reason: 'Ready' });
+  });
+
+  test(`periodic resyncs read set sizes only, but every ${FULL_READ_EVERY}th reads every member; a resync after a failure reads all`, async () => {
+    const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
+    r.onBatch(batch('r1'));
+    await clock.advance(0);
+    await clock.advance(FULL_READ_EVERY * 1000);
+    assert.deepEqual(dataplane.resyncReads, ['all', ...Array(FULL_READ_EVERY - 1).fill('counts'), 'all']);
+    dataplane.failWrites = 1;
+    r.onBatch(batch('r2', true, 'p2'));
+    await clock.advance(0);
+    await clock.advance(100);
+    assert.deepEqual(dataplane.resyncReads.slice(-1), ['all'], 'the retry after the failed write');
+    await stopWhileAdvancing(clock, r);
   });
 
   test('a failed write is retried with doubling backoff, as a resync, and readiness says why', async () => {

@@ -232,6 +232,18 @@ test('resync reads the kernel again even when nothing is dirty', async () => {
   assert.equal(stats.chainsWritten, 4);
 });
 
+test('a counts resync after a failed write reads every member all the same', async () => {
+  let fail = true;
+  const runner = fakeKernel({}, (c) => (c.cmd === 'iptables-nft-restore' && fail ? { stdout: '', stderr: 'Error occurred at line: 3\n', exitCode: 2 } : undefined));
+  const dp = make(runner);
+  await assert.rejects(dp.apply(base));
+  fail = false;
+  runner.calls.length = 0;
+  await dp.resync(base, { members: 'counts' });
+  assert.ok(runner.calls.some((c) => c.cmd === 'ipset' && c.args.join(' ') === 'save'));
+  assert.ok(!runner.calls.some((c) => c.args.includes('-terse')));
+});
+
 test('cleanup removes only own chains, the hook and own sets, reading the kernel first', async () => {
   const runner = fakeKernel({ save4: KERNEL4, ipset: IPSET });
   const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger() });
