@@ -206,6 +206,8 @@ export function servicesSuite(opts: ServicesOptions): void {
       const kubeState = async () => JSON.stringify(await Promise.all(FAMILIES.map(async (f) => [kubeLines(await iptablesSave(ns, opts.backend, f)), await kubeProxyTable(ns, f)])));
       await s.setPolicies(policyObject('alpha', 'web-from-team-b', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }] }] }));
       await s.expectReach('policy in force', [...viaServiceAndDirect(B1, A1, 'web', true, 'b1'), ...viaServiceAndDirect(A2, A1, 'web', false, 'a2')]);
+      const agent = s.k.agents.find((a) => a.node === 'node-a')!;
+      await agent.settled(10_000); // the tidy after the policy's write changes Weir's chains on its own
       const weirBefore = await weirState();
       // Restart: watch FORWARD the whole time.
       const proxy = s.proxies.get('node-a')!;
@@ -234,7 +236,6 @@ export function servicesSuite(opts: ServicesOptions): void {
 
       // Weir's resyncs (a policy change, then a drift repair) leave kube-proxy's rules as they were.
       const kubeBefore = await kubeState();
-      const agent = s.k.agents.find((a) => a.node === 'node-a')!;
       await s.setPolicies(policyObject('alpha', 'web-from-team-a', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } } }] }] }));
       await s.expectReach('new policy in force', [...viaServiceAndDirect(B1, A1, 'web', false, 'b1'), ...viaServiceAndDirect(A2, A1, 'web', true, 'a2')]);
       const resynced = agent.waitFor((r) => r.msg === 'resynced dataplane', 15_000, 'a drift repair');

@@ -6,6 +6,9 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { NODE_FLAGS } from '../../src/cli/node-flags.ts';
 
+/** The log lines of the agent's writes, each carrying the dataplane's status. */
+const WRITES = new Set(['applied changes', 'resynced dataplane', 'tidied dataplane']);
+
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
 export interface LogRecord {
@@ -20,6 +23,8 @@ export class AgentProcess {
   readonly child: ChildProcess;
   /** The revision of the last successful write. */
   revision = '';
+  /** What layered writes left for the tidy, as of the last write (0: the rules are final). */
+  tidyPending = 0;
   /** Every line seen, and the last 300 kept. */
   lines = 0;
   readonly log: string[] = [];
@@ -58,6 +63,13 @@ export class AgentProcess {
     });
   }
 
+  /** Resolves once nothing is left for the tidy: Weir's rules hold only the desired state
+   *  (on nf_tables a change is first written above the old rules, tidied a second later). */
+  async settled(timeoutMs: number): Promise<void> {
+    if (this.tidyPending === 0) return;
+    await this.waitFor((r) => WRITES.has(r.msg ?? '') && r.tidyPending === 0, timeoutMs, 'nothing left for the tidy');
+  }
+
   async stop(): Promise<void> {
     if (this.exited) return;
     const done = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
@@ -79,6 +91,7 @@ export class AgentProcess {
     }
     if ((rec.level ?? 0) >= 50) this.errors.push(line);
     if ((rec.msg === 'applied changes' || rec.msg === 'resynced dataplane') && typeof rec.revision === 'string') this.revision = rec.revision;
+    if (WRITES.has(rec.msg ?? '') && typeof rec.tidyPending === 'number') this.tidyPending = rec.tidyPending;
     for (const w of [...this.#waiters]) {
       if (w.test(rec, line)) {
         this.#waiters.delete(w);
