@@ -1,5 +1,8 @@
-// The one seam for side effects: every iptables/ipset command Weir runs goes through a
-// CommandRunner, so tests can record calls, run them in a network namespace, or fake them.
+// The one seam for side effects: every command Weir runs goes through a CommandRunner (the
+// iptables/ipset writes and reads, and long-running monitors), so tests can record calls, run
+// them in a network namespace, or fake them.
+
+import type { Readable } from 'node:stream';
 
 import { execa } from 'execa';
 import { CommandError } from '../errors.ts';
@@ -22,6 +25,24 @@ export interface RunResult {
  */
 export interface CommandRunner {
   run(cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;
+  /** Starts a long-running command whose output is read as it arrives (a monitor). */
+  spawn(cmd: string, args: readonly string[], opts?: SpawnOptions): RunningCommand;
+}
+
+export interface SpawnOptions {
+  /** After kill()'s SIGTERM, SIGKILL follows this much later. Default 2 s. */
+  readonly killAfterMs?: number;
+}
+
+export interface RunningCommand {
+  /** Undefined when the command could not be started. */
+  readonly pid: number | undefined;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  /** SIGTERM, then SIGKILL if it is still there after killAfterMs. */
+  kill(): void;
+  /** Resolves once the process has ended, with how ("exited with 1", "killed by SIGTERM"). */
+  readonly ended: Promise<string>;
 }
 
 /** Long enough for a restore of a few hundred thousand rules, short enough to notice a hang. */
@@ -54,6 +75,16 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
       }
       return { stdout: String(r.stdout ?? ''), stderr, exitCode: r.exitCode };
     },
+    spawn(cmd, args, opts) {
+      const child = execa(cmd, args, { buffer: false, reject: false, stdin: 'ignore', env: { LC_ALL: 'C' }, forceKillAfterDelay: opts?.killAfterMs ?? 2_000 });
+      return {
+        pid: child.pid,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        kill: () => void child.kill('SIGTERM'),
+        ended: child.then((r) => (r.exitCode !== undefined ? `exited with ${r.exitCode}` : r.signal ? `killed by ${r.signal}` : (r.originalMessage ?? r.message ?? 'did not run'))),
+      };
+    },
   };
 }
 
@@ -67,6 +98,10 @@ export function netnsRunner(ns: string, base: CommandRunner): CommandRunner {
         throw new CommandError('WEIR_COMMAND_MISSING', cmd, args, undefined, r.stderr);
       }
       return r;
+    },
+    // `ip netns exec` execs the command: the pid, its output and kill() are the command's own.
+    spawn(cmd, args, opts) {
+      return base.spawn('ip', ['netns', 'exec', ns, cmd, ...args], opts);
     },
   };
 }
@@ -99,8 +134,15 @@ export function recordingRunner(inner: CommandRunner | Responder = () => OK): Re
       calls.push(call);
       return typeof inner === 'function' ? inner(call) : inner.run(cmd, args, opts);
     },
+    spawn(cmd, args, opts) {
+      calls.push({ cmd, args: [...args], input: undefined });
+      return typeof inner === 'function' ? notStarted : inner.spawn(cmd, args, opts);
+    },
   };
 }
+
+/** What a responder-only recording runner starts: nothing, ended at once. */
+const notStarted: RunningCommand = { pid: undefined, stdout: null, stderr: null, kill: () => {}, ended: Promise.resolve('did not run: a recording runner without a real one behind it') };
 
 /** Runs a command and throws a CommandError (with the stderr tail) unless it exits 0. */
 export async function runOk(runner: CommandRunner, cmd: string, args: readonly string[], opts?: RunOptions & { readonly code?: 'WEIR_COMMAND_FAILED' | 'WEIR_KERNEL_READ_FAILED' }): Promise<string> {

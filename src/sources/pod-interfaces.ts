@@ -15,7 +15,6 @@
 // within a debounce. An idle node spawns nothing but a slow safety rescan; while the monitor
 // is down (it cannot start, or died) scans poll as before, and it is restarted with backoff.
 
-import { execa } from 'execa';
 import { type Backoff, backoffMs } from '../backoff.ts';
 import type { CommandRunner } from '../dataplane/runner.ts';
 import type { Logger } from '../log.ts';
@@ -177,73 +176,36 @@ export interface LinkMonitor {
 const STDERR_KEEP = 2048;
 
 /**
- * `ip -o monitor link`, a child of the agent, in the network namespace where `runner` runs its
- * commands: the runner may wrap them (`netnsRunner`: `ip netns exec NS`), so the monitor asks
- * it where that is (`ip netns identify`, empty in a namespace that is not pinned, such as the
- * node's own) and enters a pinned one with `nsenter --net`, which execs, so the child is ip
- * itself and close() ends it. A line on stderr (`netlink receive error`: the socket overran)
- * means events were lost: it counts as a change.
+ * `ip -o monitor link`, started through `runner` so it watches the namespace the scans read
+ * (`netnsRunner` wraps it in `ip netns exec`, which execs, so close() ends ip itself). A line on
+ * stderr (`netlink receive error`: the socket overran) means events were lost: it counts as a
+ * change.
  */
 export function createLinkMonitor(runner: CommandRunner, opts: { readonly killAfterMs?: number } = {}): LinkMonitor {
-  let where: Promise<string> | undefined;
-  const identify = async (): Promise<string> => {
-    const r = await runner.run('ip', ['netns', 'identify']);
-    if (r.exitCode !== 0) throw new Error(`ip netns identify exited with ${r.exitCode}: ${r.stderr.trim()}`);
-    return (
-      r.stdout
-        .split('\n')
-        .map((l) => l.trim())
-        .find((l) => l !== '') ?? ''
-    );
-  };
+  const args = ['-o', 'monitor', 'link'];
   return {
     open(h) {
       let closed = false;
-      let ended: Promise<unknown> = Promise.resolve();
-      let kill = () => {};
-      const exit = (reason: string) => {
-        if (!closed) h.exit(reason);
+      const child = runner.spawn('ip', args, { killAfterMs: opts.killAfterMs });
+      let stderr = '';
+      // A pid means the process runs; ip subscribes to link events right after it starts, and
+      // the scan that ready() asks for comes a debounce later.
+      if (child.pid !== undefined) queueMicrotask(() => !closed && h.ready());
+      child.stdout?.on('data', () => {
+        if (!closed) h.change();
+      });
+      child.stderr?.on('data', (chunk: Buffer) => {
+        stderr = (stderr + chunk.toString('utf8')).slice(-STDERR_KEEP);
+        if (!closed) h.change();
+      });
+      const ended = child.ended.then((why) => {
+        if (!closed) h.exit(`ip ${args.join(' ')} ${why}${stderr.trim() === '' ? '' : `: ${stderr.trim().split('\n').at(-1)}`}`);
         closed = true;
-      };
-      const start = async () => {
-        // Only a successful answer is kept: a failed one is asked again at the next open().
-        where ??= identify().catch((err: unknown) => {
-          where = undefined;
-          throw err;
-        });
-        const ns = await where;
-        if (closed) return;
-        const [cmd, ...args] = ns === '' ? ['ip', '-o', 'monitor', 'link'] : ['nsenter', `--net=${NETNS_DIR}/${ns}`, 'ip', '-o', 'monitor', 'link'];
-        const child = execa(cmd, args, {
-          buffer: false,
-          reject: false,
-          stdin: 'ignore',
-          env: { LC_ALL: 'C' },
-          forceKillAfterDelay: opts.killAfterMs ?? 2_000,
-        });
-        kill = () => child.kill('SIGTERM');
-        let stderr = '';
-        // A pid means the process runs (Node reports a failed spawn without one); ip subscribes
-        // to link events right after it starts, and the scan that ready() asks for comes a
-        // debounce later.
-        if (child.pid !== undefined) queueMicrotask(() => !closed && h.ready());
-        child.stdout?.on('data', () => {
-          if (!closed) h.change();
-        });
-        child.stderr?.on('data', (chunk: Buffer) => {
-          stderr = (stderr + chunk.toString('utf8')).slice(-STDERR_KEEP);
-          if (!closed) h.change();
-        });
-        ended = child.then((r) => {
-          const why = r.exitCode !== undefined ? `exited with ${r.exitCode}` : r.signal ? `killed by ${r.signal}` : (r.originalMessage ?? r.message ?? 'did not run');
-          exit(`${cmd} ${args.join(' ')} ${why}${stderr.trim() === '' ? '' : `: ${stderr.trim().split('\n').at(-1)}`}`);
-        });
-      };
-      start().catch((err: unknown) => exit(`cannot find the scans' network namespace: ${(err as Error).message}`));
+      });
       return {
         async close() {
           closed = true;
-          kill();
+          child.kill();
           await ended;
         },
       };

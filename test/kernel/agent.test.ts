@@ -126,6 +126,7 @@ function wrapped(base: CommandRunner, wrap: (cmd: string, args: readonly string[
       const w = wrap(cmd, args);
       return w ? base.run(w[0], w[1], opts) : base.run(cmd, args, opts);
     },
+    spawn: (cmd, args, opts) => base.spawn(cmd, args, opts),
   };
 }
 

@@ -81,3 +81,24 @@ test('recordingRunner forwards to a wrapped runner and records every call', asyn
   assert.equal((await outer.run('a', ['1'])).stdout, 'hi');
   assert.deepEqual(outer.calls, inner.calls);
 });
+
+test('spawn: output is read as it arrives, and ended says how the command ended', async () => {
+  const child = execaRunner().spawn('sh', ['-c', 'echo hi; exit 3']);
+  assert.ok(child.pid !== undefined);
+  let out = '';
+  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  assert.equal(await child.ended, 'exited with 3');
+  assert.equal(out, 'hi\n');
+  const long = execaRunner().spawn('sleep', ['10']);
+  long.kill();
+  assert.equal(await long.ended, 'killed by SIGTERM');
+});
+
+test('spawn: netnsRunner starts the command through ip netns exec; a responder-only recording runner starts nothing', async () => {
+  const base = recordingRunner();
+  netnsRunner('wexample', base).spawn('ip', ['-o', 'monitor', 'link']);
+  assert.deepEqual(base.calls, [{ cmd: 'ip', args: ['netns', 'exec', 'wexample', 'ip', '-o', 'monitor', 'link'], input: undefined }]);
+  const nothing = recordingRunner().spawn('ip', ['monitor']);
+  assert.equal(nothing.pid, undefined);
+  assert.match(await nothing.ended, /did not run/);
+});
