@@ -22,11 +22,10 @@
 // NetworkPolicyStatus, as one agent of a cluster does; by default another node holds it).
 // WEIR_BENCH_AGENT_NODE_FLAGS: extra Node flags for the agent (a CPU profile, say).
 
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -37,7 +36,7 @@ import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
 import { bridgeApiServer, type Bridge } from '../test/integration/bridge.ts';
 import { startControlPlane, type ControlPlane } from '../test/integration/controlplane.ts';
 import { Api, ApiError, type KubeObject } from './peers/api.ts';
-import { usageOf, type Usage } from './peers/enforcers.ts';
+import { NetnsProcess, usageOf, type Usage } from './peers/enforcers.ts';
 import { makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -466,8 +465,7 @@ interface Write {
 
 const isWrite = (r: LogRecord): boolean => r.msg === 'applied changes' || r.msg === 'resynced dataplane';
 
-class Agent {
-  readonly child: ChildProcess;
+class Agent extends NetnsProcess {
   readonly spawnedAt: number;
   readonly lines: string[] = [];
   /** The first line of each message, when it was received, and the CPU snapshot then. */
@@ -481,27 +479,13 @@ class Agent {
   readonly #waiters = new Set<{ test: (w: Write) => boolean; resolve: (w: Write) => void; reject: (e: Error) => void }>();
 
   constructor(netns: string, argv: readonly string[]) {
+    super(netns, [process.execPath, ...argv]);
     this.spawnedAt = performance.now();
-    // `ip netns exec` execs in place: child.pid is the agent's own PID.
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
-    for (const s of [this.child.stdout!, this.child.stderr!]) createInterface({ input: s }).on('line', (l) => this.#onLine(l));
     this.child.once('exit', (code, signal) => {
       const e = new Error(`the agent exited (${code ?? signal}); last lines:\n${this.lines.slice(-10).join('\n')}`);
       for (const w of [...this.#waiters]) w.reject(e);
       this.#waiters.clear();
     });
-  }
-
-  get pid(): number {
-    return this.child.pid ?? -1;
-  }
-
-  get exited(): boolean {
-    return this.child.exitCode !== null || this.child.signalCode !== null;
-  }
-
-  usage(): Usage | null {
-    return this.exited ? null : usageOf(this.pid);
   }
 
   /** The first write from now on that passes `test`. */
@@ -537,17 +521,7 @@ class Agent {
     return this.nextWrite((w) => w.revision > after, timeoutMs, what);
   }
 
-  /** SIGTERM, then SIGKILL after 5 s. */
-  async stop(): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
-    this.child.kill('SIGTERM');
-    const force = setTimeout(() => this.child.kill('SIGKILL'), 5000);
-    await gone;
-    clearTimeout(force);
-  }
-
-  #onLine(line: string): void {
+  protected onLine(line: string): void {
     const at = performance.now();
     this.lines.push(line);
     if (this.lines.length > 200) this.lines.shift();

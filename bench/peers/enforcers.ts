@@ -97,22 +97,19 @@ export function usageOf(pid: number): Usage | null {
   }
 }
 
-export class EnforcerProcess {
-  readonly spec: EnforcerSpec;
-  readonly node: string;
+/**
+ * A process started in a network namespace with `ip netns exec`, which execs in place: child.pid
+ * is the process's own. Its stdout and stderr lines go to onLine(), which subclasses define.
+ */
+export abstract class NetnsProcess {
   readonly child: ChildProcess;
-  readonly log: string[] = [];
-  syncs = 0;
-  lastSyncAt = 0;
-  readonly #waiters = new Set<{ test: (line: string) => boolean; resolve: () => void }>();
 
-  constructor(spec: EnforcerSpec, node: string, netns: string, argv: string[]) {
-    this.spec = spec;
-    this.node = node;
-    // `ip netns exec` execs in place: child.pid is the enforcer's own PID.
+  constructor(netns: string, argv: readonly string[]) {
     this.child = spawn('ip', ['netns', 'exec', netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
-    for (const s of [this.child.stdout!, this.child.stderr!]) createInterface({ input: s }).on('line', (l) => this.#onLine(l));
+    for (const s of [this.child.stdout!, this.child.stderr!]) createInterface({ input: s }).on('line', (l) => this.onLine(l));
   }
+
+  protected abstract onLine(line: string): void;
 
   get pid(): number {
     return this.child.pid ?? -1;
@@ -124,6 +121,39 @@ export class EnforcerProcess {
 
   usage(): Usage | null {
     return this.exited ? null : usageOf(this.pid);
+  }
+
+  /** SIGKILL, and waits until it is gone: the fault benches' agent crash. */
+  async kill(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
+    this.child.kill('SIGKILL');
+    await gone;
+  }
+
+  /** SIGTERM, then SIGKILL after 5 s. */
+  async stop(): Promise<void> {
+    if (this.exited) return;
+    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
+    this.child.kill('SIGTERM');
+    const force = setTimeout(() => this.child.kill('SIGKILL'), 5000);
+    await gone;
+    clearTimeout(force);
+  }
+}
+
+export class EnforcerProcess extends NetnsProcess {
+  readonly spec: EnforcerSpec;
+  readonly node: string;
+  readonly log: string[] = [];
+  syncs = 0;
+  lastSyncAt = 0;
+  readonly #waiters = new Set<{ test: (line: string) => boolean; resolve: () => void }>();
+
+  constructor(spec: EnforcerSpec, node: string, netns: string, argv: string[]) {
+    super(netns, argv);
+    this.spec = spec;
+    this.node = node;
   }
 
   /** Resolves at the first line from now on that passes `test`. */
@@ -153,25 +183,7 @@ export class EnforcerProcess {
     return this.waitFor((l) => this.spec.synced(l), timeoutMs, 'end of a sync');
   }
 
-  /** SIGKILL, and waits until it is gone: the fault benches' agent crash. */
-  async kill(): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
-    this.child.kill('SIGKILL');
-    await gone;
-  }
-
-  /** SIGTERM, then SIGKILL after 5 s. */
-  async stop(): Promise<void> {
-    if (this.exited) return;
-    const gone = new Promise<void>((r) => this.child.once('exit', () => r()));
-    this.child.kill('SIGTERM');
-    const force = setTimeout(() => this.child.kill('SIGKILL'), 5000);
-    await gone;
-    clearTimeout(force);
-  }
-
-  #onLine(line: string): void {
+  protected onLine(line: string): void {
     this.log.push(line);
     if (this.log.length > 400) this.log.shift();
     if (this.spec.synced(line)) {
