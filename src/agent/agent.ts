@@ -112,6 +112,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     retryMaxMs: cfg.retryMaxMs,
     resyncIntervalMs: cfg.resyncIntervalMs,
     hookCheckIntervalMs: cfg.hookCheckIntervalMs,
+    tidyDelayMs: cfg.tidyDelayMs,
     onPass: (outcome) => reporting?.onPass(outcome),
   });
   if (kubeConfig) {

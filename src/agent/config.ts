@@ -34,6 +34,8 @@ export interface AgentConfig {
   /** A cheap read of Weir's FORWARD hook and chains between resyncs, so that a hook another
    *  program removed is back within seconds; 0 turns it off. */
   readonly hookCheckIntervalMs: number;
+  /** Quiet time before the tidy write removes what layered writes left (nf_tables). */
+  readonly tidyDelayMs: number;
   /** A watch silent this long (not even a bookmark) is restarted. */
   readonly watchIdleTimeoutMs: number;
   /** Full relist of every watched kind, to repair missed events (randomised up to 2x). */
@@ -87,6 +89,7 @@ export function defaultConfig(): AgentConfig {
     retryMaxMs: 10_000,
     resyncIntervalMs: 30_000,
     hookCheckIntervalMs: 5_000,
+    tidyDelayMs: 1_000,
     watchIdleTimeoutMs: 180_000,
     relistIntervalMs: 300_000,
     lockRetries: 5,
@@ -135,6 +138,7 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
     ['retry maximum', c.retryMaxMs],
     ['resync interval', c.resyncIntervalMs],
     ['hook check interval', c.hookCheckIntervalMs],
+    ['tidy delay', c.tidyDelayMs],
     ['watch idle timeout', c.watchIdleTimeoutMs],
     ['relist interval', c.relistIntervalMs],
     ['lock retry delay', c.lockRetryDelayMs],

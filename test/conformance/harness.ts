@@ -265,6 +265,16 @@ export class Conformance {
     return agent;
   }
 
+  /** What layered writes left for the tidy on each node's agent, as of its last write. */
+  tidyPending(): Record<string, number> {
+    return Object.fromEntries(this.#agents.map((a) => [a.node, a.tidyPending]));
+  }
+
+  /** Waits until no agent owes a tidy: every node holds only the desired rules. */
+  async settledTidy(timeoutMs: number): Promise<void> {
+    await Promise.all(this.#agents.map((a) => a.settled(timeoutMs)));
+  }
+
   agentErrors(): string[] {
     return this.#agents.flatMap((a) => a.errors.map((e) => `${a.node}: ${e}`));
   }
