@@ -290,9 +290,6 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       if (layered === undefined) {
         mergeDirty(work, asDirty(owed));
         owed = nothingOwed();
-      } else {
-        // A family with nothing to add may still leave chains no longer desired to the tidy.
-        for (const { f, plan } of layered) if (plan?.payload === undefined) owe(f, plan?.pending ?? new Map());
       }
       // (1) Sets first, so every set a new rule names exists.
       const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
@@ -321,7 +318,6 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
             (i) => {
               const { f, plan } = plans[i];
               commitChains(state.families[f], plan);
-              owe(f, (plan as Partial<LayeredPlan>).pending ?? new Map());
               stats.chainsWritten += plan.written.size;
               stats.chainsDeleted += plan.deleted.length;
               stats.rulesWritten += plan.rules;
@@ -331,8 +327,10 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         });
       }
 
-      // (3) Destroy sets no chain references any more. After a layered write a shadowed rule
-      // may still name one: the tidy destroys it.
+      // What a layered write left, in every family (one with nothing to add too), is owed; a
+      // failure above reads the kernel back instead. (3) Destroy sets no chain references any
+      // more; after a layered write a shadowed rule may still name one: the tidy destroys it.
+      for (const { f, plan } of layered ?? []) owe(f, plan!.pending);
       if (layered !== undefined) for (const name of sets.destroyed) owed.sets.set(name, 'all');
       else if (sets.destroyLines.length > 0) {
         await timed(stats, 'destroy', () => t.ipset.restore(sets.destroyLines));
