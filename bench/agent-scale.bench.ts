@@ -387,15 +387,15 @@ const cpuBetween = (a: CpuSnapshot, b: CpuSnapshot): string =>
     .join(', ');
 
 /** Lists a collection page by page, reading each body without parsing it: what the API server
- *  alone takes to serve a list. */
-async function timedList(cp: ControlPlane, agent: HttpsAgent, path: string, query: string): Promise<{ pages: number; bytes: number }> {
+ *  alone takes to serve a list. (Pages are followed in JSON only; a protobuf list is one page.) */
+async function timedList(cp: ControlPlane, agent: HttpsAgent, path: string, query: string, accept: string): Promise<{ pages: number; bytes: number }> {
   let cont = '';
   let pages = 0;
   let bytes = 0;
   do {
     const url = new URL(`${path}?${query}${cont ? `&continue=${encodeURIComponent(cont)}` : ''}`, cp.server);
     const head = await new Promise<string>((resolve, reject) => {
-      const req = httpsRequest(url, { agent, headers: { authorization: `Bearer ${cp.token}`, accept: 'application/json' } }, (res) => {
+      const req = httpsRequest(url, { agent, headers: { authorization: `Bearer ${cp.token}`, accept } }, (res) => {
         let first = '';
         res.on('data', (c: Buffer) => {
           bytes += c.length;
@@ -414,17 +414,22 @@ async function timedList(cp: ControlPlane, agent: HttpsAgent, path: string, quer
 }
 
 /** The agent's lists (every namespace, pod and policy, all at once), made by the bench: how long
- *  the API server takes to serve them, and the CPU it and etcd spend. */
-async function listLikeTheAgent(cp: ControlPlane, query: string): Promise<string> {
+ *  the API server takes to serve them, and the CPU it and etcd spend. `protobuf`: namespaces and
+ *  pods in protobuf, as the agent's first list asks. */
+async function listLikeTheAgent(cp: ControlPlane, query: string, protobuf = false): Promise<string> {
   const ca = /certificate-authority-data:\s*(\S+)/.exec(readFileSync(cp.kubeconfig, 'utf8'))?.[1] ?? '';
   const agent = new HttpsAgent({ keepAlive: true, ca: Buffer.from(ca, 'base64') });
   try {
     const c0 = cpuSnapshot(controlPlanePids(cp));
     const t0 = performance.now();
-    const r = await Promise.all(['/api/v1/namespaces', '/api/v1/pods', '/apis/networking.k8s.io/v1/networkpolicies'].map((p) => timedList(cp, agent, p, query)));
+    const r = await Promise.all(
+      ['/api/v1/namespaces', '/api/v1/pods', '/apis/networking.k8s.io/v1/networkpolicies'].map((p) =>
+        timedList(cp, agent, p, query, protobuf && !p.includes('networking') ? 'application/vnd.kubernetes.protobuf' : 'application/json'),
+      ),
+    );
     const ms = performance.now() - t0;
     const c1 = cpuSnapshot(controlPlanePids(cp));
-    return `${secs(ms)} (${r.reduce((n, x) => n + x.pages, 0)} pages, ${(r.reduce((n, x) => n + x.bytes, 0) / 1e6).toFixed(0)} MB of JSON; CPU ${cpuBetween(c0, c1)})`;
+    return `${secs(ms)} (${r.reduce((n, x) => n + x.pages, 0)} pages, ${(r.reduce((n, x) => n + x.bytes, 0) / 1e6).toFixed(0)} MB${protobuf ? '' : ' of JSON'}; CPU ${cpuBetween(c0, c1)})`;
   } finally {
     agent.destroy();
   }
@@ -851,6 +856,7 @@ async function main(): Promise<void> {
     log('for comparison, the same lists made by the bench itself (all kinds at once; bodies read, not parsed; no bridge):');
     log(`  500 a page, as the agent lists:                 ${await listLikeTheAgent(cp, 'limit=500')}`);
     log(`  one page each, resourceVersion=0 (watch cache): ${await listLikeTheAgent(cp, 'resourceVersion=0')}`);
+    log(`  the same, namespaces and pods in protobuf:      ${await listLikeTheAgent(cp, 'resourceVersion=0', true)}`);
     const others = { ...controlPlanePids(cp), bridge: bridgePid() };
     const cpu0 = cpuSnapshot(others);
     const a = new Agent(netns, argv);

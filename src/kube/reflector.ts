@@ -34,6 +34,9 @@ export interface Collection<K extends string = string> {
   /** Collection path (across all namespaces for a namespaced kind). */
   readonly path: string;
   readonly fieldSelector?: string;
+  /** Decodes one item of a protobuf list into the JSON shape the codec reads; given, lists ask
+   *  for protobuf (watches stay JSON: their events are few and small). */
+  readonly protobuf?: (item: Buffer) => unknown;
 }
 
 /** Identity read leniently from a raw object, for deletes and for messages about objects that
@@ -206,7 +209,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       // client streams. Relists repair missed events, so they read the latest state.
       else if (!listedOnce) query.resourceVersion = '0';
       if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
-      const body = await client.list({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs }, (item) => {
+      const body = await client.list({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs, protobuf: res.protobuf }, (item) => {
         const c = convert(item, badNow);
         if (c !== null) fresh.push(c);
       });
