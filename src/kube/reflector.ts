@@ -54,8 +54,6 @@ export interface Decoded<T> {
   readonly key: string;
   /** Same form as RawRef.key. */
   readonly name: string;
-  /** Equal canonical text means no change worth reporting. */
-  readonly canonical: string;
   readonly value: T;
   /** Problems the conversion survived, logged when the value is stored. */
   readonly warnings: readonly string[];
@@ -64,6 +62,8 @@ export interface Decoded<T> {
 export interface Codec<T> {
   /** Throws a WeirError when the object cannot be used: it is logged once and treated as absent. */
   decode(raw: unknown): Decoded<T>;
+  /** Whether two decoded values are the same: then there is no change worth reporting. */
+  same(a: T, b: T): boolean;
   ref(raw: unknown): RawRef;
   /** Whether a DELETED event for `ref` removes `held`, stored under the same name. Default: yes.
    *  (A late delete of an older pod must not remove the new pod of the same name.) */
@@ -135,7 +135,6 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   const entries = new Map<string, Decoded<T>>();
   /** name -> key: a pod name reused by a new uid replaces the old pod. */
   const byName = new Map<string, string>();
-  const nameOfKey = new Map<string, string>();
   /** Objects that failed conversion, with the message last logged, so a relist does not repeat it. */
   let bad = new Map<string, string>();
   let rv = '';
@@ -155,14 +154,14 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     }
   }
 
-  /** Stores a decoded object; returns whether its canonical form changed. */
+  /** Stores a decoded object; returns whether its value changed. */
   function put(c: Decoded<T>): boolean {
     const { key, name } = c;
     const holder = byName.get(name);
     if (holder !== undefined && holder !== key) remove(holder);
     byName.set(name, key);
-    nameOfKey.set(key, name);
-    if (entries.get(key)?.canonical === c.canonical) return false;
+    const held = entries.get(key);
+    if (held !== undefined && codec.same(held.value, c.value)) return false;
     entries.set(key, c);
     for (const w of c.warnings) log.warn({ kind, object: name }, w);
     sink.change(key, c.value);
@@ -170,9 +169,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   }
 
   function remove(key: string): boolean {
-    const name = nameOfKey.get(key);
+    const name = entries.get(key)?.name;
     if (name !== undefined && byName.get(name) === key) byName.delete(name);
-    nameOfKey.delete(key);
     if (!entries.delete(key)) return false;
     sink.change(key, undefined);
     return true;

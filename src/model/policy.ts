@@ -6,7 +6,7 @@
 import { aggregateCidrs, cidrCovers, formatCidr, parseCidr, prefixSet } from './cidr.ts';
 import type { Cidr } from './cidr.ts';
 import { readPolicyAnnotations } from './annotations.ts';
-import { checkKnownFields, describeValue, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
+import { checkKnownFields, describeValue, exact, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
 import { PROTOCOLS, policyKey } from './types.ts';
 import type { CompiledPolicy, IpBlockPeer, Peer, PolicyError, PolicyRule, PortMatch, Protocol, RawNetworkPolicy, Selector } from './types.ts';
 
@@ -161,7 +161,7 @@ function compileRules(raw: unknown, path: string, peerField: 'from' | 'to', name
     }
     rules.push({ peers, ports });
   }
-  return rules;
+  return exact(rules);
 }
 
 /** Peer alternatives of one rule as calc builds them: the ipBlocks without except share one. */
@@ -190,7 +190,7 @@ function compilePeers(raw: unknown, path: string, namespace: string, tally: Tall
     const peer = compilePeer(raw[i], `${path}[${i}]`, namespace, tally, errors);
     if (peer !== null) peers.push(peer);
   }
-  return peers;
+  return exact(peers);
 }
 
 function compilePeer(raw: unknown, path: string, namespace: string, tally: Tally, errors: PolicyError[]): Peer | null {
@@ -316,7 +316,7 @@ function compilePorts(raw: unknown, path: string, errors: PolicyError[]): PortMa
     const port = compilePort(raw[i], `${path}[${i}]`, errors);
     if (port !== null) ports.push(port);
   }
-  return ports;
+  return exact(ports);
 }
 
 function isInteger(v: unknown): v is number {

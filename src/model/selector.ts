@@ -148,7 +148,7 @@ function canonicalSelector(reqs: Requirement[]): Selector {
     unique.push(r);
     parts.push(requirementText(r));
   }
-  return { key: parts.join(','), requirements: unique };
+  return { key: parts.join(','), requirements: exact(unique) };
 }
 
 // Keys and values cannot contain ',', ' ', '(' or ')' once validated, so this text is unambiguous.
@@ -181,11 +181,18 @@ function compareRequirements(a: Requirement, b: Requirement): number {
 }
 
 function sortedUnique(values: string[]): string[] {
-  if (values.length < 2) return values;
+  if (values.length < 2) return exact(values);
   values.sort(compareStrings);
   const out = [values[0]];
   for (let i = 1; i < values.length; i++) if (values[i] !== values[i - 1]) out.push(values[i]);
-  return out;
+  return exact(out);
+}
+
+/** An exact-size copy of an array built by push. Growing by push leaves room for at least 17
+ *  elements (about 150 bytes), and compiled policies and pods are held for as long as they
+ *  exist: at 20k policies that slack was 15 MB. */
+export function exact<T>(grown: T[]): T[] {
+  return grown.slice();
 }
 
 /** True when every requirement holds for these labels. NotIn and DoesNotExist hold when the

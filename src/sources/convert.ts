@@ -9,7 +9,7 @@ import { canonicalCidr, canonicalIp } from '../model/cidr.ts';
 import { NAMESPACE_NAME_LABEL } from '../model/cluster.ts';
 import { AUDIT_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
 import { PROTOCOLS } from '../model/types.ts';
-import { describeValue } from '../model/selector.ts';
+import { describeValue, exact } from '../model/selector.ts';
 import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawNetworkPolicy } from '../model/types.ts';
 
 /** Receives problems that do not stop the conversion (an invalid IP that is dropped). */
@@ -167,8 +167,8 @@ export function toPod(obj: unknown, warn: ConvertWarning = ignore): Pod {
     hostNetwork: r.boolean(spec.hostNetwork, 'spec.hostNetwork'),
     phase: r.string(status.phase, 'status.phase', '') || 'Pending',
     terminating: md.deletionTimestamp !== undefined && md.deletionTimestamp !== null,
-    ips: readPodIps(r, status, (m) => warn(`${ref}: ${m}`)),
-    ports: readPorts(r, spec),
+    ips: exact(readPodIps(r, status, (m) => warn(`${ref}: ${m}`))),
+    ports: exact(readPorts(r, spec)),
   };
   if (r.problems.length > 0) fail('Pod', meta, r.problems);
   return pod;

@@ -364,8 +364,9 @@ const storedCodec: Codec<Stored> = {
   decode(raw) {
     const ref = rawRefOf(raw, true);
     const value = readStored(raw) ?? { uid: ref.uid, ownerUids: [], status: null };
-    return { key: ref.key, name: ref.key, canonical: storedKey(value), value, warnings: [] };
+    return { key: ref.key, name: ref.key, value, warnings: [] };
   },
+  same: (a, b) => storedKey(a) === storedKey(b),
   ref: (raw) => rawRefOf(raw, true),
 };
 
@@ -375,7 +376,8 @@ const nodeCodec: Codec<NodeEntry> = {
   decode(raw) {
     const ref = rawRefOf(raw, false);
     const digest = nodeDigestOf(isRecord(raw) ? raw.status : undefined);
-    return { key: ref.name, name: ref.name, canonical: `${ref.uid} ${digest === null ? '' : encodeDigest(digest)}`, value: { uid: ref.uid, digest }, warnings: [] };
+    return { key: ref.name, name: ref.name, value: { uid: ref.uid, digest }, warnings: [] };
   },
+  same: (a, b) => a.uid === b.uid && (a.digest === null ? '' : encodeDigest(a.digest)) === (b.digest === null ? '' : encodeDigest(b.digest)),
   ref: (raw) => rawRefOf(raw, false),
 };

@@ -1,12 +1,12 @@
 // The four kinds Weir watches: where they live in the API and how one raw object becomes a
-// view entry (the shared conversion of ../convert.ts, a digest of canonical JSON for exact diffs).
+// view entry (the shared conversion of ../convert.ts), compared as JSON for exact diffs.
 
 import { decodeNamespace, decodePod } from '../../kube/core-v1-proto.ts';
 import { rawRefOf } from '../../kube/reflector.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
-import { canonicalDigest, objectKey } from '../view.ts';
+import { objectKey, sameJson } from '../view.ts';
 import type { ModelUpsert, ViewEntry } from '../view.ts';
 
 export interface Resource extends Collection<ObjectKind> {
@@ -35,10 +35,12 @@ export interface Converted {
   readonly warnings: readonly string[];
 }
 
+const NO_WARNINGS: readonly string[] = [];
+
 /** Converts one raw API object; throws the WeirError of ../convert.ts when it cannot. */
 export function convertObject(res: Resource, raw: unknown): Converted {
-  const warnings: string[] = [];
-  const warn = (m: string) => void warnings.push(m);
+  let warnings: string[] | undefined;
+  const warn = (m: string) => void (warnings ??= []).push(m);
   let upsert: ModelUpsert;
   switch (res.kind) {
     case 'Pod':
@@ -55,8 +57,9 @@ export function convertObject(res: Resource, raw: unknown): Converted {
       upsert = { kind: 'NetworkPolicy', op: 'upsert', object: toNetworkPolicy(raw) };
       break;
   }
-  const entry: ViewEntry = { key: objectKey(upsert), upsert, canonical: canonicalDigest(upsert.object), file: res.path };
-  return { entry, name: nameOfUpsert(upsert), warnings };
+  const entry: ViewEntry = { key: objectKey(upsert), upsert, file: res.path };
+  // Every object of the cluster is held with its warnings: most have none, and share one array.
+  return { entry, name: nameOfUpsert(upsert), warnings: warnings ?? NO_WARNINGS };
 }
 
 function nameOfUpsert(u: ModelUpsert): string {
@@ -74,8 +77,9 @@ export function resourceCodec(res: Resource): Codec<ViewEntry> {
   return {
     decode(raw): Decoded<ViewEntry> {
       const c = convertObject(res, raw);
-      return { key: c.entry.key, name: c.name, canonical: c.entry.canonical, value: c.entry, warnings: c.warnings };
+      return { key: c.entry.key, name: c.name, value: c.entry, warnings: c.warnings };
     },
+    same: (a, b) => sameJson(a.upsert.object, b.upsert.object),
     ref: (raw) => rawRef(res, raw),
     // A late delete of an older pod of the same name must not remove the new one.
     deletes: (held, ref) => held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid,

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { manifestRevision, mergeFiles } from '../../../src/sources/manifests/merge.ts';
-import { canonicalJson, diffViews } from '../../../src/sources/view.ts';
+import { diffViews, sameJson } from '../../../src/sources/view.ts';
 import type { ModelUpsert } from '../../../src/sources/view.ts';
 import { isPeerEligible, isPoliced } from '../../../src/model/cluster.ts';
 import type { ModelEvent, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
@@ -129,8 +129,29 @@ test('diffViews emits exactly the changes between two views', async (t) => {
   }
 });
 
-test('canonicalJson sorts keys at every depth but keeps array order', () => {
-  assert.equal(canonicalJson({ b: [{ d: 1, c: 2 }], a: null }), '{"a":null,"b":[{"c":2,"d":1}]}');
+test('sameJson: equal as JSON whatever the key order, at every depth; array order counts', () => {
+  assert.ok(sameJson({ b: [{ d: 1, c: 2 }], a: null }, { a: null, b: [{ c: 2, d: 1 }] }));
+  assert.ok(sameJson({ a: 1, gone: undefined }, { a: 1 }), 'an undefined value is no key, as in JSON');
+  assert.ok(sameJson({ at: new Date(0) }, { at: new Date(0) }));
+  const differ: [unknown, unknown][] = [
+    [{ b: [1, 2] }, { b: [2, 1] }],
+    [{ a: 1 }, { a: 1, b: 2 }],
+    [{ a: 1, b: 2 }, { a: 1 }],
+    [{ a: { x: '1' } }, { a: { x: 1 } }],
+    [{ a: [] }, { a: {} }],
+    [{ a: null }, { a: {} }],
+    [{ a: [{}] }, { a: [] }],
+    [{ at: new Date(0) }, { at: new Date(1) }],
+  ];
+  for (const [a, b] of differ) assert.equal(sameJson(a, b), false, `${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+});
+
+test('an upsert whose object only changed key order is no event; a changed label is one', () => {
+  const view = (...u: ModelUpsert[]) => mergeFiles([{ name: 'f', items: u }]).view;
+  const a = pod('p', { x: '1', y: '2' });
+  const reordered = pod('p', { y: '2', x: '1' });
+  assert.deepEqual(diffViews(view(a), view(reordered)), []);
+  assert.deepEqual(diffViews(view(a), view(pod('p', { x: '1', y: '3' }))), [pod('p', { x: '1', y: '3' })]);
 });
 
 test('manifestRevision is a sha256 over the name-sorted files, independent of input order', () => {
