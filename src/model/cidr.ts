@@ -210,9 +210,19 @@ export function formatCidr(c: Cidr): string {
 
 /** Canonical text of an address (IPv6 lower-case and compressed per RFC 5952), or null if invalid. */
 export function canonicalIp(text: string): string | null {
+  // Every pod IP of the cluster passes here on a cold start: the text the API server sends is
+  // almost always canonical already, and that is checked without BigInt arithmetic.
+  if (CANONICAL_V4.test(text)) return text;
+  if (text.includes(':')) {
+    const g = parseV6(text);
+    return typeof g === 'string' ? null : formatIpv6Groups(g);
+  }
   const ip = parseIp(text);
   return 'error' in ip ? null : formatIp(ip.family, ip.value);
 }
+
+const OCTET = '(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])';
+const CANONICAL_V4 = new RegExp(`^${OCTET}(?:\\.${OCTET}){3}$`);
 
 /** Canonical text of a prefix (host bits cleared), or null if invalid. */
 export function canonicalCidr(text: string): string | null {

@@ -95,6 +95,11 @@ describe('canonicalIp', () => {
     { input: '1:2:3:4:5:6:7:8', expected: '1:2:3:4:5:6:7:8' },
     { input: 'fe80::1%eth0', expected: null },
     { input: '10.0.0.1/32', expected: null },
+    // IPv4 that is not canonical dotted-quad text is refused, fast path or not.
+    { input: '010.1.2.3', expected: null },
+    { input: '10.1.2.256', expected: null },
+    { input: '10.1.2.3 ', expected: null },
+    { input: '10.01.2.3', expected: null },
     { input: '10.0.0', expected: null },
     { input: 'hello', expected: null },
     { input: '', expected: null },
@@ -108,6 +113,15 @@ describe('canonicalIp', () => {
       assert.equal(isValidIp(c.input), c.expected !== null);
     });
   }
+
+  it('every IPv4 address is its own canonical text', () => {
+    const rnd = rng(11);
+    for (let n = 0; n < 5000; n++) {
+      const octets = Array.from({ length: 4 }, () => (rnd() < 0.3 ? [0, 9, 10, 99, 100, 199, 200, 249, 250, 255][Math.floor(rnd() * 10)] : Math.floor(rnd() * 256)));
+      const text = octets.join('.');
+      assert.equal(canonicalIp(text), text);
+    }
+  });
 
   it('canonical text parses back to the same address', () => {
     const rnd = rng(7);
