@@ -24,6 +24,11 @@ await build({
   target: 'node24',
   // Dependencies written as CommonJS call require() for Node's built-ins.
   banner: { js: "import { createRequire as weirCreateRequire } from 'node:module'; const require = weirCreateRequire(import.meta.url);" },
-  legalComments: 'eof',
+  // Without whitespace and comments the bundle is plain ASCII (some dependencies' comments are
+  // not), so V8 holds its source as one byte per character: 2.9 MB instead of 8.5 MB of UTF-16,
+  // and `weir --help` peaks at 91 MB instead of 109 MB. Names are kept, so stack traces still
+  // name functions; their licence comments go to main.js.LEGAL.txt beside it.
+  minifyWhitespace: true,
+  legalComments: 'external',
   logLevel: 'warning',
 });
