@@ -651,6 +651,8 @@ interface KindResult {
   /** write->applied less the agent's write and compute: watch delivery, batching, debounce. */
   readonly other: number[];
   readonly steps: Record<string, number[]>;
+  /** The slowest sample, whole: where its time went. */
+  slowest?: { latency: number; agentMs: number; computeMs: number; other: number; steps: Record<string, number>; rules: number };
   changedKernel: number;
   resyncs: number;
   missed: number;
@@ -765,6 +767,16 @@ async function measureKind(agent: Agent, api: Api, kind: string, local: boolean 
       if (w.computeMs !== undefined) r.computeMs.push(w.computeMs);
       r.other.push(w.at - answered - (w.rec.ms ?? 0) - (w.computeMs ?? 0));
       for (const [step, s] of Object.entries(w.rec.stats?.durations ?? {})) if (s > 0) (r.steps[step] ??= []).push(s * 1000);
+      if (r.slowest === undefined || w.at - answered > r.slowest.latency) {
+        r.slowest = {
+          latency: w.at - answered,
+          agentMs: w.rec.ms ?? 0,
+          computeMs: w.computeMs ?? 0,
+          other: w.at - answered - (w.rec.ms ?? 0) - (w.computeMs ?? 0),
+          steps: Object.fromEntries(Object.entries(w.rec.stats?.durations ?? {}).map(([k, v]) => [k, v * 1000])),
+          rules: w.rec.stats?.rulesWritten ?? 0,
+        };
+      }
       if (changedKernel(w.rec)) r.changedKernel++;
       if (w.rec.resync) r.resyncs++;
     } catch (e) {
@@ -912,6 +924,16 @@ async function main(): Promise<void> {
       log(kindRow(r));
     }
     const metrics2 = await scrapeMetrics(netns);
+    log('the slowest sample of each kind: write->applied = agent write (its steps) + compute + other; rules the write wrote');
+    for (const r of figures.results) {
+      const x = r.slowest;
+      if (x === undefined) continue;
+      const steps = Object.entries(x.steps)
+        .filter(([, v]) => v > 0)
+        .map(([k, v]) => `${k} ${f1(v)}`)
+        .join(', ');
+      log(`  ${r.kind.padEnd(26)} ${f1(x.latency).padStart(7)} = ${f1(x.agentMs)} (${steps || 'no steps'}) + ${f1(x.computeMs)} + ${f1(x.other)}; ${x.rules} rules`);
+    }
     log(`(n=${CHANGES}: p99 is the ${CHANGES >= 100 ? '99th percentile' : 'largest sample'}; steps are the agent's own per-step durations of the write)`);
     log("the agent's own histograms over section 3 (/metrics; bucket bounds):");
     log(`  weir_calc_duration_seconds        ${describeHistogram(minus(histogram(metrics2, 'weir_calc_duration_seconds'), histogram(metrics1, 'weir_calc_duration_seconds')))}`);

@@ -10,6 +10,7 @@ import { NAMESPACE_NAME_LABEL } from '../model/cluster.ts';
 import { AUDIT_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
 import { PROTOCOLS } from '../model/types.ts';
 import { describeValue, exact } from '../model/selector.ts';
+import { type Interner, NO_INTERNING } from './intern.ts';
 import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawNetworkPolicy } from '../model/types.ts';
 
 /** Receives problems that do not stop the conversion (an invalid IP that is dropped). */
@@ -151,7 +152,8 @@ function fail(kind: string, meta: Pick<Meta, 'name' | 'namespace'>, problems: re
   throw new WeirError('WEIR_MANIFEST_OBJECT', `${kind} ${ref}: ${problems.map(problemText).join('; ')}`);
 }
 
-export function toPod(obj: unknown, warn: ConvertWarning = ignore): Pod {
+/** `intern`: shares the values pods repeat (see intern.ts); a source holding many pods passes one. */
+export function toPod(obj: unknown, warn: ConvertWarning = ignore, intern: Interner = NO_INTERNING): Pod {
   const r = new Reader();
   const { root, md, meta } = readMeta(r, obj, true);
   const spec = r.record(root.spec, 'spec');
@@ -160,15 +162,15 @@ export function toPod(obj: unknown, warn: ConvertWarning = ignore): Pod {
 
   const pod: Pod = {
     uid: meta.uid,
-    namespace: meta.namespace,
+    namespace: intern.string(meta.namespace),
     name: meta.name,
-    labels: meta.labels,
-    nodeName: r.string(spec.nodeName, 'spec.nodeName', ''),
+    labels: intern.labels(meta.labels),
+    nodeName: intern.string(r.string(spec.nodeName, 'spec.nodeName', '')),
     hostNetwork: r.boolean(spec.hostNetwork, 'spec.hostNetwork'),
-    phase: r.string(status.phase, 'status.phase', '') || 'Pending',
+    phase: intern.string(r.string(status.phase, 'status.phase', '') || 'Pending'),
     terminating: md.deletionTimestamp !== undefined && md.deletionTimestamp !== null,
     ips: exact(readPodIps(r, status, (m) => warn(`${ref}: ${m}`))),
-    ports: exact(readPorts(r, spec)),
+    ports: intern.ports(exact(readPorts(r, spec))),
   };
   if (r.problems.length > 0) fail('Pod', meta, r.problems);
   return pod;

@@ -6,6 +6,7 @@ import { rawRefOf } from '../../kube/reflector.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
+import { type Interner, ValueInterner } from '../intern.ts';
 import { objectKey, sameJson } from '../view.ts';
 import type { ModelUpsert, ViewEntry } from '../view.ts';
 
@@ -37,14 +38,15 @@ export interface Converted {
 
 const NO_WARNINGS: readonly string[] = [];
 
-/** Converts one raw API object; throws the WeirError of ../convert.ts when it cannot. */
-export function convertObject(res: Resource, raw: unknown): Converted {
+/** Converts one raw API object; throws the WeirError of ../convert.ts when it cannot. `intern`
+ *  shares what pods repeat (../intern.ts). */
+export function convertObject(res: Resource, raw: unknown, intern?: Interner): Converted {
   let warnings: string[] | undefined;
   const warn = (m: string) => void (warnings ??= []).push(m);
   let upsert: ModelUpsert;
   switch (res.kind) {
     case 'Pod':
-      upsert = { kind: 'Pod', op: 'upsert', object: toPod(raw, warn) };
+      upsert = { kind: 'Pod', op: 'upsert', object: toPod(raw, warn, intern) };
       break;
     case 'Namespace':
       upsert = { kind: 'Namespace', op: 'upsert', object: toNamespace(raw) };
@@ -74,9 +76,10 @@ export function rawRef(res: Resource, raw: unknown): RawRef {
 
 /** How the reflector of `res` decodes: view entries keyed by model key (a pod by uid). */
 export function resourceCodec(res: Resource): Codec<ViewEntry> {
+  const intern = new ValueInterner();
   return {
     decode(raw): Decoded<ViewEntry> {
-      const c = convertObject(res, raw);
+      const c = convertObject(res, raw, intern);
       return { key: c.entry.key, name: c.name, value: c.entry, warnings: c.warnings };
     },
     same: (a, b) => sameJson(a.upsert.object, b.upsert.object),

@@ -1,0 +1,63 @@
+// One shared instance per equal value, for what the pods of a cluster repeat: their namespace,
+// node and phase, and most of all their labels and ports, which every replica of a workload has
+// alike. A pod is held for as long as it exists, so at 100k pods each byte per pod is 100 kB.
+// Model objects are never mutated, which is what makes sharing them safe.
+//
+// Each pool is bounded: when full it starts afresh (values already handed out stay valid, they
+// are only no longer shared with later ones), so unique values cannot grow it without end.
+
+import type { ContainerPort, Labels } from '../model/types.ts';
+
+export const DEFAULT_INTERN_LIMIT = 20_000;
+
+class Pool<T> {
+  readonly #byKey = new Map<string, T>();
+  readonly #limit: number;
+
+  constructor(limit: number) {
+    this.#limit = limit;
+  }
+
+  get(key: string, value: T): T {
+    const held = this.#byKey.get(key);
+    if (held !== undefined) return held;
+    if (this.#byKey.size >= this.#limit) this.#byKey.clear();
+    this.#byKey.set(key, value);
+    return value;
+  }
+}
+
+export interface Interner {
+  string(s: string): string;
+  labels(labels: Labels): Labels;
+  ports(ports: readonly ContainerPort[]): readonly ContainerPort[];
+}
+
+/** Shares nothing: for a few objects (a manifest, a test). */
+export const NO_INTERNING: Interner = { string: (s) => s, labels: (l) => l, ports: (p) => p };
+
+export class ValueInterner implements Interner {
+  readonly #strings: Pool<string>;
+  readonly #labels: Pool<Labels>;
+  readonly #ports: Pool<readonly ContainerPort[]>;
+
+  constructor(limit = DEFAULT_INTERN_LIMIT) {
+    this.#strings = new Pool(limit);
+    this.#labels = new Pool(limit);
+    this.#ports = new Pool(limit);
+  }
+
+  string(s: string): string {
+    return this.#strings.get(s, s);
+  }
+
+  /** Equal labels (same keys and values, in the same order) share one object. Keyed by their
+   *  JSON, which no two different maps share, whatever characters they hold. */
+  labels(labels: Labels): Labels {
+    return this.#labels.get(JSON.stringify(labels), labels);
+  }
+
+  ports(ports: readonly ContainerPort[]): readonly ContainerPort[] {
+    return this.#ports.get(JSON.stringify(ports), ports);
+  }
+}
