@@ -132,9 +132,9 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   const { client, log, timings, random, now } = deps;
   const kind = res.kind;
   const pick = ([min, max]: readonly [number, number]): number => min + (max - min) * random();
+  /** By name (RawRef.key): at most one object holds a name at a time, whatever its uid, and
+   *  the API's DELETED events and relists speak of names. Reports use each value's own key. */
   const entries = new Map<string, Decoded<T>>();
-  /** name -> key: a pod name reused by a new uid replaces the old pod. */
-  const byName = new Map<string, string>();
   /** Objects that failed conversion, with the message last logged, so a relist does not repeat it. */
   let bad = new Map<string, string>();
   let rv = '';
@@ -154,25 +154,23 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     }
   }
 
-  /** Stores a decoded object; returns whether its value changed. */
+  /** Stores a decoded object; returns whether its value changed. A name reused by another
+   *  object (a pod recreated with a new uid) reports the old one gone. */
   function put(c: Decoded<T>): boolean {
-    const { key, name } = c;
-    const holder = byName.get(name);
-    if (holder !== undefined && holder !== key) remove(holder);
-    byName.set(name, key);
-    const held = entries.get(key);
-    if (held !== undefined && codec.same(held.value, c.value)) return false;
-    entries.set(key, c);
-    for (const w of c.warnings) log.warn({ kind, object: name }, w);
-    sink.change(key, c.value);
+    const held = entries.get(c.name);
+    if (held !== undefined && held.key === c.key && codec.same(held.value, c.value)) return false;
+    entries.set(c.name, c);
+    if (held !== undefined && held.key !== c.key) sink.change(held.key, undefined);
+    for (const w of c.warnings) log.warn({ kind, object: c.name }, w);
+    sink.change(c.key, c.value);
     return true;
   }
 
-  function remove(key: string): boolean {
-    const name = entries.get(key)?.name;
-    if (name !== undefined && byName.get(name) === key) byName.delete(name);
-    if (!entries.delete(key)) return false;
-    sink.change(key, undefined);
+  function remove(name: string): boolean {
+    const held = entries.get(name);
+    if (held === undefined) return false;
+    entries.delete(name);
+    sink.change(held.key, undefined);
     return true;
   }
 
@@ -219,8 +217,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     bad = badNow;
 
     let changes = 0;
-    const keep = new Set(fresh.map((c) => c.key));
-    for (const key of [...entries.keys()]) if (!keep.has(key) && remove(key)) changes++;
+    const keep = new Set(fresh.map((c) => c.name));
+    for (const name of [...entries.keys()]) if (!keep.has(name) && remove(name)) changes++;
     for (const c of fresh) if (put(c)) changes++;
     rv = listRv;
     return changes;
@@ -234,8 +232,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
         if (c !== null) put(c);
         else {
           // An object we cannot read is treated as absent, as a relist would.
-          const key = byName.get(codec.ref(ev.object).key);
-          if (key !== undefined) remove(key);
+          remove(codec.ref(ev.object).key);
         }
         hook('event', ev.type);
         break;
@@ -243,9 +240,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       case 'DELETED': {
         const ref = codec.ref(ev.object);
         bad.delete(ref.key);
-        const key = byName.get(ref.key);
-        const held = key === undefined ? undefined : entries.get(key);
-        if (key !== undefined && (held === undefined || codec.deletes === undefined || codec.deletes(held.value, ref))) remove(key);
+        const held = entries.get(ref.key);
+        if (held !== undefined && (codec.deletes === undefined || codec.deletes(held.value, ref))) remove(ref.key);
         hook('event', ev.type);
         break;
       }
