@@ -520,6 +520,10 @@ class Agent extends NetnsProcess {
     });
   }
 
+  /** Writes that are not a change's own (resyncs, tidies), when their line was received: a
+   *  change that arrives meanwhile waits for them. */
+  readonly chores: { at: number; what: string }[] = [];
+
   /** The write that holds the batch a change made from now on (a later revision). */
   writeAfter(timeoutMs: number, what: string): Promise<Write> {
     const after = this.revision;
@@ -540,6 +544,7 @@ class Agent extends NetnsProcess {
     if (typeof rec.msg === 'string' && !this.firstAt.has(rec.msg)) this.firstAt.set(rec.msg, { at, rec, cpu: this.snapshot() });
     if ((rec.level ?? 0) >= 40) this.warnings.push(line);
     if (rec.msg === 'model updated' && typeof rec.ms === 'number') this.#compute.push(rec.ms);
+    if (rec.msg === 'resynced dataplane' || rec.msg === 'tidied dataplane') this.chores.push({ at, what: `${rec.msg === 'tidied dataplane' ? 'tidy' : 'resync'} ${f1(rec.ms ?? Number.NaN)} ms` });
     if (!isWrite(rec)) return;
     const revision = Number(rec.revision ?? 0);
     const w: Write = {
@@ -652,7 +657,7 @@ interface KindResult {
   readonly other: number[];
   readonly steps: Record<string, number[]>;
   /** The slowest sample, whole: where its time went. */
-  slowest?: { latency: number; agentMs: number; computeMs: number; other: number; steps: Record<string, number>; rules: number };
+  slowest?: { latency: number; agentMs: number; computeMs: number; other: number; steps: Record<string, number>; rules: number; waitedOn: string[] };
   changedKernel: number;
   resyncs: number;
   missed: number;
@@ -775,6 +780,7 @@ async function measureKind(agent: Agent, api: Api, kind: string, local: boolean 
           other: w.at - answered - (w.rec.ms ?? 0) - (w.computeMs ?? 0),
           steps: Object.fromEntries(Object.entries(w.rec.stats?.durations ?? {}).map(([k, v]) => [k, v * 1000])),
           rules: w.rec.stats?.rulesWritten ?? 0,
+          waitedOn: agent.chores.filter((c) => c.at > answered && c.at < w.at).map((c) => c.what),
         };
       }
       if (changedKernel(w.rec)) r.changedKernel++;
@@ -932,7 +938,8 @@ async function main(): Promise<void> {
         .filter(([, v]) => v > 0)
         .map(([k, v]) => `${k} ${f1(v)}`)
         .join(', ');
-      log(`  ${r.kind.padEnd(26)} ${f1(x.latency).padStart(7)} = ${f1(x.agentMs)} (${steps || 'no steps'}) + ${f1(x.computeMs)} + ${f1(x.other)}; ${x.rules} rules`);
+      const waited = x.waitedOn.length > 0 ? `; finished meanwhile: ${x.waitedOn.join(', ')}` : '';
+      log(`  ${r.kind.padEnd(26)} ${f1(x.latency).padStart(7)} = ${f1(x.agentMs)} (${steps || 'no steps'}) + ${f1(x.computeMs)} + ${f1(x.other)}; ${x.rules} rules${waited}`);
     }
     log(`(n=${CHANGES}: p99 is the ${CHANGES >= 100 ? '99th percentile' : 'largest sample'}; steps are the agent's own per-step durations of the write)`);
     log("the agent's own histograms over section 3 (/metrics; bucket bounds):");
