@@ -520,8 +520,8 @@ class Agent extends NetnsProcess {
     });
   }
 
-  /** Writes that are not a change's own (resyncs, tidies), when their line was received: a
-   *  change that arrives meanwhile waits for them. */
+  /** Work that is not a change's own (resyncs, tidies, hook checks), when its line was
+   *  received: a change that arrives meanwhile waits for it. */
   readonly chores: { at: number; what: string }[] = [];
 
   /** The write that holds the batch a change made from now on (a later revision). */
@@ -544,7 +544,8 @@ class Agent extends NetnsProcess {
     if (typeof rec.msg === 'string' && !this.firstAt.has(rec.msg)) this.firstAt.set(rec.msg, { at, rec, cpu: this.snapshot() });
     if ((rec.level ?? 0) >= 40) this.warnings.push(line);
     if (rec.msg === 'model updated' && typeof rec.ms === 'number') this.#compute.push(rec.ms);
-    if (rec.msg === 'resynced dataplane' || rec.msg === 'tidied dataplane') this.chores.push({ at, what: `${rec.msg === 'tidied dataplane' ? 'tidy' : 'resync'} ${f1(rec.ms ?? Number.NaN)} ms` });
+    const chore = { 'resynced dataplane': 'resync', 'tidied dataplane': 'tidy', 'hook checked': 'hook check' }[String(rec.msg)];
+    if (chore !== undefined) this.chores.push({ at, what: `${chore} ${f1(rec.ms ?? Number.NaN)} ms` });
     if (!isWrite(rec)) return;
     const revision = Number(rec.revision ?? 0);
     const w: Write = {

@@ -273,9 +273,12 @@ export class Reconciler {
   async #checkHook(): Promise<void> {
     const { dataplane, log, metrics } = this.#o;
     this.#nextHookCheckAt = null;
+    const t0 = this.#clock.now();
     let intact: boolean;
     try {
       intact = await dataplane.hookIntact();
+      // A change that arrives meanwhile waits for the check: its time shows where that went.
+      log.debug({ intact, ms: round(this.#clock.now() - t0) }, 'hook checked');
       if (!intact) {
         metrics.driftRepairs.inc({ what: 'hook' });
         log.warn({ what: 'hook' }, "Weir's FORWARD hook or chains were removed or changed by another program; resyncing now");
