@@ -118,7 +118,8 @@ export interface Dataplane {
    */
   guard(desired: DesiredDataplane): Promise<boolean>;
   /** Cheap drift check: false when a family's hooks or any own chain differ from the record,
-   *  or (--ipvs auto) kube-ipvs0 came or went. */
+   *  or (--ipvs auto) kube-ipvs0 came or went. It reads beside a running write; a difference
+   *  is read again once no write runs before it counts. */
   hookIntact(): Promise<boolean>;
   status(): DataplaneStatus;
 }
@@ -376,6 +377,29 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     return stats;
   }
 
+  /** Whether the kernel holds Weir's hooks and chains as recorded (no leftovers either). */
+  async function hookMatches(): Promise<boolean> {
+    if (needRead) return true; // the next write reads the kernel back anyway
+    const t = await getTools();
+    const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f))]);
+    if (nowIpvs !== ipvs) return false;
+    for (const [i, f] of families.entries()) {
+      const found = familyStateFromSave(saved[i], names);
+      const want = state.families[f];
+      for (const builtin of HOOK_CHAINS) {
+        if (want.hooks[builtin].specs.length > 0 && !hookIsRight(found.hooks[builtin], names.forward)) return false;
+      }
+      if (hasLeftovers(found)) return false;
+      if (want.acceptHook.specs.length > 0 ? !sameHook(found.acceptHook, want.acceptHook) : found.acceptHook.specs.length > 0) return false;
+      if (found.chains.size !== want.chains.size) return false;
+      for (const [name, hashes] of want.chains) {
+        const have = found.chains.get(name);
+        if (!have || have.length !== hashes.length || have.some((h, i) => h !== hashes[i])) return false;
+      }
+    }
+    return true;
+  }
+
   return {
     markDirty(d) {
       mergeDirty(dirty, d);
@@ -429,29 +453,11 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         return written.length > 0;
       });
     },
-    hookIntact() {
-      return serial(async () => {
-        if (needRead) return true; // the next write reads the kernel back anyway
-        const t = await getTools();
-        // Side by side: the loop waits for this check.
-        const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f))]);
-        if (nowIpvs !== ipvs) return false;
-        for (const [i, f] of families.entries()) {
-          const found = familyStateFromSave(saved[i], names);
-          const want = state.families[f];
-          for (const builtin of HOOK_CHAINS) {
-            if (want.hooks[builtin].specs.length > 0 && !hookIsRight(found.hooks[builtin], names.forward)) return false;
-          }
-          if (hasLeftovers(found)) return false;
-          if (want.acceptHook.specs.length > 0 ? !sameHook(found.acceptHook, want.acceptHook) : found.acceptHook.specs.length > 0) return false;
-          if (found.chains.size !== want.chains.size) return false;
-          for (const [name, hashes] of want.chains) {
-            const have = found.chains.get(name);
-            if (!have || have.length !== hashes.length || have.some((h, i) => h !== hashes[i])) return false;
-          }
-        }
-        return true;
-      });
+    async hookIntact() {
+      // Read beside any write, so a change never waits for the check; a write running
+      // meanwhile can make the kernel and the record differ for a moment, so a difference is
+      // confirmed by reading again with no write running before it is called drift.
+      return (await hookMatches()) || serial(hookMatches);
     },
     status() {
       let members = 0;

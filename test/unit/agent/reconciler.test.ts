@@ -58,6 +58,9 @@ class FakeDataplane implements DataplanePort {
   writeMs = 0;
   hang = false;
   hook: boolean | 'throw' = true;
+  /** Fake time a hook check takes (the real one reads the kernel: about 70 ms at 100k pods). */
+  hookMs = 0;
+  hookChecksDone: number[] = [];
   guardDoes: boolean | 'throw' = false;
   /** Each plain apply leaves work for a tidy, as a layered write on nf_tables does. */
   layers = false;
@@ -81,6 +84,8 @@ class FakeDataplane implements DataplanePort {
   }
   async hookIntact() {
     this.calls.push({ kind: 'hookIntact', at: this.#clock.t });
+    if (this.hookMs > 0) await new Promise<void>((resolve) => this.#clock.setTimeout(resolve, this.hookMs));
+    this.hookChecksDone.push(this.#clock.t);
     if (this.hook === 'throw') throw new Error('iptables-save: boom');
     return this.hook;
   }
@@ -502,6 +507,45 @@ describe('the hook check and the start-up guard', () => {
         ['hookIntact', 5030],
       ],
     );
+    await stopWhileAdvancing(clock, r);
+  });
+
+  test('a change that arrives while a hook check runs is written at once, without waiting for the check', async () => {
+    const { clock, dataplane, r } = setup({ hookCheckIntervalMs: 5000 });
+    dataplane.hookMs = 70;
+    r.onBatch(batch('r1'));
+    await clock.advance(5010); // the check fell due at 5000 and runs until 5070
+    r.onBatch(batch('r2', true, 'p2'));
+    await clock.advance(100);
+    const apply = dataplane.writes('apply')[0];
+    const check = dataplane.calls.find((c) => c.kind === 'hookIntact');
+    assert.ok(check && apply, `calls: ${JSON.stringify(dataplane.calls)}`);
+    assert.ok(apply.at < dataplane.hookChecksDone[0], `the change was written at ${apply.at}, the check ran ${check.at}-${dataplane.hookChecksDone[0]}`);
+    assert.equal(apply.at, check.at + 10);
+    await stopWhileAdvancing(clock, r);
+  });
+
+  test('a hook found missing while a change is written still gets its resync', async () => {
+    const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 5000 });
+    dataplane.hookMs = 70;
+    r.onBatch(batch('r1'));
+    await clock.advance(4990);
+    dataplane.writeMs = 100;
+    dataplane.hook = false;
+    await clock.advance(20); // the check starts at 5000 and ends at 5070, inside the write
+    r.onBatch(batch('r2', true, 'p2')); // written 5010-5110
+    await clock.advance(300);
+    assert.deepEqual(
+      dataplane.calls.map((c) => [c.kind, c.at]),
+      [
+        ['resync', 0],
+        ['hookIntact', 5000],
+        ['apply', 5010],
+        ['resync', 5110],
+      ],
+    );
+    assert.equal(dataplane.hook, true);
+    assert.equal(await counterValue(metrics, 'driftRepairs', { what: 'hook' }), 1);
     await stopWhileAdvancing(clock, r);
   });
 
