@@ -362,6 +362,51 @@ test('with --ipvs on, the first apply hooks OUTPUT at 1 too, and the hook check 
   assert.equal(await one.hookIntact(), false, 'OUTPUT hook gone');
 });
 
+test('the hook check reads beside a running write instead of after it, and calls a difference drift only if it outlasts the write', async () => {
+  const k = { save4: savedBase({ output: 'none' }), ipvs0: false };
+  const inner = ipvsKernel(k);
+  let hold: Promise<void> | undefined;
+  let release = () => {};
+  // The next iptables-nft-restore after `hold` is set waits for release(): a change's write (the
+  // hook check never restores).
+  const runner = {
+    ...inner,
+    async run(cmd: string, args: readonly string[], opts?: { input?: string }) {
+      if (cmd === 'iptables-nft-restore' && hold !== undefined) {
+        const h = hold;
+        hold = undefined;
+        await h;
+      }
+      return inner.run(cmd, args, opts);
+    },
+  };
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger(), ipvs: 'auto' });
+  const chains = Object.fromEntries(base.chains[4]);
+  await dp.apply(desired({ chains4: chains }));
+  // A change: cali-x with its first rule repeated n more times.
+  const change = (n: number) => {
+    dp.markDirty(dirtyOf({ c4: ['cali-x'] }));
+    return dp.apply(desired({ chains4: { ...chains, 'cali-x': [...chains['cali-x'], ...Array.from({ length: n }, () => chains['cali-x'][0])] } }));
+  };
+  const waited = (p: Promise<boolean>) => Promise.race([p, new Promise<'still waiting'>((r) => setTimeout(() => r('still waiting'), 100))]);
+
+  hold = new Promise((r) => (release = r));
+  const writing = change(1);
+  assert.equal(await waited(dp.hookIntact()), true, 'answered while the write is held: the kernel is as recorded');
+  assert.equal(hold, undefined, 'the write was under way');
+  release();
+  await writing;
+
+  k.save4 = savedBase({ forward: false, output: 'none' }); // and now the FORWARD hook is gone
+  hold = new Promise((r) => (release = r));
+  const writing2 = change(2);
+  const check = dp.hookIntact();
+  assert.equal(await waited(check), 'still waiting', 'a difference is confirmed once the write is done');
+  release();
+  await writing2;
+  assert.equal(await check, false, 'still different after the write: drift');
+});
+
 test('with --ipvs auto the OUTPUT hook follows kube-ipvs0: added when it appears, removed when it goes, each noticed by the hook check', async () => {
   const k = { save4: savedBase({ output: 'none' }), ipvs0: false };
   const runner = ipvsKernel(k);
