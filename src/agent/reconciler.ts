@@ -299,7 +299,7 @@ export class Reconciler {
     let intact: boolean;
     try {
       intact = await dataplane.hookIntact();
-      // A change that arrives meanwhile waits for the check: its time shows where that went.
+      // What the check costs beside the writes (bench:agent lists it next to slow changes).
       log.debug({ intact, ms: round(this.#clock.now() - t0) }, 'hook checked');
       if (!intact) {
         metrics.driftRepairs.inc({ what: 'hook' });
