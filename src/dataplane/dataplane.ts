@@ -381,7 +381,8 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   async function hookMatches(): Promise<boolean> {
     if (needRead) return true; // the next write reads the kernel back anyway
     const t = await getTools();
-    const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f))]);
+    // Its commands yield the cores to a write running beside them.
+    const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f, { background: true }))]);
     if (nowIpvs !== ipvs) return false;
     for (const [i, f] of families.entries()) {
       const found = familyStateFromSave(saved[i], names);
