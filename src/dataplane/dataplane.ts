@@ -381,8 +381,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   async function hookMatches(): Promise<boolean> {
     if (needRead) return true; // the next write reads the kernel back anyway
     const t = await getTools();
-    // Its commands yield the cores to a write running beside them.
-    const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f, { background: true }))]);
+    const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f))]);
     if (nowIpvs !== ipvs) return false;
     for (const [i, f] of families.entries()) {
       const found = familyStateFromSave(saved[i], names);

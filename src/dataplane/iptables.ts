@@ -52,8 +52,7 @@ export interface Iptables {
   restore(family: Family, payload: string): Promise<void>;
   /** `iptables-save -t mangle` then `-t filter` output, concatenated; throws CommandError
    *  (WEIR_KERNEL_READ_FAILED). */
-  /** `background`: at the lowest CPU priority (a check beside the writes). */
-  save(family: Family, opts?: { readonly background?: boolean }): Promise<string>;
+  save(family: Family): Promise<string>;
 }
 
 export interface IptablesOptions {
@@ -90,13 +89,13 @@ export function createIptables(opts: IptablesOptions): Iptables {
         await wait(delayMs);
       }
     },
-    async save(family, saveOpts) {
+    async save(family) {
       const cmd = tool(opts.backend, family, 'save');
       // Two reads, not one of every table: nat can hold kube-proxy's many Service rules.
       let out = '';
       for (const table of SAVED_TABLES) {
         const args = ['-t', table];
-        const r = await opts.runner.run(cmd, args, saveOpts?.background ? { background: true } : undefined);
+        const r = await opts.runner.run(cmd, args);
         if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', cmd, args, r.exitCode, r.stderr);
         out += r.stdout.endsWith('\n') || r.stdout === '' ? r.stdout : `${r.stdout}\n`;
       }

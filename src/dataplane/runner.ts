@@ -2,7 +2,6 @@
 // iptables/ipset writes and reads, and long-running monitors), so tests can record calls, run
 // them in a network namespace, or fake them.
 
-import { setPriority } from 'node:os';
 import type { Readable } from 'node:stream';
 
 import { execa } from 'execa';
@@ -11,9 +10,6 @@ import { CommandError } from '../errors.ts';
 export interface RunOptions {
   /** Written to the command's stdin (restore payloads). */
   readonly input?: string;
-  /** Runs at the lowest CPU priority (nice 19): a read beside the writes, such as the hook
-   *  check, must not take the cores from them. */
-  readonly background?: boolean;
 }
 
 export interface RunResult {
@@ -56,7 +52,7 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
   const timeout = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
   return {
     async run(cmd, args, opts) {
-      const sub = execa(cmd, args, {
+      const r = await execa(cmd, args, {
         input: opts?.input,
         reject: false,
         shell: false,
@@ -65,14 +61,6 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
         // iptables prints localised messages otherwise, and error parsing needs English.
         env: { LC_ALL: 'C' },
       });
-      if (opts?.background && sub.pid !== undefined) {
-        try {
-          setPriority(sub.pid, 19);
-        } catch {
-          // Already gone, or not allowed: it then runs at the normal priority.
-        }
-      }
-      const r = await sub;
       const stderr = String(r.stderr ?? '');
       if (r.code === 'ENOENT') {
         throw new CommandError('WEIR_COMMAND_MISSING', cmd, args, undefined, stderr);

@@ -11,14 +11,6 @@ test('execaRunner reports a missing binary as WEIR_COMMAND_MISSING', async () =>
   await assert.rejects(execaRunner().run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING' && e.command === 'weir-no-such-binary');
 });
 
-test('execaRunner runs a background command at the lowest CPU priority, and others as they are', async () => {
-  // Field 19 of /proc/PID/stat is the nice value; the sleep lets the priority land first.
-  const niceOf = async (background: boolean) => (await execaRunner().run('sh', ['-c', 'sleep 0.2; cut -d" " -f19 /proc/$$/stat'], background ? { background } : undefined)).stdout.trim();
-  const normal = await niceOf(false);
-  assert.equal(await niceOf(true), '19');
-  assert.notEqual(normal, '19');
-});
-
 test('execaRunner resolves with a non-zero exit code and the streams, without a shell', async () => {
   const r = await execaRunner().run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
   assert.deepEqual(r, { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
