@@ -31,8 +31,8 @@ export interface AgentConfig {
   readonly retryMaxMs: number;
   /** Full read-back of the kernel to repair drift made by other programs. */
   readonly resyncIntervalMs: number;
-  /** A cheap read of Weir's FORWARD hook and chains between resyncs, so that a hook another
-   *  program removed is back within seconds; 0 turns it off. */
+  /** A cheap read of Weir's hooks between resyncs, so that a hook another program removed or
+   *  moved is back within seconds; 0 turns it off. */
   readonly hookCheckIntervalMs: number;
   /** Quiet time before the tidy write removes what layered writes left (nf_tables). */
   readonly tidyDelayMs: number;

@@ -303,7 +303,7 @@ export class Reconciler {
       log.debug({ intact, ms: round(this.#clock.now() - t0) }, 'hook checked');
       if (!intact) {
         metrics.driftRepairs.inc({ what: 'hook' });
-        log.warn({ what: 'hook' }, "Weir's FORWARD hook or chains were removed or changed by another program; resyncing now");
+        log.warn({ what: 'hook' }, "Weir's hook was removed or moved by another program; resyncing now");
       }
     } catch (err) {
       const code = codeOf(err);

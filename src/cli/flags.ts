@@ -31,7 +31,10 @@ export const FLAGS = {
   'debounce-ms': { type: 'string', help: 'a batch within this many ms of the previous one waits this long, so bursts coalesce; one after a quiet spell is written at once (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
   'tidy-delay': { type: 'string', help: 'seconds without writes before the rules a change left shadowed (nf_tables) are removed (default 1)' },
-  'hook-check-interval': { type: 'string', help: "seconds between cheap checks of Weir's FORWARD hook and chains, which resync at once when another program changed them (default 5; 0: off)" },
+  'hook-check-interval': {
+    type: 'string',
+    help: "seconds between cheap checks of Weir's hooks, which resync at once when another program removed or moved one (default 5; 0: off; own chains are compared by the resync)",
+  },
   'watch-idle-timeout': { type: 'string', help: 'seconds a watch may stay silent (not even a bookmark) before it is restarted (default 180)' },
   'relist-interval': { type: 'string', help: 'seconds between full relists that repair missed watch events (default 300, randomised up to 2x)' },
   examples: { type: 'string', help: 'demo only: the manifests directory to load (default: the examples/ shipped with Weir)' },

@@ -13,9 +13,22 @@ import { createIpset, parseIpsetTerse, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
 import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_LINES, type ChainsPlan, type LayeredPlan } from './plan.ts';
-import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy } from './render.ts';
+import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy, TABLE } from './render.ts';
 import type { CommandRunner } from './runner.ts';
-import { emptyFamilyState, emptyState, familyStateFromSave, hasLeftovers, hookIsRight, ownSets, sameHook, setsStateFromSave, type AppliedSet, type AppliedState, type FamilyState } from './state.ts';
+import {
+  acceptHookIn,
+  emptyFamilyState,
+  emptyState,
+  familyStateFromSave,
+  hookIsRight,
+  ownHookIn,
+  ownSets,
+  sameHook,
+  setsStateFromSave,
+  type AppliedSet,
+  type AppliedState,
+  type FamilyState,
+} from './state.ts';
 
 /** Felix's default; large enough for every pod IP of a big cluster in one set. */
 export const DEFAULT_MAX_SET_SIZE = 1_048_576;
@@ -377,27 +390,26 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     return stats;
   }
 
-  /** Whether the kernel holds Weir's hooks and chains as recorded (no leftovers either). */
+  /**
+   * Whether the kernel holds Weir's hooks where the record has them: the mangle hooks first,
+   * alone, and the filter accept hook as recorded (or none). These are what other programs
+   * move in normal running (a rule inserted at the top of FORWARD); it reads just those builtin
+   * chains, since `iptables-save` translates every rule of a table. Own chains' content is
+   * compared by the periodic resync.
+   */
   async function hookMatches(): Promise<boolean> {
     if (needRead) return true; // the next write reads the kernel back anyway
     const t = await getTools();
-    const [nowIpvs, ...saved] = await Promise.all([detectIpvs(), ...families.map((f) => t.iptables.save(f))]);
-    if (nowIpvs !== ipvs) return false;
-    for (const [i, f] of families.entries()) {
-      const found = familyStateFromSave(saved[i], names);
+    const familyMatches = async (f: Family) => {
       const want = state.families[f];
-      for (const builtin of HOOK_CHAINS) {
-        if (want.hooks[builtin].specs.length > 0 && !hookIsRight(found.hooks[builtin], names.forward)) return false;
-      }
-      if (hasLeftovers(found)) return false;
-      if (want.acceptHook.specs.length > 0 ? !sameHook(found.acceptHook, want.acceptHook) : found.acceptHook.specs.length > 0) return false;
-      if (found.chains.size !== want.chains.size) return false;
-      for (const [name, hashes] of want.chains) {
-        const have = found.chains.get(name);
-        if (!have || have.length !== hashes.length || have.some((h, i) => h !== hashes[i])) return false;
-      }
-    }
-    return true;
+      const hooked = HOOK_CHAINS.filter((builtin) => want.hooks[builtin].specs.length > 0);
+      const [filterForward, ...builtins] = await Promise.all([t.iptables.listChain(f, 'filter', 'FORWARD'), ...hooked.map((builtin) => t.iptables.listChain(f, TABLE, builtin))]);
+      if (builtins.some((rules) => !hookIsRight(ownHookIn(rules, names), names.forward))) return false;
+      const accept = acceptHookIn(filterForward);
+      return want.acceptHook.specs.length > 0 ? sameHook(accept, want.acceptHook) : accept.specs.length === 0;
+    };
+    const [nowIpvs, ...matches] = await Promise.all([detectIpvs(), ...families.map(familyMatches)]);
+    return nowIpvs === ipvs && matches.every(Boolean);
   }
 
   return {

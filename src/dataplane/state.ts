@@ -120,20 +120,27 @@ function ownChains(saved: Map<string, string[]>, names: Names, foreign: string[]
 export function familyStateFromSave(saveText: string, names: Names, foreign: string[] = []): FamilyState {
   const saved = parseSave(saveText, TABLE);
   const chains = ownChains(saved, names, foreign);
-  const isOurHook = (s: string) => commentOf(s) === HOOK_COMMENT && targetOf(s) === names.forward;
-  const hookIn = (rules: readonly string[], is: (s: string) => boolean): HookState => ({ specs: rules.filter(is), atTop: rules.length > 0 && is(rules[0]) });
   const filter = parseSave(saveText, 'filter');
-  const isAcceptHook = (s: string) => commentOf(s) === HOOK_COMMENT && targetOf(s) === 'ACCEPT';
   return {
     chains,
-    hooks: { FORWARD: hookIn(saved.get('FORWARD') ?? [], isOurHook), OUTPUT: hookIn(saved.get('OUTPUT') ?? [], isOurHook) },
-    acceptHook: hookIn(filter.get('FORWARD') ?? [], isAcceptHook),
+    hooks: { FORWARD: ownHookIn(saved.get('FORWARD') ?? [], names), OUTPUT: ownHookIn(saved.get('OUTPUT') ?? [], names) },
+    acceptHook: acceptHookIn(filter.get('FORWARD') ?? []),
     leftovers: {
       chains: [...ownChains(filter, names, foreign).keys()],
-      hooks: HOOK_CHAINS.flatMap((chain) => (filter.get(chain) ?? []).filter(isOurHook).map((spec) => ({ chain, spec }))),
+      hooks: HOOK_CHAINS.flatMap((chain) => (filter.get(chain) ?? []).filter((s) => isOwnHook(s, names)).map((spec) => ({ chain, spec }))),
     },
   };
 }
+
+const isOwnHook = (spec: string, names: Names) => commentOf(spec) === HOOK_COMMENT && targetOf(spec) === names.forward;
+const isAcceptHook = (spec: string) => commentOf(spec) === HOOK_COMMENT && targetOf(spec) === 'ACCEPT';
+const hookIn = (rules: readonly string[], is: (spec: string) => boolean): HookState => ({ specs: rules.filter(is), atTop: rules.length > 0 && is(rules[0]) });
+
+/** The copies of Weir's hook among one builtin chain's rules (mangle FORWARD or OUTPUT). */
+export const ownHookIn = (rules: readonly string[], names: Names): HookState => hookIn(rules, (s) => isOwnHook(s, names));
+
+/** The copies of the accept hook among filter FORWARD's rules. */
+export const acceptHookIn = (rules: readonly string[]): HookState => hookIn(rules, isAcceptHook);
 
 /** Rebuilds the set record from `ipset save` output: sets with Weir's prefix and its mark;
  *  prefixed sets without the mark are named in `foreign`. */

@@ -469,21 +469,28 @@ for (const backend of backends.length > 0 ? backends : (['nft'] as Backend[])) {
       });
     });
 
-    test('hookIntact sees a deleted hook and a flushed own chain, and nothing else', async () => {
+    test('hookIntact sees a deleted or displaced hook, not rules of others below it; a flushed own chain is left to the resync', async () => {
       await inFreshNs(async (runner) => {
         const dp = newDataplane(runner, backend);
         await dp.apply(base());
         assert.equal(await dp.hookIntact(), true);
-        // Someone else's rules: not drift.
+        // Someone else's rules below the hook: not drift.
         await run(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
         await mangle(runner, 4, ['-A', 'FORWARD', '-j', 'ACCEPT']);
         assert.equal(await dp.hookIntact(), true);
         await mangle(runner, 6, ['-D', 'FORWARD', '-m', 'comment', '--comment', 'weir:hook', '-j', names.forward]);
-        assert.equal(await dp.hookIntact(), false);
+        assert.equal(await dp.hookIntact(), false, 'IPv6 hook deleted');
         await dp.resync(base());
         assert.equal(await dp.hookIntact(), true);
+        await mangle(runner, 4, ['-I', 'FORWARD', '1', '-j', 'ACCEPT']);
+        assert.equal(await dp.hookIntact(), false, 'a rule above the IPv4 hook');
+        await dp.resync(base());
+        const before = await tableLines(runner, backend, 4);
+        // The check reads only the hooked builtin chains (cheap); chains' content is the resync's.
         await mangle(runner, 4, ['-F', tw]);
-        assert.equal(await dp.hookIntact(), false);
+        assert.equal(await dp.hookIntact(), true, 'own chains are not read by the check');
+        await dp.resync(base());
+        assert.deepEqual(await tableLines(runner, backend, 4), before, 'the resync refilled the flushed chain');
       });
     });
 

@@ -21,13 +21,24 @@ const tableOf = (text: string, args: readonly string[]) => {
     .join('');
 };
 
-/** Answers save commands (per table) with fixed kernel text and lets a test fail chosen calls. */
+/** What `iptables -t <table> -S <chain>` prints of save text: the policy line and that chain's rules. */
+const chainOf = (text: string, args: readonly string[]) => {
+  const chain = args[args.indexOf('-S') + 1];
+  const rules = tableOf(text, args)
+    .split('\n')
+    .filter((l) => l.startsWith(`-A ${chain} `));
+  return [`-P ${chain} ACCEPT`, ...rules, ''].join('\n');
+};
+
+/** Answers save and list commands (per table) with fixed kernel text and lets a test fail chosen calls. */
 function fakeKernel(kernel: { save4?: string; save6?: string; ipset?: string } = {}, fail?: (c: RecordedCall) => RunResult | undefined) {
   return recordingRunner((c) => {
     const f = fail?.(c);
     if (f) return f;
     if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: tableOf(kernel.save4 ?? '', c.args) };
     if (c.cmd === 'ip6tables-nft-save') return { ...OK, stdout: tableOf(kernel.save6 ?? '', c.args) };
+    if (c.cmd === 'iptables-nft') return { ...OK, stdout: chainOf(kernel.save4 ?? '', c.args) };
+    if (c.cmd === 'ip6tables-nft') return { ...OK, stdout: chainOf(kernel.save6 ?? '', c.args) };
     if (c.cmd === 'ipset' && c.args[0] === 'save') return { ...OK, stdout: kernel.ipset ?? '' };
     return OK;
   });
@@ -330,6 +341,7 @@ function savedBase(hooks: { forward?: boolean; output?: 'first' | 'second' | 'no
 function ipvsKernel(k: { save4: string; ipvs0: boolean }) {
   return recordingRunner((c) => {
     if (c.cmd === 'iptables-nft-save') return { ...OK, stdout: tableOf(k.save4, c.args) };
+    if (c.cmd === 'iptables-nft') return { ...OK, stdout: chainOf(k.save4, c.args) };
     if (c.cmd === 'ip' && c.args.join(' ') === '-o link show dev kube-ipvs0') {
       return k.ipvs0 ? { ...OK, stdout: '9: kube-ipvs0: <BROADCAST,NOARP> mtu 1500 qdisc noop state DOWN\n' } : { ...OK, exitCode: 1, stderr: 'Device "kube-ipvs0" does not exist.\n' };
     }
@@ -360,6 +372,20 @@ test('with --ipvs on, the first apply hooks OUTPUT at 1 too, and the hook check 
   assert.equal(await one.hookIntact(), false, 'OUTPUT hook no longer first');
   k.save4 = savedBase({ output: 'none' });
   assert.equal(await one.hookIntact(), false, 'OUTPUT hook gone');
+});
+
+test('the hook check lists only the chains that hold hooks, never saving a whole table', async () => {
+  const k = { save4: savedBase({ output: 'none' }), ipvs0: false };
+  const runner = ipvsKernel(k);
+  const dp = createDataplane({ runner, names, families: [4], backend: 'nft', log: silentLogger(), ipvs: 'auto' });
+  await dp.apply(desired({ chains4: Object.fromEntries(base.chains[4]) }));
+  runner.calls.length = 0;
+  assert.equal(await dp.hookIntact(), true);
+  assert.deepEqual(runner.calls.map((c) => [c.cmd, ...c.args].join(' ')).sort(), [
+    'ip -o link show dev kube-ipvs0',
+    'iptables-nft -t filter -S FORWARD --wait=5',
+    'iptables-nft -t mangle -S FORWARD --wait=5',
+  ]);
 });
 
 test('the hook check reads beside a running write instead of after it, and calls a difference drift only if it outlasts the write', async () => {

@@ -160,6 +160,21 @@ test('save reads the mangle then the filter table and fails with WEIR_KERNEL_REA
   await assert.rejects(createIptables({ runner: bad, backend: 'nft', log }).save(6), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_KERNEL_READ_FAILED');
 });
 
+test('listChain reads one chain with -S, waiting for the lock, and gives its rule specs in order', async () => {
+  const listed = '-P FORWARD ACCEPT\n-A FORWARD -m comment --comment "weir:hook" -j cali-FORWARD\n-A FORWARD -j KUBE-FORWARD\n';
+  const ok = recordingRunner(() => ({ stdout: listed, stderr: '', exitCode: 0 }));
+  assert.deepEqual(await createIptables({ runner: ok, backend: 'nft', log }).listChain(6, 'mangle', 'FORWARD'), ['-m comment --comment "weir:hook" -j cali-FORWARD', '-j KUBE-FORWARD']);
+  assert.deepEqual(
+    ok.calls.map((c) => [c.cmd, ...c.args]),
+    [['ip6tables-nft', '-t', 'mangle', '-S', 'FORWARD', '--wait=5']],
+  );
+  const bad = recordingRunner(() => ({ stdout: '', stderr: 'iptables: No chain/target/match by that name.', exitCode: 1 }));
+  await assert.rejects(
+    createIptables({ runner: bad, backend: 'legacy', log }).listChain(4, 'filter', 'cali-x'),
+    (e: unknown) => e instanceof CommandError && e.code === 'WEIR_KERNEL_READ_FAILED' && /iptables-legacy -t filter -S cali-x/.test(e.message) && /No chain/.test(e.message),
+  );
+});
+
 const rules = (n: number) => `*filter\n:FORWARD ACCEPT [0:0]\n${'-A FORWARD -j ACCEPT\n'.repeat(n)}COMMIT\n`;
 const hint = `*mangle\n:PREROUTING ACCEPT [0:0]\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n`;
 const canary = `*mangle\n:KUBE-KUBELET-CANARY - [0:0]\nCOMMIT\n`;
