@@ -55,6 +55,9 @@ export interface Decoded<T> {
   /** Same form as RawRef.key. */
   readonly name: string;
   readonly value: T;
+  /** What is held in place of `value` until the next version, when less is needed to compare
+   *  that with it (Codec.same). Default: the value. */
+  readonly held?: T;
   /** Problems the conversion survived, logged when the value is stored. */
   readonly warnings: readonly string[];
 }
@@ -62,7 +65,8 @@ export interface Decoded<T> {
 export interface Codec<T> {
   /** Throws a WeirError when the object cannot be used: it is logged once and treated as absent. */
   decode(raw: unknown): Decoded<T>;
-  /** Whether two decoded values are the same: then there is no change worth reporting. */
+  /** Whether a held value (Decoded.held, else value) and a decoded one are the same: then
+   *  there is no change worth reporting. */
   same(a: T, b: T): boolean;
   ref(raw: unknown): RawRef;
   /** Whether a DELETED event for `ref` removes `held`, stored under the same name. Default: yes.
@@ -111,8 +115,8 @@ export interface ReflectorDeps<K extends string = string> {
 }
 
 export interface ReflectorSink<T> {
-  /** A value changed, or disappeared (undefined). */
-  change(key: string, value: T | undefined): void;
+  /** A value changed, or disappeared (undefined); `before` is what was held for the key. */
+  change(key: string, value: T | undefined, before: T | undefined): void;
   /** A full list was applied to the cache. */
   listed(): void;
 }
@@ -159,10 +163,10 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   function put(c: Decoded<T>): boolean {
     const held = entries.get(c.name);
     if (held !== undefined && held.key === c.key && codec.same(held.value, c.value)) return false;
-    entries.set(c.name, c);
-    if (held !== undefined && held.key !== c.key) sink.change(held.key, undefined);
+    entries.set(c.name, c.held === undefined ? c : { key: c.key, name: c.name, value: c.held, warnings: c.warnings });
+    if (held !== undefined && held.key !== c.key) sink.change(held.key, undefined, held.value);
     for (const w of c.warnings) log.warn({ kind, object: c.name }, w);
-    sink.change(c.key, c.value);
+    sink.change(c.key, c.value, held?.key === c.key ? held.value : undefined);
     return true;
   }
 
@@ -170,7 +174,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     const held = entries.get(name);
     if (held === undefined) return false;
     entries.delete(name);
-    sink.change(held.key, undefined);
+    sink.change(held.key, undefined, held.value);
     return true;
   }
 

@@ -2,7 +2,7 @@
 // view entry (the shared conversion of ../convert.ts), compared as JSON for exact diffs.
 
 import { decodeNamespace, decodePod } from '../../kube/core-v1-proto.ts';
-import { rawRefOf } from '../../kube/reflector.ts';
+import { isRecord, rawRefOf } from '../../kube/reflector.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
@@ -74,15 +74,47 @@ export function rawRef(res: Resource, raw: unknown): RawRef {
   return rawRefOf(raw, res.namespaced);
 }
 
+/** Stands in a held policy for the spec it no longer carries. Not JSON, so it never equals a
+ *  spec, and compilePolicy would reject it if it ever reached the model. */
+const SPEC_HELD_BY_GENERATION = Symbol('spec held by generation');
+
+/**
+ * What the source holds of a policy between events. Its spec is needed only to compile it, and
+ * the API server raises metadata.generation with every change of the spec, so a policy is held
+ * without it (about 1 KB each at bench:agent's shapes) and compared by generation. One whose
+ * generation the server did not set (convert.ts then says 1) keeps its spec (see decode).
+ */
+function heldPolicy(entry: ViewEntry): ViewEntry | undefined {
+  const u = entry.upsert;
+  return u.kind === 'NetworkPolicy' ? { ...entry, upsert: { ...u, object: { ...u.object, spec: SPEC_HELD_BY_GENERATION } } } : undefined;
+}
+
+const hasGeneration = (raw: unknown): boolean => {
+  const md = isRecord(raw) ? raw.metadata : undefined;
+  return isRecord(md) && typeof md.generation === 'number' && md.generation >= 1;
+};
+
+/** Whether two entries hold the same model object; a held policy (heldPolicy) is the same as
+ *  another version if all but their specs are equal, generation included. */
+export function sameEntry(a: ViewEntry, b: ViewEntry): boolean {
+  const x = a.upsert;
+  const y = b.upsert;
+  if (x.kind === 'NetworkPolicy' && y.kind === 'NetworkPolicy' && (x.object.spec === SPEC_HELD_BY_GENERATION || y.object.spec === SPEC_HELD_BY_GENERATION)) {
+    return sameJson({ ...x.object, spec: undefined }, { ...y.object, spec: undefined });
+  }
+  return sameJson(x.object, y.object);
+}
+
 /** How the reflector of `res` decodes: view entries keyed by model key (a pod by uid). */
 export function resourceCodec(res: Resource): Codec<ViewEntry> {
   const intern = new ValueInterner();
   return {
     decode(raw): Decoded<ViewEntry> {
       const c = convertObject(res, raw, intern);
-      return { key: c.entry.key, name: c.name, value: c.entry, warnings: c.warnings };
+      const held = res.kind === 'NetworkPolicy' && hasGeneration(raw) ? heldPolicy(c.entry) : undefined;
+      return { key: c.entry.key, name: c.name, value: c.entry, held, warnings: c.warnings };
     },
-    same: (a, b) => sameJson(a.upsert.object, b.upsert.object),
+    same: sameEntry,
     ref: (raw) => rawRef(res, raw),
     // A late delete of an older pod of the same name must not remove the new one.
     deletes: (held, ref) => held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid,

@@ -15,7 +15,7 @@ import type { KubeClient } from '../../kube/client.ts';
 import { createReflector } from '../../kube/reflector.ts';
 import type { Reflector, WatchEvent } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
-import { resourceCodec, resourcesFor } from './resources.ts';
+import { resourceCodec, resourcesFor, sameEntry } from './resources.ts';
 import { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
 import type { KubeTimings } from './timings.ts';
 
@@ -54,10 +54,9 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
   const timings: KubeTimings = { ...DEFAULT_KUBE_TIMINGS, ...opts.timings };
   const resources = resourcesFor(nodeName);
 
-  /** What the consumer has been sent, by model key. */
-  const delivered = new Map<string, ViewEntry>();
-  /** Keys changed since the last batch, with their current entry (undefined: gone). */
-  const pending = new Map<string, ViewEntry | undefined>();
+  /** Keys changed since the last batch: what the consumer was sent for each (as the reflector
+   *  held it) and what it is now (undefined: none). The reflectors hold the rest, as sent. */
+  const pending = new Map<string, { readonly sent: ViewEntry | undefined; now: ViewEntry | undefined }>();
   const listed = new Set<string>();
   const reflectors: Reflector[] = [];
   let loops: Promise<void>[] = [];
@@ -82,16 +81,13 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
     if (stopped || onBatch === null) return;
     const before = new Map<string, ViewEntry>();
     const after = new Map<string, ViewEntry>();
-    for (const [key, entry] of pending) {
-      const sent = delivered.get(key);
+    for (const [key, { sent, now }] of pending) {
       if (sent !== undefined) before.set(key, sent);
-      if (entry !== undefined) after.set(key, entry);
+      if (now !== undefined) after.set(key, now);
     }
     pending.clear();
     // A change undone within the window (A -> B -> A) yields nothing.
-    const events = diffViews(before, after);
-    for (const key of before.keys()) if (!after.has(key)) delivered.delete(key);
-    for (const [key, entry] of after) delivered.set(key, entry);
+    const events = diffViews(before, after, sameEntry);
     if (events.length === 0 && seq > 0) return;
     seq++;
     const revision = String(seq);
@@ -136,8 +132,10 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
       const ready = new Promise<void>((resolve) => (started = resolve));
       for (const res of resources) {
         const reflector = createReflector(res, resourceCodec(res), deps, {
-          change(key, entry) {
-            pending.set(key, entry);
+          change(key, entry, held) {
+            const p = pending.get(key);
+            if (p === undefined) pending.set(key, { sent: held, now: entry });
+            else p.now = entry;
             if (synced) schedule();
           },
           listed() {

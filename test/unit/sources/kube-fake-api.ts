@@ -114,6 +114,12 @@ export class FakeApiServer {
     const prev = this.store(kind).get(key);
     const md = { ...object.metadata };
     md.uid ??= (prev?.metadata.uid as string | undefined) ?? `uid-${++this.uidSeq}`;
+    // As the API server's strategy for NetworkPolicy: generation 1 at creation, one more with
+    // every change of the spec (Weir compares held policies by it).
+    if (kind === 'NetworkPolicy' && !('generation' in md)) {
+      const before = prev?.metadata.generation as number | undefined;
+      md.generation = before === undefined ? 1 : JSON.stringify(prev?.spec) === JSON.stringify(object.spec) ? before : before + 1;
+    }
     md.resourceVersion = String(++this.rv);
     const stored: Obj = { ...object, metadata: md };
     this.store(kind).set(key, stored);
@@ -274,5 +280,5 @@ export function node(name: string, podCIDR: string): Obj {
 }
 
 export function networkPolicy(namespace: string, name: string, spec: unknown): Obj {
-  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace, generation: 1 }, spec };
+  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace }, spec };
 }

@@ -478,6 +478,48 @@ test('the periodic relist repairs events the watch missed, and an unchanged reli
   assert.equal(h.delays.length, 0, 'a planned relist does not back off');
 });
 
+test('policies are held by their generation: a new spec is an upsert carrying it, watched or relisted; other metadata sends nothing; one without a generation is compared by its spec', async () => {
+  const spec = (port: number) => ({ podSelector: {}, ingress: [{ ports: [{ port }] }] });
+  const h = await harness({
+    timings: { relistMs: [150, 150] },
+    seed: (api) => {
+      api.set('Namespace', namespace('default'));
+      api.set('NetworkPolicy', networkPolicy('default', 'p', spec(80)));
+      const bare = networkPolicy('default', 'bare', spec(80));
+      bare.metadata.generation = undefined; // a server that does not set it (sent without it)
+      api.set('NetworkPolicy', bare);
+    },
+  });
+  await h.start();
+  const isPolicy = (name: string) => (e: ModelEvent) => e.kind === 'NetworkPolicy' && e.op === 'upsert' && e.object.name === name;
+  const specOf = (events: ModelEvent[], name: string) => events.filter(isPolicy(name)).map((e) => (e.kind === 'NetworkPolicy' && e.op === 'upsert' ? e.object.spec : null));
+  assert.deepEqual(specOf(h.events(), 'p'), [spec(80)]);
+
+  let from = h.batches.length;
+  h.api.set('NetworkPolicy', networkPolicy('default', 'p', spec(81)));
+  assert.equal(h.api.get('NetworkPolicy', 'default/p').metadata.generation, 2);
+  assert.deepEqual(specOf(await h.eventsAfter(from, isPolicy('p'), 'the watched spec change'), 'p'), [spec(81)]);
+
+  from = h.batches.length;
+  h.api.set('NetworkPolicy', networkPolicy('default', 'p', spec(82)), { silent: true });
+  assert.deepEqual(specOf(await h.eventsAfter(from, isPolicy('p'), 'the relist repairing a missed spec change'), 'p'), [spec(82)]);
+
+  from = h.batches.length;
+  const relabelled = networkPolicy('default', 'p', spec(82));
+  relabelled.metadata.labels = { team: 'a' };
+  h.api.set('NetworkPolicy', relabelled);
+  const bare = networkPolicy('default', 'bare', spec(90));
+  bare.metadata.generation = undefined;
+  h.api.set('NetworkPolicy', bare);
+  const seen = await h.eventsAfter(from, isPolicy('bare'), 'the spec change of the policy without a generation');
+  assert.deepEqual(specOf(seen, 'bare'), [spec(90)]);
+  assert.deepEqual(specOf(seen, 'p'), [], 'a label change of a policy sends nothing');
+  const lists = h.api.requestsOf('NetworkPolicy', 'list').length;
+  const batches = h.batches.length;
+  await until(() => h.hooksOf('NetworkPolicy', 'listed').length >= lists + 2, 'two more relists');
+  assert.equal(h.batches.length, batches, 'relists of unchanged policies send nothing');
+});
+
 test('objects that do not convert are warned about by kind, namespace and name, and skipped; policies pass through', async () => {
   const broken = pod('default', 'broken', { labels: { app: 'x' } });
   (broken.metadata.labels as Record<string, unknown>).port = 8080; // a number where a string is due
