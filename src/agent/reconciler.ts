@@ -40,6 +40,11 @@ export const systemClock: Clock = {
   clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
 };
 
+const threadCpuMs = () => {
+  const u = process.threadCpuUsage();
+  return (u.user + u.system) / 1000;
+};
+
 /** /healthz fails after this many resync intervals without a successful write. */
 export const UNHEALTHY_AFTER_RESYNC_INTERVALS = 3;
 /** The same bound when the periodic resync is off. */
@@ -72,6 +77,9 @@ export interface ReconcilerOptions {
    *  UNHEALTHY_AFTER_RESYNC_INTERVALS resync intervals. */
   readonly unhealthyAfterMs?: number;
   readonly clock?: Clock;
+  /** CPU milliseconds the loop's thread has used (logged beside a compute's wall time, which
+   *  also counts time the thread waited for a core); default process.threadCpuUsage. */
+  readonly threadCpuMs?: () => number;
   /** Called after every write attempt (status reporting hangs here; it must not block). */
   readonly onPass?: (outcome: PassOutcome) => void;
 }
@@ -111,6 +119,7 @@ export interface Health {
 export class Reconciler {
   readonly #o: ReconcilerOptions;
   readonly #clock: Clock;
+  readonly #threadCpuMs: () => number;
   readonly #pacer: Pacer;
   readonly #unhealthyAfterMs: number;
   #queue: SourceBatch<CalcEvent>[] = [];
@@ -146,6 +155,7 @@ export class Reconciler {
   constructor(o: ReconcilerOptions) {
     this.#o = o;
     this.#clock = o.clock ?? systemClock;
+    this.#threadCpuMs = o.threadCpuMs ?? threadCpuMs;
     this.#unhealthyAfterMs = o.unhealthyAfterMs ?? (o.resyncIntervalMs > 0 ? UNHEALTHY_AFTER_RESYNC_INTERVALS * o.resyncIntervalMs : DEFAULT_UNHEALTHY_AFTER_MS);
     this.#pacer = createPacer({
       clock: this.#clock,
@@ -256,6 +266,7 @@ export class Reconciler {
   #compute(batches: readonly SourceBatch<CalcEvent>[]): void {
     const { calc, dataplane, log, metrics } = this.#o;
     const t0 = this.#clock.now();
+    const cpu0 = this.#threadCpuMs();
     let events = 0;
     for (const b of batches) {
       const dirty = calc.applyEvents(b.events);
@@ -276,8 +287,9 @@ export class Reconciler {
         );
       }
     }
-    metrics.calcDuration.observe((this.#clock.now() - t0) / 1000);
-    log.debug({ events, batches: batches.length, ms: round(this.#clock.now() - t0) }, 'model updated');
+    const ms = this.#clock.now() - t0;
+    metrics.calcDuration.observe(ms / 1000);
+    log.debug({ events, batches: batches.length, ms: round(ms), cpuMs: round(this.#threadCpuMs() - cpu0) }, 'model updated');
   }
 
   #startHookCheck(): void {

@@ -7,6 +7,7 @@ import { silentLogger } from '../../../src/log.ts';
 import { createMetrics, type Metrics } from '../../../src/metrics/index.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
 import { newCalc, policy } from '../calc/fixtures.ts';
+import { pino } from 'pino';
 
 /** A clock whose timers run only when the test advances time. */
 class FakeClock implements Clock {
@@ -142,6 +143,22 @@ async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors', labels:
 }
 
 describe('reconcile loop', () => {
+  test("a compute is logged with the loop thread's CPU time beside its wall time", async () => {
+    const lines: { msg: string; ms?: number; cpuMs?: number }[] = [];
+    let cpu = 10;
+    const { clock, r } = setup({
+      log: pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l)) }),
+      // Each read moves 2.5 ms on: the compute reads it once before and once after.
+      threadCpuMs: () => (cpu += 2.5),
+    });
+    r.onBatch(batch('r1'));
+    await clock.advance(100);
+    const computed = lines.filter((l) => l.msg === 'model updated');
+    assert.equal(computed.length, 1);
+    assert.equal(computed[0].cpuMs, 2.5);
+    assert.equal(computed[0].ms, 0, 'the fake clock did not move');
+  });
+
   test('writes nothing before the source has delivered its first full state', async () => {
     const { clock, dataplane, r } = setup();
     r.onBatch(batch('r1', false));
