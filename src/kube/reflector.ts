@@ -69,6 +69,8 @@ export interface Codec<T> {
    *  there is no change worth reporting. */
   same(a: T, b: T): boolean;
   ref(raw: unknown): RawRef;
+  /** The key of a held value (Decoded.key), when it may differ from its name. Default: the name. */
+  keyOf?(held: T): string;
   /** Whether a DELETED event for `ref` removes `held`, stored under the same name. Default: yes.
    *  (A late delete of an older pod must not remove the new pod of the same name.) */
   deletes?(held: T, ref: RawRef): boolean;
@@ -138,7 +140,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   const pick = ([min, max]: readonly [number, number]): number => min + (max - min) * random();
   /** By name (RawRef.key): at most one object holds a name at a time, whatever its uid, and
    *  the API's DELETED events and relists speak of names. Reports use each value's own key. */
-  const entries = new Map<string, Decoded<T>>();
+  const entries = new Map<string, T>();
+  const keyOf = (name: string, held: T): string => codec.keyOf?.(held) ?? name;
   /** Objects that failed conversion, with the message last logged, so a relist does not repeat it. */
   let bad = new Map<string, string>();
   let rv = '';
@@ -162,11 +165,12 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
    *  object (a pod recreated with a new uid) reports the old one gone. */
   function put(c: Decoded<T>): boolean {
     const held = entries.get(c.name);
-    if (held !== undefined && held.key === c.key && codec.same(held.value, c.value)) return false;
-    entries.set(c.name, c.held === undefined ? c : { key: c.key, name: c.name, value: c.held, warnings: c.warnings });
-    if (held !== undefined && held.key !== c.key) sink.change(held.key, undefined, held.value);
+    const heldKey = held === undefined ? undefined : keyOf(c.name, held);
+    if (held !== undefined && heldKey === c.key && codec.same(held, c.value)) return false;
+    entries.set(c.name, c.held ?? c.value);
+    if (held !== undefined && heldKey !== undefined && heldKey !== c.key) sink.change(heldKey, undefined, held);
     for (const w of c.warnings) log.warn({ kind, object: c.name }, w);
-    sink.change(c.key, c.value, held?.key === c.key ? held.value : undefined);
+    sink.change(c.key, c.value, heldKey === c.key ? held : undefined);
     return true;
   }
 
@@ -174,7 +178,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     const held = entries.get(name);
     if (held === undefined) return false;
     entries.delete(name);
-    sink.change(held.key, undefined, held.value);
+    sink.change(keyOf(name, held), undefined, held);
     return true;
   }
 
@@ -245,7 +249,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
         const ref = codec.ref(ev.object);
         bad.delete(ref.key);
         const held = entries.get(ref.key);
-        if (held !== undefined && (codec.deletes === undefined || codec.deletes(held.value, ref))) remove(ref.key);
+        if (held !== undefined && (codec.deletes === undefined || codec.deletes(held, ref))) remove(ref.key);
         hook('event', ev.type);
         break;
       }

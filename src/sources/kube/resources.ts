@@ -116,6 +116,7 @@ export function resourceCodec(res: Resource): Codec<ViewEntry> {
     },
     same: sameEntry,
     ref: (raw) => rawRef(res, raw),
+    keyOf: (held) => held.key,
     // A late delete of an older pod of the same name must not remove the new one.
     deletes: (held, ref) => held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid,
   };
