@@ -54,8 +54,9 @@ export interface Iptables {
    *  (WEIR_KERNEL_READ_FAILED). */
   save(family: Family): Promise<string>;
   /** The rule specs of one chain (`iptables -t <table> -S <chain>`, without `-A <chain> `), in
-   *  order. Far cheaper than save on nft, which translates every rule of every table it reads;
-   *  throws CommandError (WEIR_KERNEL_READ_FAILED), also when the chain does not exist. */
+   *  order. Far cheaper than save on nft, which translates every rule of every table it reads.
+   *  A read beside the loop (the hook check), so started off the event loop's thread; throws
+   *  CommandError (WEIR_KERNEL_READ_FAILED), also when the chain does not exist. */
   listChain(family: Family, table: string, chain: string): Promise<string[]>;
 }
 
@@ -110,7 +111,7 @@ export function createIptables(opts: IptablesOptions): Iptables {
     async listChain(family, table, chain) {
       const cmd = tool(opts.backend, family);
       const args = ['-t', table, '-S', chain, waitArg];
-      const r = await opts.runner.run(cmd, args);
+      const r = await opts.runner.run(cmd, args, { offThread: true });
       if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', cmd, args, r.exitCode, r.stderr);
       // `-S` prints `-P` and `-A` lines as save does, without the table header.
       return parseSave(`*${table}\n${r.stdout}`, table).get(chain) ?? [];

@@ -6,10 +6,14 @@ import type { Readable } from 'node:stream';
 
 import { execa } from 'execa';
 import { CommandError } from '../errors.ts';
+import { ThreadSpawner } from './thread-spawner.ts';
 
 export interface RunOptions {
   /** Written to the command's stdin (restore payloads). */
   readonly input?: string;
+  /** Started from a worker thread, so starting it does not stall the event loop: for reads
+   *  beside the loop, such as the hook check (see thread-spawner.ts). */
+  readonly offThread?: boolean;
 }
 
 export interface RunResult {
@@ -50,8 +54,16 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
 
 export function execaRunner(options: { readonly timeoutMs?: number } = {}): CommandRunner {
   const timeout = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+  let thread: ThreadSpawner | undefined;
   return {
     async run(cmd, args, opts) {
+      if (opts?.offThread) {
+        thread ??= new ThreadSpawner();
+        const r = await thread.run(cmd, args, opts.input, timeout);
+        if (r.failure === undefined && r.exitCode !== null) return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+        const code = r.failure?.kind === 'missing' ? 'WEIR_COMMAND_MISSING' : r.failure?.kind === 'timeout' ? 'WEIR_COMMAND_TIMEOUT' : 'WEIR_COMMAND_FAILED';
+        throw new CommandError(code, cmd, args, undefined, `${r.stderr}\n${r.failure?.message ?? 'did not run'}`);
+      }
       const r = await execa(cmd, args, {
         input: opts?.input,
         reject: false,
@@ -110,6 +122,8 @@ export interface RecordedCall {
   readonly cmd: string;
   readonly args: readonly string[];
   readonly input: string | undefined;
+  /** Present (true) only for a command asked to start off the event loop's thread. */
+  readonly offThread?: true;
 }
 
 export type Responder = (call: RecordedCall) => RunResult | Promise<RunResult>;
@@ -130,7 +144,7 @@ export function recordingRunner(inner: CommandRunner | Responder = () => OK): Re
   return {
     calls,
     async run(cmd, args, opts) {
-      const call: RecordedCall = { cmd, args: [...args], input: opts?.input };
+      const call: RecordedCall = { cmd, args: [...args], input: opts?.input, ...(opts?.offThread ? { offThread: true as const } : {}) };
       calls.push(call);
       return typeof inner === 'function' ? inner(call) : inner.run(cmd, args, opts);
     },

@@ -51,6 +51,22 @@ test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_T
   }
 });
 
+test('off the loop thread, a command gives the same streams, exit code and stdin; a missing binary and a hang are the same errors', async () => {
+  const runner = execaRunner({ timeoutMs: 300 });
+  const off = { offThread: true } as const;
+  assert.deepEqual(await runner.run('sh', ['-c', 'echo out; echo err >&2; exit 3'], off), { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
+  assert.equal((await runner.run('cat', [], { ...off, input: 'a\nb\n' })).stdout, 'a\nb\n');
+  assert.equal((await runner.run('sh', ['-c', 'echo $LC_ALL'], off)).stdout, 'C\n', 'English messages, as on the loop thread');
+  await assert.rejects(runner.run('weir-no-such-binary', ['x'], off), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING');
+  await assert.rejects(runner.run('sleep', ['5'], off), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_TIMEOUT' && /timed out after 300 ms/.test(e.stderr));
+  // Side by side, each answer to its own command.
+  const many = await Promise.all(Array.from({ length: 8 }, (_, i) => runner.run('echo', [String(i)], off)));
+  assert.deepEqual(
+    many.map((r) => r.stdout),
+    Array.from({ length: 8 }, (_, i) => `${i}\n`),
+  );
+});
+
 test('netnsRunner prefixes ip netns exec and passes input through', async () => {
   const base = recordingRunner();
   await netnsRunner('wt01-a', base).run('ipset', ['restore'], { input: 'x\n' });
