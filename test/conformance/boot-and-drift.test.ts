@@ -91,4 +91,48 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
       client.close();
     }
   });
+
+  test('a hook deleted during a stream of changes is repaired within 10 s, and every change is written meanwhile', async () => {
+    await c.reset();
+    const denyWeb = np('alpha', 'deny-web', { podSelector: { matchLabels: { app: 'web' } } });
+    await c.setPolicies(denyWeb);
+    const a1 = c.cluster.endpoint(A1)!;
+    const client = await openProbeClient(c.cluster.endpoint(A2)!);
+    const reaches = async () => (await client.probe({ proto: 'tcp', ip: a1.ips[0], port: 80, timeoutMs: 150 })).ok;
+    // node-a's agent writes all along: a policy of beta (b1 lives on node-a) flips between two
+    // shapes as fast as the agent applies them, so hook checks race writes.
+    let streaming = true;
+    let changes = 0;
+    const stream = (async () => {
+      while (streaming) {
+        const port = 8000 + (changes++ % 2);
+        await c.setPolicies(denyWeb, np('beta', 'churn', { podSelector: {}, ingress: [{ ports: [{ port }] }] }));
+      }
+    })();
+    try {
+      await new Promise((r) => setTimeout(r, 500));
+      assert.equal(await reaches(), false, 'the policy holds before the deletion');
+      for (const tool of ['iptables', 'ip6tables']) await inNs(c.nodeNetns('node-a'), tool, ['-w', '-t', 'mangle', '-D', 'FORWARD', '1']);
+      const before = changes;
+      assert.equal(await reaches(), true, 'without the hook the probe must get through (else it proves nothing)');
+      const t0 = performance.now();
+      let repaired = -1;
+      while (performance.now() - t0 < 12_000) {
+        if (!(await reaches())) {
+          repaired = performance.now() - t0;
+          break;
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      console.log(`# hook deleted during ${changes - before} changes: policy enforced again after ${repaired.toFixed(0)} ms`);
+      assert.ok(repaired >= 0 && repaired < 10_000, 'not repaired within 10 s');
+      assert.ok(changes - before >= 10, `the stream went on meanwhile (${changes - before} changes applied)`);
+    } finally {
+      streaming = false;
+      await stream;
+      client.close();
+    }
+    await c.settle();
+    assert.deepEqual(c.agentErrors(), []);
+  });
 });
