@@ -8,20 +8,25 @@ import type { Labels, Selector } from './types.ts';
 const kv = (k: string, v: string) => `${k}\n${v}`;
 
 export class LabelIndex<Id> {
-  readonly #byValue = new Map<string, Set<Id>>();
-  readonly #byKey = new Map<string, Set<Id>>();
+  /** Label key -> value -> objects. One entry per label of an object: an `Exists` walks the
+   *  key's values rather than keeping a second set of every object with the key (a set of
+   *  100k pods is 2.5 MB). */
+  readonly #byKey = new Map<string, Map<string, Set<Id>>>();
 
   add(id: Id, labels: Labels): void {
     for (const k in labels) {
-      addTo(this.#byValue, kv(k, labels[k]), id);
-      addTo(this.#byKey, k, id);
+      let values = this.#byKey.get(k);
+      if (!values) this.#byKey.set(k, (values = new Map()));
+      addTo(values, labels[k], id);
     }
   }
 
   remove(id: Id, labels: Labels): void {
     for (const k in labels) {
-      removeFrom(this.#byValue, kv(k, labels[k]), id);
-      removeFrom(this.#byKey, k, id);
+      const values = this.#byKey.get(k);
+      if (!values) continue;
+      removeFrom(values, labels[k], id);
+      if (values.size === 0) this.#byKey.delete(k);
     }
   }
 
@@ -30,16 +35,19 @@ export class LabelIndex<Id> {
   candidates(sel: Selector): { size: number; ids: Iterable<Id> } | null {
     let best: { size: number; ids: Iterable<Id> } | null = null;
     for (const r of sel.requirements) {
-      let c: { size: number; ids: Iterable<Id> } | null = null;
-      if (r.operator === 'In') {
-        const sets = r.values.map((v) => this.#byValue.get(kv(r.key, v))).filter((s): s is Set<Id> => s !== undefined);
-        const size = sets.reduce((n, s) => n + s.size, 0);
-        c = { size, ids: sets.length === 1 ? sets[0] : concat(sets) };
-      } else if (r.operator === 'Exists') {
-        const s = this.#byKey.get(r.key);
-        c = { size: s?.size ?? 0, ids: s ?? [] };
+      if (r.operator !== 'In' && r.operator !== 'Exists') continue;
+      const values = this.#byKey.get(r.key);
+      const sets: Set<Id>[] = [];
+      if (values !== undefined) {
+        if (r.operator === 'Exists') sets.push(...values.values());
+        else
+          for (const v of r.values) {
+            const s = values.get(v);
+            if (s !== undefined) sets.push(s);
+          }
       }
-      if (c && (best === null || c.size < best.size)) best = c;
+      const size = sets.reduce((n, s) => n + s.size, 0);
+      if (best === null || size < best.size) best = { size, ids: sets.length === 1 ? sets[0] : concat(sets) };
     }
     return best;
   }
