@@ -25,6 +25,8 @@ export interface AgentDeps {
   readonly runner?: CommandRunner;
   readonly source?: Source;
   readonly metrics?: Metrics;
+  /** Called once, after the first successful write: the cold start is over. */
+  readonly onFirstWrite?: () => void;
 }
 
 export interface RunningAgent {
@@ -102,6 +104,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     : undefined;
   // Status goes back to the cluster only when the cluster is the source.
   let reporting: Reporting | undefined;
+  let wrote = false;
   const reconciler = new Reconciler({
     calc,
     dataplane,
@@ -113,7 +116,13 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     resyncIntervalMs: cfg.resyncIntervalMs,
     hookCheckIntervalMs: cfg.hookCheckIntervalMs,
     tidyDelayMs: cfg.tidyDelayMs,
-    onPass: (outcome) => reporting?.onPass(outcome),
+    onPass: (outcome) => {
+      if (outcome.ok && !wrote) {
+        wrote = true;
+        deps.onFirstWrite?.();
+      }
+      reporting?.onPass(outcome);
+    },
   });
   if (kubeConfig) {
     reporting = startReporting({

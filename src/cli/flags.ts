@@ -30,6 +30,10 @@ export const FLAGS = {
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
   'debounce-ms': { type: 'string', help: 'a batch within this many ms of the previous one waits this long, so bursts coalesce; one after a quiet spell is written at once (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
+  'favour-memory': {
+    type: 'boolean',
+    help: 'once the first full state is written, let V8 hold less memory: at 100k pods the agent rests at about 275 MB instead of 320-365, for a one-pod change p99 about 10 ms higher and 1-2% more of a core at rest',
+  },
   'tidy-delay': { type: 'string', help: 'seconds without writes before the rules a change left shadowed (nf_tables) are removed (default 1)' },
   'hook-check-interval': {
     type: 'string',
@@ -128,6 +132,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     tidyDelayMs: num('tidy-delay', d.tidyDelayMs, 1000),
     watchIdleTimeoutMs: num('watch-idle-timeout', d.watchIdleTimeoutMs, 1000),
     relistIntervalMs: num('relist-interval', d.relistIntervalMs, 1000),
+    favourMemory: values['favour-memory'] === true || d.favourMemory,
     ipvs: (str('ipvs')?.toLowerCase() ?? d.ipvs) as AgentConfig['ipvs'],
     audit: {
       enabled: onOff('audit', d.audit.enabled),

@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 // The weir command: agent, render, cleanup, demo.
 
+import v8 from 'node:v8';
 import { startAgent } from '../agent/agent.ts';
 import { makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner } from '../dataplane/index.ts';
 import { ConfigError, WeirError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import { parse, toConfig, usage } from './flags.ts';
+import { AFTER_START_V8_FLAGS } from './node-flags.ts';
 import { formatRendered, render } from './render.ts';
 import { waitForSignal } from './signals.ts';
 
@@ -20,7 +22,15 @@ async function main(argv: readonly string[]): Promise<number> {
     case 'agent': {
       const cfg = toConfig(values, { nodeName: true, manifestsDir: false });
       const log = createLogger(cfg.logLevel);
-      const agent = await startAgent(cfg, { log });
+      const agent = await startAgent(cfg, {
+        log,
+        onFirstWrite: cfg.favourMemory
+          ? () => {
+              v8.setFlagsFromString(AFTER_START_V8_FLAGS);
+              log.info({ flags: AFTER_START_V8_FLAGS }, 'first full state written; V8 now favours memory (--favour-memory)');
+            }
+          : undefined,
+      });
       await waitForSignal();
       log.info('stopping');
       await agent.stop();

@@ -54,8 +54,10 @@ describe('agent on a real kernel', () => {
 
   test('enforces the manifests, serves /healthz, /readyz and /metrics, and applies a change within 200 ms', async () => {
     const cfg = { ...defaultConfig(), nodeName: 'node-a', manifestsDir: dir, metricsAddr: '127.0.0.1:0', resyncIntervalMs: 0, retryMaxMs: 200 };
-    agent = await startAgent(cfg, { log: silentLogger(), runner: netnsRunner(ns, execaRunner()) });
+    let firstWrites = 0;
+    agent = await startAgent(cfg, { log: silentLogger(), runner: netnsRunner(ns, execaRunner()), onFirstWrite: () => firstWrites++ });
     await waitReady(await revisionOf());
+    assert.equal(firstWrites, 1, 'the end of the cold start is told once it is written');
     assert.equal((await fetch(url('/healthz'))).status, 200);
 
     const saved = await inNs(ns, 'iptables-save', ['-t', 'mangle']);
@@ -75,6 +77,7 @@ describe('agent on a real kernel', () => {
     console.log(`change enforced and ready after ${ms.toFixed(0)} ms`);
     assert.ok(ms < 200, `took ${ms} ms`);
     assert.match(await inNs(ns, 'iptables-save', ['-t', 'mangle']), /--dport 8080 /);
+    assert.equal(firstWrites, 1, 'and only once');
   });
 
   test('a FORWARD hook deleted by another program is back within 10 s, counted as a drift repair', async () => {

@@ -81,6 +81,14 @@ describe('weir CLI', () => {
     assert.match(r.stderr, /pass --kubeconfig or --manifests/);
   });
 
+  test('--favour-memory is off by default, and on by the flag or WEIR_FAVOUR_MEMORY', () => {
+    const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
+    assert.equal(cfgOf([]).favourMemory, false);
+    assert.equal(cfgOf(['--favour-memory']).favourMemory, true);
+    assert.equal(cfgOf([], { WEIR_FAVOUR_MEMORY: '1' }).favourMemory, true);
+    assert.equal(cfgOf([], { WEIR_FAVOUR_MEMORY: 'no' }).favourMemory, false);
+  });
+
   test('--hook-check-interval is in seconds like the other intervals, 5 by default, and 0 turns the check off', () => {
     const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
     assert.equal(cfgOf([]).hookCheckIntervalMs, 5000);
