@@ -15,6 +15,16 @@ const NODE_A_PODS = [A1, B1, G1];
 // A source that can never sync: nothing listens on port 1 of loopback.
 const NEVER_SYNCS = ['--kubeconfig', fileURLToPath(new URL('./unreachable.kubeconfig', import.meta.url)), '--log-level', 'info'];
 
+/** Probes every 100 ms until the probe is denied: the ms that took, or -1 after 12 s. */
+async function msUntilDenied(reaches: () => Promise<boolean>): Promise<number> {
+  const t0 = performance.now();
+  while (performance.now() - t0 < 12_000) {
+    if (!(await reaches())) return performance.now() - t0;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return -1;
+}
+
 describe('fail closed at boot, and drift repaired in seconds', () => {
   let c: Conformance;
   before(async () => {
@@ -74,15 +84,7 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
         // The hook into Weir's chains, in mangle (filter holds only its accept-by-mark rule).
         for (const tool of ['iptables', 'ip6tables']) await inNs(c.nodeNetns('node-a'), tool, ['-w', '-t', 'mangle', '-D', 'FORWARD', '1']);
         assert.equal(await reaches(), true, `round ${round}: without the hook the probe must get through (else it proves nothing)`);
-        const t0 = performance.now();
-        let repaired = -1;
-        while (performance.now() - t0 < 12_000) {
-          if (!(await reaches())) {
-            repaired = performance.now() - t0;
-            break;
-          }
-          await new Promise((r) => setTimeout(r, 100));
-        }
+        const repaired = await msUntilDenied(reaches);
         console.log(`# hook deleted (round ${round}): policy enforced again after ${repaired.toFixed(0)} ms`);
         assert.ok(repaired >= 0 && repaired < 10_000, `round ${round}: not repaired within 10 s`);
         await new Promise((r) => setTimeout(r, 1_500));
@@ -115,15 +117,7 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
       for (const tool of ['iptables', 'ip6tables']) await inNs(c.nodeNetns('node-a'), tool, ['-w', '-t', 'mangle', '-D', 'FORWARD', '1']);
       const before = changes;
       assert.equal(await reaches(), true, 'without the hook the probe must get through (else it proves nothing)');
-      const t0 = performance.now();
-      let repaired = -1;
-      while (performance.now() - t0 < 12_000) {
-        if (!(await reaches())) {
-          repaired = performance.now() - t0;
-          break;
-        }
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      const repaired = await msUntilDenied(reaches);
       console.log(`# hook deleted during ${changes - before} changes: policy enforced again after ${repaired.toFixed(0)} ms`);
       assert.ok(repaired >= 0 && repaired < 10_000, 'not repaired within 10 s');
       assert.ok(changes - before >= 10, `the stream went on meanwhile (${changes - before} changes applied)`);
