@@ -27,6 +27,24 @@ describe('weir agent --kubeconfig against a real API server', () => {
     await k.expect(fromBetaOn80, 'web-from-beta');
   });
 
+  test('a policy edited in place is enforced as edited (the API server raises its generation); a label on it changes nothing', async () => {
+    const webFromBeta = (port: number) =>
+      policyObject('alpha', 'web-from-beta', {
+        podSelector: { matchLabels: { app: 'web' } },
+        ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }], ports: [{ port }] }],
+      });
+    const fromBetaOn = (port: number) => (c: Cell) => c.target !== A1 || c.source === A1 || ((c.source === B1 || c.source === B2) && c.proto === 'tcp' && c.port === port);
+    await k.apply(webFromBeta(81));
+    await k.expect(fromBetaOn(81), 'web-from-beta edited to port 81');
+    const generation = async () => Number(await k.kubectl(['get', 'networkpolicy', 'web-from-beta', '-n', 'alpha', '-o', 'jsonpath={.metadata.generation}']));
+    assert.equal(await generation(), 2);
+    await k.kubectl(['label', 'networkpolicy', 'web-from-beta', '-n', 'alpha', 'edited=yes']);
+    assert.equal(await generation(), 2, 'metadata alone keeps the generation');
+    await k.expect(fromBetaOn(81), 'labelled: unchanged');
+    await k.apply(webFromBeta(80));
+    await k.expect(fromBetaOn(80), 'web-from-beta back on port 80');
+  });
+
   test('kubectl label moves pods and namespaces in and out of peer sets and targets', async () => {
     // gamma joins team b: g1 (IPv6 only) may now reach a1 on 80.
     await k.kubectl(['label', 'namespace', 'gamma', 'team=b']);
