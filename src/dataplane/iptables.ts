@@ -98,7 +98,8 @@ export function createIptables(opts: IptablesOptions): Iptables {
     },
     async save(family) {
       const cmd = tool(opts.backend, family, 'save');
-      // Two reads, not one of every table: nat can hold kube-proxy's many Service rules.
+      // Two tables, not all: nat can hold kube-proxy's many Service rules, and printing them
+      // costs (nft still fetches every table: the hook check lists single chains instead).
       let out = '';
       for (const table of SAVED_TABLES) {
         const args = ['-t', table];

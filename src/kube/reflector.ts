@@ -168,7 +168,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     const heldKey = held === undefined ? undefined : keyOf(c.name, held);
     if (held !== undefined && heldKey === c.key && codec.same(held, c.value)) return false;
     entries.set(c.name, c.held ?? c.value);
-    if (held !== undefined && heldKey !== undefined && heldKey !== c.key) sink.change(heldKey, undefined, held);
+    if (heldKey !== undefined && heldKey !== c.key) sink.change(heldKey, undefined, held);
     for (const w of c.warnings) log.warn({ kind, object: c.name }, w);
     sink.change(c.key, c.value, heldKey === c.key ? held : undefined);
     return true;

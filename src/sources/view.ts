@@ -85,7 +85,7 @@ export function byName(a: string, b: string): number {
 }
 
 /** Whether two entries hold the same model object. */
-export const sameObject = (a: ViewEntry, b: ViewEntry): boolean => sameJson(a.upsert.object, b.upsert.object);
+const sameObject = (a: ViewEntry, b: ViewEntry): boolean => sameJson(a.upsert.object, b.upsert.object);
 
 /** The events that turn `prev` into `next`: nothing for an object whose model form is unchanged
  *  (`same`: equal as JSON unless the source says otherwise). */
