@@ -130,8 +130,8 @@ export interface Dataplane {
    * until the real state replaces them. Returns whether it wrote anything.
    */
   guard(desired: DesiredDataplane): Promise<boolean>;
-  /** Cheap drift check: false when a family's hooks or any own chain differ from the record,
-   *  or (--ipvs auto) kube-ipvs0 came or went. It reads beside a running write; a difference
+  /** Cheap drift check: false when a family's hooks differ from the record (own chains are the
+   *  resync's to compare), or (--ipvs auto) kube-ipvs0 came or went. It reads beside a running write; a difference
    *  is read again once no write runs before it counts. */
   hookIntact(): Promise<boolean>;
   status(): DataplaneStatus;
