@@ -17,6 +17,8 @@ export interface Bridge {
   setBlocked(blocked: boolean): void;
   /** Freezes every connection open now (new ones still work): a silent, stalled watch. */
   stallOpenConnections(): number;
+  /** How many connections are open (and not stalled) now. */
+  openConnections(): number;
   /** Cuts every connection open now. */
   dropOpenConnections(): number;
   close(): Promise<void>;
@@ -74,6 +76,9 @@ net.createServer((c) => { const u = net.connect(${JSON.stringify(sock)}); c.pipe
     },
     stallOpenConnections() {
       return freeze();
+    },
+    openConnections() {
+      return open.size;
     },
     dropOpenConnections() {
       const n = open.size;
