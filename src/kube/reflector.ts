@@ -65,8 +65,8 @@ export interface Decoded<T> {
 export interface Codec<T> {
   /** Throws a WeirError when the object cannot be used: it is logged once and treated as absent. */
   decode(raw: unknown): Decoded<T>;
-  /** Whether a held value (Decoded.held, else value) and a decoded one are the same: then
-   *  there is no change worth reporting. */
+  /** Whether what is held (Decoded.held, else value) and what a new version would hold are
+   *  the same: then there is no change worth reporting. */
   same(a: T, b: T): boolean;
   ref(raw: unknown): RawRef;
   /** The key of a held value (Decoded.key), when it may differ from its name. Default: the name. */
@@ -166,7 +166,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   function put(c: Decoded<T>): boolean {
     const held = entries.get(c.name);
     const heldKey = held === undefined ? undefined : keyOf(c.name, held);
-    if (held !== undefined && heldKey === c.key && codec.same(held, c.value)) return false;
+    if (held !== undefined && heldKey === c.key && codec.same(held, c.held ?? c.value)) return false;
     entries.set(c.name, c.held ?? c.value);
     if (heldKey !== undefined && heldKey !== c.key) sink.change(heldKey, undefined, held);
     for (const w of c.warnings) log.warn({ kind, object: c.name }, w);

@@ -94,15 +94,11 @@ const hasGeneration = (raw: unknown): boolean => {
   return isRecord(md) && typeof md.generation === 'number' && md.generation >= 1;
 };
 
-/** Whether two entries hold the same model object; a held policy (heldPolicy) is the same as
- *  another version if all but their specs are equal, generation included. */
+/** Whether two entries hold the same model object. Two held policies (heldPolicy) are the same
+ *  if all but their specs are equal, generation included; a held policy is never the same as
+ *  one with its spec (whose generation, if the server did not set it, says nothing). */
 export function sameEntry(a: ViewEntry, b: ViewEntry): boolean {
-  const x = a.upsert;
-  const y = b.upsert;
-  if (x.kind === 'NetworkPolicy' && y.kind === 'NetworkPolicy' && (x.object.spec === SPEC_HELD_BY_GENERATION || y.object.spec === SPEC_HELD_BY_GENERATION)) {
-    return sameJson({ ...x.object, spec: undefined }, { ...y.object, spec: undefined });
-  }
-  return sameJson(x.object, y.object);
+  return sameJson(a.upsert.object, b.upsert.object);
 }
 
 /** How the reflector of `res` decodes: view entries keyed by model key (a pod by uid). */

@@ -478,7 +478,7 @@ test('the periodic relist repairs events the watch missed, and an unchanged reli
   assert.equal(h.delays.length, 0, 'a planned relist does not back off');
 });
 
-test('policies are held by their generation: a new spec is an upsert carrying it, watched or relisted; other metadata sends nothing; one without a generation is compared by its spec', async () => {
+test('policies are held by their generation: a new spec is an upsert carrying it, watched or relisted; other metadata sends nothing; one without a generation is compared by its spec, also after one with', async () => {
   const spec = (port: number) => ({ podSelector: {}, ingress: [{ ports: [{ port }] }] });
   const h = await harness({
     timings: { relistMs: [150, 150] },
@@ -514,6 +514,16 @@ test('policies are held by their generation: a new spec is an upsert carrying it
   const seen = await h.eventsAfter(from, isPolicy('bare'), 'the spec change of the policy without a generation');
   assert.deepEqual(specOf(seen, 'bare'), [spec(90)]);
   assert.deepEqual(specOf(seen, 'p'), [], 'a label change of a policy sends nothing');
+
+  // Held by generation 1, then sent without one (convert.ts says 1 again): only the spec tells.
+  from = h.batches.length;
+  h.api.set('NetworkPolicy', networkPolicy('default', 'q', spec(80)));
+  assert.deepEqual(specOf(await h.eventsAfter(from, isPolicy('q'), 'a new policy'), 'q'), [spec(80)]);
+  from = h.batches.length;
+  const unset = networkPolicy('default', 'q', spec(83));
+  unset.metadata.generation = undefined;
+  h.api.set('NetworkPolicy', unset);
+  assert.deepEqual(specOf(await h.eventsAfter(from, isPolicy('q'), 'the spec change sent without a generation'), 'q'), [spec(83)]);
   const lists = h.api.requestsOf('NetworkPolicy', 'list').length;
   const batches = h.batches.length;
   await until(() => h.hooksOf('NetworkPolicy', 'listed').length >= lists + 2, 'two more relists');
