@@ -12,7 +12,7 @@ import type { Family } from '../model/types.ts';
 import { createIpset, parseIpsetTerse, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
-import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_LINES, type ChainsPlan, type LayeredPlan } from './plan.ts';
+import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_MEMBERS, type ChainsPlan, type LayeredPlan } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy, TABLE } from './render.ts';
 import type { CommandRunner, RunOptions } from './runner.ts';
 import {
@@ -308,7 +308,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       // (1) Sets first, so every set a new rule names exists.
       const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
       if (sets.lines.length > 0) {
-        const batches = sets.lines.length < SPLIT_SETS_AT_LINES ? [sets.lines] : [sets.byFamily[4], sets.byFamily[6]].filter((l) => l.length > 0);
+        const batches = sets.added + sets.removed < SPLIT_SETS_AT_MEMBERS ? [sets.lines] : [sets.byFamily[4], sets.byFamily[6]].filter((l) => l.length > 0);
         await timed(stats, 'sets', async () => {
           // Side by side when split; the record changes only once every batch succeeded (a
           // failure reads the kernel back before the next write).

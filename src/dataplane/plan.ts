@@ -18,10 +18,9 @@ import {
   renderChain,
   renderLayerEnd,
   restorePayload,
-  setAdd,
   setCreate,
-  setDel,
   setDestroy,
+  setMemberLines,
   setSwap,
 } from './render.ts';
 import { acceptHookIsRight, hasLeftovers, hookIsRight, noLeftovers, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
@@ -39,7 +38,8 @@ export interface SetChange {
 }
 
 export interface SetsPlan {
-  /** Step 1, one `ipset restore` batch: creates, rebuilds, member adds and deletes. */
+  /** Step 1, one `ipset restore` batch: creates, rebuilds, member adds and deletes. A set's
+   *  adds (or deletes) are one entry of as many lines (render.ts setMemberLines). */
   readonly lines: string[];
   /** The same lines by the family of the sets they name, each in its order. */
   readonly byFamily: Readonly<Record<Family, readonly string[]>>;
@@ -78,13 +78,10 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
     }
   }
   const fill = (lines: string[], name: string, members: Iterable<string>, type: string) => {
-    const keys: string[] = [];
-    for (const m of members) {
-      lines.push(setAdd(name, m));
-      keys.push(memberKey(type, m));
-    }
-    added += keys.length;
-    return keys;
+    const texts = [...members];
+    if (texts.length > 0) lines.push(setMemberLines('add', name, texts));
+    added += texts.length;
+    return texts.map((m) => memberKey(type, m));
   };
 
   for (const [name, which] of dirty) {
@@ -143,8 +140,8 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
     }
     // Deletes first: should calc's text of a member differ from the kernel's (an IPv6 address
     // not in canonical form), the member is deleted and added back, never left deleted.
-    for (const m of dels) lines.push(setDel(name, m));
-    for (const m of adds) lines.push(setAdd(name, m));
+    if (dels.length > 0) lines.push(setMemberLines('del', name, dels));
+    if (adds.length > 0) lines.push(setMemberLines('add', name, adds));
     const add = adds.map((m) => memberKey(want.type, m));
     const del = dels.map((m) => memberKey(want.type, m));
     if (add.length > 0 || del.length > 0) changes.push({ name, add, del });
@@ -154,10 +151,10 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
   return { lines: [...byFamily[4], ...byFamily[6]], byFamily, destroyLines, changes, destroyed, created, added, removed };
 }
 
-/** Below this many lines one `ipset restore` is cheapest; above, each family's lines (no line
- *  names sets of both) go to a restore of its own, side by side: at 287k members, 1.08 s ->
- *  0.75 s. */
-export const SPLIT_SETS_AT_LINES = 10_000;
+/** Below this many members added and deleted one `ipset restore` is cheapest; above, each
+ *  family's lines (no line names sets of both) go to a restore of its own, side by side: at
+ *  287k members, 1.08 s -> 0.75 s. */
+export const SPLIT_SETS_AT_MEMBERS = 10_000;
 
 /** Applies a successful step-1 plan to the set record. */
 export function commitSetChanges(applied: Map<string, AppliedSet>, changes: readonly SetChange[]): void {

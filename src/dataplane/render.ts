@@ -250,6 +250,9 @@ export const ipsetFamily = (family: Family) => (family === 4 ? 'inet' : 'inet6')
 export const setCreate = (name: string, type: SetType, family: Family, maxElem: number) => `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} comment -exist`;
 export const setAdd = (name: string, member: string) => `add ${name} ${member} -exist`;
 export const setDel = (name: string, member: string) => `del ${name} ${member} -exist`;
+/** setAdd (or setDel) of every member, as one string of as many lines: one join instead of a
+ *  string a member (at 287k members, about 22 MB less held while the first write runs). */
+export const setMemberLines = (op: 'add' | 'del', name: string, members: readonly string[]) => `${op} ${name} ${members.join(` -exist\n${op} ${name} `)} -exist`;
 export const setDestroy = (name: string) => `destroy ${name}`;
 export const setSwap = (from: string, to: string) => `swap ${from} ${to}`;
 
