@@ -1,10 +1,11 @@
-// The four kinds Weir watches: where they live in the API and how one raw object becomes a
-// view entry (the shared conversion of ../convert.ts), compared as JSON for exact diffs.
+// The four kinds Weir watches: where they live in the API and how one raw object becomes the
+// model object the reflector holds (the shared conversion of ../convert.ts), compared as JSON
+// for exact diffs.
 
 import { decodeNamespace, decodePod } from '../../kube/core-v1-proto.ts';
 import { isRecord, rawRefOf } from '../../kube/reflector.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
-import type { ObjectKind } from '../../model/types.ts';
+import type { ObjectKind, Pod, RawNetworkPolicy } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
 import { type Interner, ValueInterner } from '../intern.ts';
 import { objectKey, sameJson } from '../view.ts';
@@ -74,6 +75,14 @@ export function rawRef(res: Resource, raw: unknown): RawRef {
   return rawRefOf(raw, res.namespaced);
 }
 
+/** A model object of one of the four kinds, as the reflectors hold it. */
+export type ModelObject = ModelUpsert['object'];
+
+/** The view entry of `object`, a `res.kind` object whose key is `key`. */
+export function viewEntryOf(res: Resource, key: string, object: ModelObject): ViewEntry {
+  return { key, upsert: { kind: res.kind, op: 'upsert', object } as ModelUpsert, file: res.path };
+}
+
 /** Stands in a held policy for the spec it no longer carries. Not JSON, so it never equals a
  *  spec, and compilePolicy would reject it if it ever reached the model. */
 const SPEC_HELD_BY_GENERATION = Symbol('spec held by generation');
@@ -84,10 +93,7 @@ const SPEC_HELD_BY_GENERATION = Symbol('spec held by generation');
  * without it (about 1 KB each at bench:agent's shapes) and compared by generation. One whose
  * generation the server did not set (convert.ts then says 1) keeps its spec (see decode).
  */
-function heldPolicy(entry: ViewEntry): ViewEntry | undefined {
-  const u = entry.upsert;
-  return u.kind === 'NetworkPolicy' ? { ...entry, upsert: { ...u, object: { ...u.object, spec: SPEC_HELD_BY_GENERATION } } } : undefined;
-}
+const heldPolicy = (policy: RawNetworkPolicy): RawNetworkPolicy => ({ ...policy, spec: SPEC_HELD_BY_GENERATION });
 
 const hasGeneration = (raw: unknown): boolean => {
   const md = isRecord(raw) ? raw.metadata : undefined;
@@ -101,19 +107,21 @@ export function sameEntry(a: ViewEntry, b: ViewEntry): boolean {
   return sameJson(a.upsert.object, b.upsert.object);
 }
 
-/** How the reflector of `res` decodes: view entries keyed by model key (a pod by uid). */
-export function resourceCodec(res: Resource): Codec<ViewEntry> {
+/** How the reflector of `res` decodes: model objects themselves (a wrapping view entry a
+ *  object would cost about 130 bytes each), keyed by model key (a pod by uid). */
+export function resourceCodec(res: Resource): Codec<ModelObject> {
   const intern = new ValueInterner();
   return {
-    decode(raw): Decoded<ViewEntry> {
-      const c = convertObject(res, raw, intern);
-      const held = res.kind === 'NetworkPolicy' && hasGeneration(raw) ? heldPolicy(c.entry) : undefined;
-      return { key: c.entry.key, name: c.name, value: c.entry, held, warnings: c.warnings };
+    decode(raw): Decoded<ModelObject> {
+      const { entry, name, warnings } = convertObject(res, raw, intern);
+      const object = entry.upsert.object;
+      const held = entry.upsert.kind === 'NetworkPolicy' && hasGeneration(raw) ? heldPolicy(entry.upsert.object) : undefined;
+      return { key: entry.key, name, value: object, held, warnings };
     },
-    same: sameEntry,
+    same: sameJson,
     ref: (raw) => rawRef(res, raw),
-    keyOf: (held) => held.key,
+    keyOf: (held) => objectKey({ kind: res.kind, op: 'upsert', object: held } as ModelUpsert),
     // A late delete of an older pod of the same name must not remove the new one.
-    deletes: (held, ref) => held.upsert.kind !== 'Pod' || ref.uid === '' || held.upsert.object.uid === ref.uid,
+    deletes: (held, ref) => res.kind !== 'Pod' || ref.uid === '' || (held as Pod).uid === ref.uid,
   };
 }

@@ -15,7 +15,7 @@ import type { KubeClient } from '../../kube/client.ts';
 import { createReflector } from '../../kube/reflector.ts';
 import type { Reflector, WatchEvent } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
-import { resourceCodec, resourcesFor, sameEntry } from './resources.ts';
+import { resourceCodec, resourcesFor, sameEntry, viewEntryOf } from './resources.ts';
 import { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
 import type { KubeTimings } from './timings.ts';
 
@@ -132,10 +132,11 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
       const ready = new Promise<void>((resolve) => (started = resolve));
       for (const res of resources) {
         const reflector = createReflector(res, resourceCodec(res), deps, {
-          change(key, entry, held) {
+          change(key, object, held) {
+            const now = object === undefined ? undefined : viewEntryOf(res, key, object);
             const p = pending.get(key);
-            if (p === undefined) pending.set(key, { sent: held, now: entry });
-            else p.now = entry;
+            if (p === undefined) pending.set(key, { sent: held === undefined ? undefined : viewEntryOf(res, key, held), now });
+            else p.now = now;
             if (synced) schedule();
           },
           listed() {
