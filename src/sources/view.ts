@@ -84,18 +84,15 @@ export function byName(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-/** Whether two entries hold the same model object. */
-const sameObject = (a: ViewEntry, b: ViewEntry): boolean => sameJson(a.upsert.object, b.upsert.object);
-
-/** The events that turn `prev` into `next`: nothing for an object whose model form is unchanged
- *  (`same`: equal as JSON unless the source says otherwise). */
-export function diffViews(prev: View, next: View, same: (prev: ViewEntry, next: ViewEntry) => boolean = sameObject): ModelEvent[] {
+/** The events that turn `prev` into `next`: nothing for an object whose model form is
+ *  unchanged (equal as JSON; a policy held without its spec is never equal to one with it). */
+export function diffViews(prev: View, next: View): ModelEvent[] {
   const deletes: ViewEntry[] = [];
   const upserts: ViewEntry[] = [];
   for (const [key, entry] of prev) if (!next.has(key)) deletes.push(entry);
   for (const [key, entry] of next) {
     const before = prev.get(key);
-    if (before === undefined || !same(before, entry)) upserts.push(entry);
+    if (before === undefined || !sameJson(before.upsert.object, entry.upsert.object)) upserts.push(entry);
   }
   const rank = (e: ViewEntry) => UPSERT_ORDER.indexOf(e.upsert.kind);
   deletes.sort((a, b) => rank(b) - rank(a) || byName(a.key, b.key));

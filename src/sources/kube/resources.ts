@@ -100,15 +100,10 @@ const hasGeneration = (raw: unknown): boolean => {
   return isRecord(md) && typeof md.generation === 'number' && md.generation >= 1;
 };
 
-/** Whether two entries hold the same model object. Two held policies (heldPolicy) are the same
- *  if all but their specs are equal, generation included; a held policy is never the same as
- *  one with its spec (whose generation, if the server did not set it, says nothing). */
-export function sameEntry(a: ViewEntry, b: ViewEntry): boolean {
-  return sameJson(a.upsert.object, b.upsert.object);
-}
-
-/** How the reflector of `res` decodes: model objects themselves (a wrapping view entry a
- *  object would cost about 130 bytes each), keyed by model key (a pod by uid). */
+/** How the reflector of `res` decodes: model objects themselves (a view entry wrapping each
+ *  would cost about 130 bytes), keyed by model key (a pod by uid). Two held policies are the
+ *  same if all but their specs are equal, generation included; a held policy is never the same
+ *  as one with its spec (whose generation, if the server did not set it, says nothing). */
 export function resourceCodec(res: Resource): Codec<ModelObject> {
   const intern = new ValueInterner();
   return {

@@ -15,7 +15,7 @@ import type { KubeClient } from '../../kube/client.ts';
 import { createReflector } from '../../kube/reflector.ts';
 import type { Reflector, WatchEvent } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
-import { resourceCodec, resourcesFor, sameEntry, viewEntryOf } from './resources.ts';
+import { resourceCodec, resourcesFor, viewEntryOf } from './resources.ts';
 import { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
 import type { KubeTimings } from './timings.ts';
 
@@ -87,7 +87,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
     }
     pending.clear();
     // A change undone within the window (A -> B -> A) yields nothing.
-    const events = diffViews(before, after, sameEntry);
+    const events = diffViews(before, after);
     if (events.length === 0 && seq > 0) return;
     seq++;
     const revision = String(seq);
