@@ -4,7 +4,7 @@
 // change is written as additions only (planLayeredChains); what it leaves behind (shadowed old
 // rules, chains and sets no longer used) is owed to a later write, the tidy.
 
-import { emptyDirty, mergeDirty, type DesiredDataplane, type DesiredSet, type Dirty, type Members, type Rule } from '../calc/desired.ts';
+import { emptyDirty, mergeDirty, type DesiredDataplane, type Dirty, type Rule } from '../calc/desired.ts';
 import { PreconditionError } from '../errors.ts';
 import type { Names } from '../calc/names.ts';
 import type { Logger } from '../log.ts';
@@ -265,12 +265,6 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   const shadowBudget = (f: Family) => maxShadowed - [...owed.shadowed[f].values()].reduce((a, b) => a + b, 0);
 
   async function applyNow(desired: DesiredDataplane, tidy: boolean, members: MemberRead = 'all'): Promise<ApplyStats> {
-    // Everything below plans from this snapshot and this dirty record, taken before the first
-    // await: calc's live maps may not change under a write. Later marks wait for the next one.
-    const readFirst = needRead;
-    const work = dirty;
-    dirty = emptyDirty();
-    desired = snapshot(desired, readFirst ? 'all' : [work, asDirty(owed)]);
     const t0 = now();
     const stats: ApplyStats = {
       resynced: false,
@@ -284,14 +278,23 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       hooksWritten: 0,
       durations: { read: 0, sets: 0, chains: 0, destroy: 0, total: 0 },
     };
+    const readFirst = needRead;
+    // Marks made until the plan below is taken are planned by this write; later ones wait for
+    // the next. A failure before it leaves them in `dirty`.
+    let work = emptyDirty();
     try {
       const t = await getTools();
       if (readFirst) {
-        await timed(stats, 'read', () => readKernel(t, desired, work, members));
+        await timed(stats, 'read', () => readKernel(t, desired, dirty, members));
         needRead = false;
         owed = nothingOwed(); // every chain and set is in the work now
         stats.resynced = true;
       }
+      // From here to planSets nothing awaits: calc's live sets are read as they are, and only
+      // the chain maps, read again after the sets are written, are copied.
+      work = dirty;
+      dirty = emptyDirty();
+      desired = { ...desired, chains: { 4: new Map(desired.chains[4]), 6: new Map(desired.chains[6]) } };
       const hooks = hooksFor(desired.topChain, ipvs);
       const acceptMark = (f: Family) => acceptMarkOf(desired.chains[f], names.accept);
       // Layered only where it saves a grace period: nf_tables, an incremental write, and every
@@ -509,36 +512,4 @@ async function settleAll(writes: readonly Promise<unknown>[], done: (i: number) 
   if (failed) throw failed.reason;
 }
 
-/** The members a set is dirty for in any of several records. */
-function unionOf(entries: readonly (Set<string> | 'all' | undefined)[]): Set<string> | 'all' | undefined {
-  const present = entries.filter((e) => e !== undefined);
-  if (present.length <= 1) return present[0];
-  if (present.includes('all')) return 'all';
-  return new Set(present.flatMap((e) => [...(e as Set<string>)]));
-}
-
 const namesASet = (r: Rule) => r.matches.some((m) => m.kind === 'set');
-
-/**
- * A copy of what an apply will read: the chain maps (their rule arrays are never mutated by
- * calc, only replaced), and the members of the sets it may plan ('all': every set).
- */
-function snapshot(desired: DesiredDataplane, dirty: readonly Dirty[] | 'all'): DesiredDataplane {
-  const sets = new Map<string, DesiredSet>();
-  for (const [name, set] of desired.sets) {
-    const which = dirty === 'all' ? 'all' : unionOf(dirty.map((d) => d.sets.get(name)));
-    if (which === undefined) {
-      sets.set(name, set); // not planned: only its presence is read
-      continue;
-    }
-    let members: Members;
-    if (which === 'all') members = new Set(set.members);
-    else {
-      const present = new Set<string>();
-      for (const m of which) if (set.members.has(m)) present.add(m);
-      members = present;
-    }
-    sets.set(name, { name: set.name, family: set.family, type: set.type, members });
-  }
-  return { sets, chains: { 4: new Map(desired.chains[4]), 6: new Map(desired.chains[6]) }, topChain: desired.topChain };
-}

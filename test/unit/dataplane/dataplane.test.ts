@@ -766,3 +766,71 @@ test('a chain no longer desired in a write that has nothing to add is still owed
   assert.equal(runner.calls[1].input, 'destroy cali40s:a\n');
   assert.equal(dp.status().tidyPending, 0);
 });
+
+/** A fake kernel whose next command named `cmd` waits until `release()`; `held` resolves once it waits. */
+function holdingKernel(cmd: (c: RecordedCall) => boolean) {
+  const inner = fakeKernel();
+  let hold: { held: () => void; release: Promise<void> } | undefined;
+  const runner = {
+    ...inner,
+    async run(c: string, args: readonly string[], opts?: { input?: string }) {
+      const h = hold;
+      if (h !== undefined && cmd({ cmd: c, args: [...args], input: opts?.input })) {
+        hold = undefined;
+        h.held();
+        await h.release;
+      }
+      return inner.run(c, args, opts);
+    },
+  };
+  const holdNext = () => {
+    let release = () => {};
+    let held = () => {};
+    const isHeld = new Promise<void>((r) => (held = r));
+    hold = { held, release: new Promise<void>((r) => (release = r)) };
+    return { isHeld, release: () => release() };
+  };
+  return { runner, calls: inner.calls, holdNext };
+}
+
+test('a change made while the sets are written waits for the next write: what was written and recorded is what was planned', async () => {
+  const k = holdingKernel((c) => c.cmd === 'ipset' && c.args[0] === 'restore');
+  const dp = make(k.runner as unknown as ReturnType<typeof fakeKernel>);
+  const live = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1']), set('cali60s:a', 6, ['fd00::1'])], chains4: Object.fromEntries(base.chains[4]), chains6: Object.fromEntries(base.chains[6]) });
+  await dp.apply(live);
+  const members = live.sets.get('cali40s:a')!.members as Set<string>;
+  members.add('10.0.0.2');
+  dp.markDirty(dirtyOf({ sets: [['cali40s:a', ['10.0.0.2']]] }));
+  const h = k.holdNext();
+  const writing = dp.apply(live);
+  await h.isHeld;
+  // calc changes the same live set while the restore runs.
+  members.delete('10.0.0.1');
+  members.add('10.0.0.3');
+  dp.markDirty(dirtyOf({ sets: [['cali40s:a', ['10.0.0.1', '10.0.0.3']]] }));
+  h.release();
+  const first = await writing;
+  assert.deepEqual([first.membersAdded, first.membersRemoved], [1, 0]);
+  assert.equal(k.calls.at(-1)!.input, 'add cali40s:a 10.0.0.2 -exist\n', 'written as planned');
+  assert.equal(dp.status().members, 3, 'recorded as written: 10.0.0.1, 10.0.0.2 and fd00::1');
+  const second = await dp.apply(live);
+  assert.equal(k.calls.at(-1)!.input, 'del cali40s:a 10.0.0.1 -exist\nadd cali40s:a 10.0.0.3 -exist\n');
+  assert.deepEqual([second.membersAdded, second.membersRemoved], [1, 1]);
+});
+
+test('a change made while a resync reads the kernel is written by that resync', async () => {
+  const k = holdingKernel((c) => c.cmd === 'ipset' && c.args[0] === 'save');
+  const dp = make(k.runner as unknown as ReturnType<typeof fakeKernel>);
+  const live = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1']), set('cali60s:a', 6, ['fd00::1'])], chains4: Object.fromEntries(base.chains[4]), chains6: Object.fromEntries(base.chains[6]) });
+  const h = k.holdNext();
+  const writing = dp.resync(live);
+  await h.isHeld;
+  (live.sets.get('cali40s:a')!.members as Set<string>).add('10.0.0.2');
+  dp.markDirty(dirtyOf({ sets: [['cali40s:a', ['10.0.0.2']]] }));
+  h.release();
+  const stats = await writing;
+  assert.match(k.calls.find((c) => c.cmd === 'ipset' && c.args[0] === 'restore')!.input!, /add cali40s:a 10\.0\.0\.2 -exist/);
+  assert.equal(stats.membersAdded, 3);
+  const next = await dp.apply(live);
+  assert.deepEqual([next.membersAdded, next.membersRemoved, next.chainsWritten], [0, 0, 0], 'nothing left for the next write');
+});
