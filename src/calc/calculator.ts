@@ -630,7 +630,7 @@ export class Calculator {
       const peer = spec.peer;
       if (peer.kind === 'prefixes') {
         // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
-        for (const m of peer.cidrs) this.#addMember(set, m);
+        for (const m of peer.cidrs) this.#addMember(set, hostMember(m));
       } else if (peer.kind === 'union') {
         // A member's count in a union is the number of its parts that hold it.
         for (const partSpec of peer.parts) {
@@ -830,6 +830,15 @@ function dispatchBlock(ip: string): string {
   if ('error' in a) throw new RangeError(`local pod address ${ip}: ${a.error}`);
   const prefix = a.family === 4 ? 28 : 124;
   return formatCidr({ family: a.family, base: a.value & ~0xfn, prefix });
+}
+
+/** A prefix as a hash:net member in the kernel's own form: a full-length prefix is the bare
+ *  address, which is what a pod gives. A union holding the address from a /32 block and from a
+ *  pod then counts it twice, and the pod leaving does not delete what the block still needs. */
+function hostMember(cidr: string): string {
+  if (cidr.endsWith('/32') && !cidr.includes(':')) return cidr.slice(0, -3);
+  if (cidr.endsWith('/128')) return cidr.slice(0, -4);
+  return cidr;
 }
 
 /** Members a pod gives a set: its addresses of the set's family, with the resolved port

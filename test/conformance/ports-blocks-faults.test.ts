@@ -303,6 +303,18 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     );
   });
 
+  test('a /32 ipBlock and a pod selector naming the same address: the address stays allowed when the pod stops matching', async () => {
+    await c.reset();
+    // Both rules allow every port, so a1's ingress merges their peers into one set per family,
+    // where a2's IPv4 address comes from both: the block (as a /32) and the selected pod.
+    const block = np('alpha', 'from-a2-block', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ ipBlock: { cidr: '10.244.2.12/32' } }] }] });
+    const db = np('alpha', 'from-db', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }] }] });
+    await c.setPolicies(block, db);
+    await c.expect(ingress({ [A1]: from(A2) }), 'a2 over both families');
+    await c.setPodLabels(A2, { app: 'cache' });
+    await c.expect(ingress({ [A1]: and(from(A2), v(4)) }), 'a2 over IPv4 only: the block still covers it');
+  });
+
   test('egress to the external host follows the ipBlock, its family and its ports', async () => {
     await c.reset();
     const pol = (cidr: string, ports?: unknown[]) =>

@@ -147,4 +147,19 @@ describe('merged peers', () => {
       merged.map((r) => setOf(c, r).name),
     );
   });
+
+  test('an address both a /32 block and a pod give the union stays in it when the pod leaves: it is counted once for each', () => {
+    const [peer] = peers(1);
+    const block = policy('bench', 'block', {
+      podSelector: { matchLabels: { app: 'server' } },
+      ingress: [{ from: [{ ipBlock: { cidr: `${peer.ips[0]}/32` } }], ports: [{ protocol: 'TCP', port: 8080 }] }],
+    });
+    const c = newCalc();
+    c.applyEvents(diff(EMPTY, world([SERVER, peer], NS, [allowFrom('a', { peer: 'p0' }), block])));
+    const union = () => setOf(c, allowing(serverIn(c))[0]);
+    assert.deepEqual([...union().members], [peer.ips[0]], 'one member, in the form the kernel prints it');
+    const dirty = c.applyEvents([{ kind: 'Pod', op: 'upsert', object: { ...peer, labels: { peer: 'gone' } } }]);
+    assert.deepEqual([...union().members], [peer.ips[0]], 'the block still holds it');
+    assert.equal(dirty.sets.get(union().name), undefined, 'nothing to write: the kernel keeps the address');
+  });
 });
