@@ -205,7 +205,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   /**
    * Reads Weir's own objects back; refuses when objects with its names are not its own. With
    * `members` 'counts', set members are read only where a set's header or number of entries
-   * differs from the record (`reread` names them); elsewhere the record's members are kept.
+   * differs from the record (`reread` names them); elsewhere the size is taken as it is.
    */
   async function readOwn(t: Tools, members: MemberRead = 'all', reread?: Set<string>): Promise<AppliedState> {
     const read: { [F in Family]?: FamilyState } = {};
@@ -222,10 +222,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       for (const [name, found] of sets) {
         const had = state.sets.get(name);
         const same = had !== undefined && had.type === found.type && had.family === found.family && had.maxElem === found.maxElem;
-        if (same && had.members.size === headers.get(name)?.entries) {
-          sets.set(name, { ...found, members: had.members });
-          continue;
-        }
+        if (same && had.size === found.size) continue;
         const full = setsStateFromSave(await t.ipset.save(name), names).get(name);
         if (full !== undefined) sets.set(name, full);
         reread?.add(name);
@@ -476,7 +473,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
     },
     status() {
       let members = 0;
-      for (const s of state.sets.values()) members += s.members.size;
+      for (const s of state.sets.values()) members += s.size;
       let chains = 0;
       let rules = 0;
       for (const f of families) {

@@ -2,7 +2,7 @@
 // and the record changes to commit once they succeed. No I/O here, so ordering and diffs are
 // unit-tested directly.
 
-import type { DesiredDataplane, Rule } from '../calc/desired.ts';
+import type { DesiredDataplane, DesiredSet, Rule } from '../calc/desired.ts';
 import type { Family } from '../model/types.ts';
 import { memberKey } from './ipset.ts';
 import {
@@ -33,8 +33,8 @@ export interface SetChange {
   readonly drop?: boolean;
   /** Start the record entry afresh with this header (created or rebuilt). */
   readonly header?: SetHeader;
-  readonly add: readonly string[];
-  readonly del: readonly string[];
+  /** Entries the set holds once the lines ran. */
+  readonly size?: number;
 }
 
 export interface SetsPlan {
@@ -60,6 +60,12 @@ export interface SetsPlanOptions {
 
 const sameHeader = (have: SetHeader, want: SetHeader) => have.type === want.type && have.family === want.family && (have.maxElem === undefined || have.maxElem === want.maxElem);
 
+/**
+ * The lines that make each dirty set what calc wants. A set read back from the kernel (its
+ * record has members) is diffed whole; otherwise the record holds its size only, and a dirty
+ * member is added when wanted and deleted when not (both with -exist); a set dirty as a whole
+ * without members read is rebuilt through the scratch set and swapped in.
+ */
 export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, ReadonlySet<string> | 'all'>, applied: ReadonlyMap<string, AppliedSet>, opts: SetsPlanOptions): SetsPlan {
   const byFamily: Record<Family, string[]> = { 4: [], 6: [] };
   const destroyLines: string[] = [];
@@ -74,14 +80,13 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
     const tmp = opts.tmpName(f);
     if (applied.has(tmp)) {
       byFamily[f].push(setDestroy(tmp));
-      changes.push({ name: tmp, drop: true, add: [], del: [] });
+      changes.push({ name: tmp, drop: true });
     }
   }
-  const fill = (lines: string[], name: string, members: Iterable<string>, type: string) => {
-    const texts = [...members];
+  const fill = (lines: string[], name: string, want: DesiredSet) => {
+    const texts = [...want.members];
     if (texts.length > 0) lines.push(setMemberLines('add', name, texts));
     added += texts.length;
-    return texts.map((m) => memberKey(type, m));
   };
 
   for (const [name, which] of dirty) {
@@ -97,32 +102,36 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
     }
     const header: SetHeader = { type: want.type, family: want.family, maxElem: opts.maxElem };
     const lines = byFamily[want.family];
+    // Sizes as calc counts members: its texts are in the kernel's form, one entry each.
+    const size = want.members.size;
     if (have === undefined) {
       lines.push(setCreate(name, want.type, want.family, opts.maxElem));
-      changes.push({ name, header, add: fill(lines, name, want.members, want.type), del: [] });
+      fill(lines, name, want);
+      changes.push({ name, header, size });
       created++;
       continue;
     }
-    if (!sameHeader(have, header)) {
+    const sameKind = have.type === want.type && have.family === want.family;
+    if (!sameHeader(have, header) || (which === 'all' && have.members === undefined && sameKind)) {
       // Rules may reference the set, so it cannot be destroyed; build a new one and swap it in.
       // swap needs the same type and family; otherwise recreate (fails while referenced).
-      if (have.type === want.type && have.family === want.family) {
+      if (sameKind) {
         const tmp = opts.tmpName(want.family);
         lines.push(setCreate(tmp, want.type, want.family, opts.maxElem));
-        const keys = fill(lines, tmp, want.members, want.type);
+        fill(lines, tmp, want);
         lines.push(setSwap(tmp, name), setDestroy(tmp));
-        changes.push({ name, header, add: keys, del: [] });
       } else {
         lines.push(setDestroy(name), setCreate(name, want.type, want.family, opts.maxElem));
-        changes.push({ name, header, add: fill(lines, name, want.members, want.type), del: [] });
+        fill(lines, name, want);
         created++;
       }
+      changes.push({ name, header, size });
       continue;
     }
     // Member text as calc wrote it for adds, as the kernel holds it for deletes.
     const adds: string[] = [];
     const dels: string[] = [];
-    if (which === 'all') {
+    if (which === 'all' && have.members !== undefined) {
       const wantKeys = new Set<string>();
       for (const m of want.members) {
         const k = memberKey(want.type, m);
@@ -130,23 +139,16 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
         if (!have.members.has(k)) adds.push(m);
       }
       for (const k of have.members) if (!wantKeys.has(k)) dels.push(k);
-    } else {
-      for (const m of which) {
-        const wanted = want.members.has(m);
-        const present = have.members.has(memberKey(want.type, m));
-        if (wanted && !present) adds.push(m);
-        else if (!wanted && present) dels.push(m);
-      }
+    } else if (which !== 'all') {
+      for (const m of which) (want.members.has(m) ? adds : dels).push(m);
     }
     // Deletes first: should calc's text of a member differ from the kernel's (an IPv6 address
     // not in canonical form), the member is deleted and added back, never left deleted.
     if (dels.length > 0) lines.push(setMemberLines('del', name, dels));
     if (adds.length > 0) lines.push(setMemberLines('add', name, adds));
-    const add = adds.map((m) => memberKey(want.type, m));
-    const del = dels.map((m) => memberKey(want.type, m));
-    if (add.length > 0 || del.length > 0) changes.push({ name, add, del });
-    added += add.length;
-    removed += del.length;
+    if (adds.length > 0 || dels.length > 0 || have.members !== undefined || have.size !== size) changes.push({ name, size });
+    added += adds.length;
+    removed += dels.length;
   }
   return { lines: [...byFamily[4], ...byFamily[6]], byFamily, destroyLines, changes, destroyed, created, added, removed };
 }
@@ -156,18 +158,15 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
  *  287k members, 1.08 s -> 0.75 s. */
 export const SPLIT_SETS_AT_MEMBERS = 10_000;
 
-/** Applies a successful step-1 plan to the set record. */
+/** Applies a successful step-1 plan to the set record: headers and sizes, no members. */
 export function commitSetChanges(applied: Map<string, AppliedSet>, changes: readonly SetChange[]): void {
   for (const c of changes) {
-    if (c.drop) {
+    const header = c.header ?? applied.get(c.name);
+    if (c.drop || header === undefined) {
       applied.delete(c.name);
       continue;
     }
-    if (c.header) applied.set(c.name, { ...c.header, members: new Set() });
-    const s = applied.get(c.name);
-    if (s === undefined) continue;
-    for (const k of c.del) s.members.delete(k);
-    for (const k of c.add) s.members.add(k);
+    applied.set(c.name, { type: header.type, family: header.family, maxElem: header.maxElem, size: c.size ?? 0 });
   }
 }
 

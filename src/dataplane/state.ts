@@ -1,7 +1,7 @@
 // The record of what Weir believes the kernel holds: per family, each own chain's rule hashes
 // and the copies of each hook (FORWARD, and OUTPUT in IPVS mode); per own set, its header and
-// members. Built from the
-// kernel at start and on resync, then updated after each successful write.
+// size (and its members, from a kernel read until the write after it). Built from the kernel at
+// start and on resync, then updated after each successful write.
 
 import type { SetType } from '../calc/desired.ts';
 import type { Names } from '../calc/names.ts';
@@ -20,8 +20,13 @@ export interface SetHeader {
 }
 
 export interface AppliedSet extends SetHeader {
-  /** Members in kernel form (see memberKey). */
-  readonly members: Set<string>;
+  /** Entries the kernel holds (a counts resync compares it with the kernel's number). */
+  readonly size: number;
+  /** Members in kernel form (see memberKey), only as read back from the kernel: the write that
+   *  follows a read diffs every set against them, and the record then keeps the size alone.
+   *  Between reads calc's dirty marks name the members that changed, and `-exist` makes each
+   *  add or delete right whatever the kernel held, so no copy of calc's members is kept. */
+  readonly members?: ReadonlySet<string>;
 }
 
 export interface HookState {
@@ -148,8 +153,9 @@ export function setsStateFromSave(saveText: string, names: Names, foreign: strin
   return ownSets(parseIpsetSave(saveText), names, foreign);
 }
 
-/** The sets of `saved` with Weir's prefix and mark; prefixed sets without it go to `foreign`. */
-export function ownSets(saved: ReadonlyMap<string, SavedSet>, names: Names, foreign: string[] = []): Map<string, AppliedSet> {
+/** The sets of `saved` with Weir's prefix and mark; prefixed sets without it go to `foreign`.
+ *  Headers of `ipset list -terse` (with `entries`) give sizes; `ipset save` gives members. */
+export function ownSets(saved: ReadonlyMap<string, SavedSet & { readonly entries?: number }>, names: Names, foreign: string[] = []): Map<string, AppliedSet> {
   const sets = new Map<string, AppliedSet>();
   for (const s of saved.values()) {
     if (!names.isOwnSet(s.name)) continue;
@@ -157,12 +163,13 @@ export function ownSets(saved: ReadonlyMap<string, SavedSet>, names: Names, fore
       foreign.push(s.name);
       continue;
     }
-    sets.set(s.name, {
-      type: s.type,
-      family: s.family,
-      maxElem: s.maxElem,
-      members: new Set(s.members.map((m) => memberKey(s.type, m))),
-    });
+    const header = { type: s.type, family: s.family, maxElem: s.maxElem };
+    if (s.entries !== undefined) {
+      sets.set(s.name, { ...header, size: s.entries });
+      continue;
+    }
+    const members = new Set(s.members.map((m) => memberKey(s.type, m)));
+    sets.set(s.name, { ...header, size: members.size, members });
   }
   return sets;
 }

@@ -7,7 +7,11 @@ import { emptyFamilyState, noLeftovers, type AppliedSet, type FamilyState, type 
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 
 const opts: SetsPlanOptions = { maxElem: 1000, tmpName: (f) => `cali${f}0s:tmp` };
-const applied = (entries: [string, Omit<AppliedSet, 'members'> & { members: string[] }][]) => new Map(entries.map(([n, s]) => [n, { ...s, members: new Set(s.members) }]));
+/** A record as a kernel read leaves it: members and their number. */
+const applied = (entries: [string, Omit<AppliedSet, 'members' | 'size'> & { members: string[] }][]): Map<string, AppliedSet> =>
+  new Map(entries.map(([n, s]) => [n, { ...s, size: s.members.length, members: new Set(s.members) }]));
+/** A record as writes leave it: the size alone. */
+const recorded = (entries: [string, Omit<AppliedSet, 'members'>][]): Map<string, AppliedSet> => new Map(entries);
 const v4net = { type: 'hash:net', family: 4 as const, maxElem: 1000 };
 /** The restore text's lines: a set's adds or deletes come as one entry of many. */
 const textLines = (lines: readonly string[]) => lines.join('\n').split('\n');
@@ -20,14 +24,32 @@ test('planSets: a new set is created, then filled by one entry of its adds', () 
   assert.deepEqual([p.created, p.added, p.removed, p.destroyLines.length], [1, 2, 0, 0]);
 });
 
-test('planSets: dirty members are compared one by one, others left alone', () => {
+test('planSets: dirty members are added when wanted and deleted when not, others left alone; the record keeps the size', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.2', '10.0.0.9'])] });
-  const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3', '10.0.0.4'] }]]);
-  // 10.0.0.9 is missing too, but not dirty: an incremental apply trusts the record for it.
+  const have = recorded([['cali40s:a', { ...v4net, size: 3 }]]);
+  // 10.0.0.9 is not dirty: an incremental apply trusts that the kernel holds it.
   const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1', '10.0.0.2', '10.0.0.3'])]]), have, opts);
-  assert.deepEqual(p.lines, ['del cali40s:a 10.0.0.3 -exist', 'add cali40s:a 10.0.0.1 -exist']);
+  assert.deepEqual(textLines(p.lines), ['del cali40s:a 10.0.0.3 -exist', 'add cali40s:a 10.0.0.1 -exist', 'add cali40s:a 10.0.0.2 -exist']);
   commitSetChanges(have, p.changes);
-  assert.deepEqual([...have.get('cali40s:a')!.members].sort(), ['10.0.0.1', '10.0.0.2', '10.0.0.4']);
+  assert.deepEqual(have.get('cali40s:a'), { ...v4net, size: 3 });
+});
+
+test('planSets: the write after a kernel read diffs against the members read, and the record then drops them', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.2'])] });
+  const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3', '10.0.0.4'] }]]);
+  const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
+  assert.deepEqual(textLines(p.lines), ['del cali40s:a 10.0.0.3 -exist', 'del cali40s:a 10.0.0.4 -exist', 'add cali40s:a 10.0.0.1 -exist']);
+  commitSetChanges(have, p.changes);
+  assert.deepEqual(have.get('cali40s:a'), { ...v4net, size: 2 });
+});
+
+test('planSets: a set dirty as a whole with no members read is rebuilt and swapped in, never diffed blind', () => {
+  const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1'])] });
+  const have = recorded([['cali40s:a', { ...v4net, size: 5 }]]);
+  const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
+  assert.deepEqual(p.lines, ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
+  commitSetChanges(have, p.changes);
+  assert.deepEqual(have.get('cali40s:a'), { ...v4net, size: 1 });
 });
 
 test("planSets: 'all' diffs the whole set", () => {
@@ -71,7 +93,7 @@ test('planSets: a set with another maxelem is rebuilt by swap, keeping its name 
   const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1'])]]), have, opts);
   assert.deepEqual(p.lines, ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
   commitSetChanges(have, p.changes);
-  assert.deepEqual(have.get('cali40s:a'), { type: 'hash:net', family: 4, maxElem: 1000, members: new Set(['10.0.0.1']) });
+  assert.deepEqual(have.get('cali40s:a'), { type: 'hash:net', family: 4, maxElem: 1000, size: 1 });
 });
 
 test('planSets: a set of another type is destroyed and recreated', () => {
