@@ -12,7 +12,7 @@
 import { ClusterState, isPeerEligible, isPoliced } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
 import { formatCidr, parseIp } from '../model/cidr.ts';
-import { compilePolicy } from '../model/policy.ts';
+import { compilePolicy, PolicyParts } from '../model/policy.ts';
 import { selectorMatches } from '../model/selector.ts';
 import { namespaceAuditLevel } from '../model/annotations.ts';
 import type { AuditLevel, CalcEvent, CompiledPolicy, Enforcement, Family, Labels, Pod, PodsPeer } from '../model/types.ts';
@@ -179,6 +179,8 @@ export class Calculator {
   readonly #tags = new Map<string, AuditTag>();
   readonly #retiredTags = new Map<string, AuditTag>();
   readonly #auditRules: AuditRules | undefined;
+  /** Equal selectors and rule lists of different policies, held once. */
+  readonly #policyParts = new PolicyParts();
   /** A compiled policy's allow alternatives, by direction and family (computed once). */
   readonly #alternatives = new WeakMap<CompiledPolicy, Map<string, AllowAlternative[]>>();
   /** Workload set references to drop once the batch's policies are synced. */
@@ -316,7 +318,7 @@ export class Calculator {
         const key = e.op === 'upsert' ? `${ns}/${e.object.name}` : `${ns}/${e.name}`;
         const invalid = (p: CompiledPolicy | undefined) => (p !== undefined && p.errors.length > 0 ? 1 : 0);
         if (e.op === 'upsert') {
-          const compiled = compilePolicy(e.object);
+          const compiled = this.#policyParts.share(compilePolicy(e.object));
           this.#invalidPolicies += invalid(compiled) - invalid(this.#cluster.upsertPolicy(compiled));
           this.#policyChanges.push({ key, policy: compiled });
         } else {

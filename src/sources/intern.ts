@@ -1,31 +1,10 @@
 // One shared instance per equal value, for what the pods of a cluster repeat: their namespace,
 // node and phase, and most of all their labels and ports, which every replica of a workload has
 // alike. A pod is held for as long as it exists, so at 100k pods each byte per pod is 100 kB.
-// Model objects are never mutated, which is what makes sharing them safe.
-//
-// Each pool is bounded: when full it starts afresh (values already handed out stay valid, they
-// are only no longer shared with later ones), so unique values cannot grow it without end.
+// Each pool is bounded (model/pool.ts).
 
 import type { ContainerPort, Labels } from '../model/types.ts';
-
-export const DEFAULT_INTERN_LIMIT = 20_000;
-
-class Pool<T> {
-  readonly #byKey = new Map<string, T>();
-  readonly #limit: number;
-
-  constructor(limit: number) {
-    this.#limit = limit;
-  }
-
-  get(key: string, value: T): T {
-    const held = this.#byKey.get(key);
-    if (held !== undefined) return held;
-    if (this.#byKey.size >= this.#limit) this.#byKey.clear();
-    this.#byKey.set(key, value);
-    return value;
-  }
-}
+import { DEFAULT_POOL_LIMIT, Pool } from '../model/pool.ts';
 
 export interface Interner {
   string(s: string): string;
@@ -41,7 +20,7 @@ export class ValueInterner implements Interner {
   readonly #labels: Pool<Labels>;
   readonly #ports: Pool<readonly ContainerPort[]>;
 
-  constructor(limit = DEFAULT_INTERN_LIMIT) {
+  constructor(limit = DEFAULT_POOL_LIMIT) {
     this.#strings = new Pool(limit);
     this.#labels = new Pool(limit);
     this.#ports = new Pool(limit);

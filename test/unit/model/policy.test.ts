@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { LIMITS, compilePolicy } from '../../../src/model/policy.ts';
+import { LIMITS, PolicyParts, compilePolicy } from '../../../src/model/policy.ts';
 import { parseSelector } from '../../../src/model/selector.ts';
 import type { CompiledPolicy, PodsPeer, PolicyError, PolicyRule, PrefixSet, Selector } from '../../../src/model/types.ts';
 
@@ -795,5 +795,27 @@ describe("compilePolicy reads Weir's annotations", () => {
       { path: 'metadata.annotations["weir.dev/enforcement"]', message: 'must be one of enforce, audit, got "audit-only"' },
       { path: 'metadata.annotations["weir.dev/audit"]', message: 'must be one of off, deny, all, got "yes"' },
     ]);
+  });
+});
+
+describe('PolicyParts', () => {
+  const raw = (ns: string, name: string, port: number) => ({
+    namespace: ns,
+    name,
+    uid: `uid-${name}`,
+    generation: 1,
+    spec: { podSelector: { matchLabels: { tier: 'db' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { env: 'prod' } } }], ports: [{ port }] }] },
+  });
+
+  it('policies of one template share their pod selector and rule lists, and keep their own names', () => {
+    const parts = new PolicyParts();
+    const a = parts.share(compilePolicy(raw('ns-1', 'a', 5432)));
+    const b = parts.share(compilePolicy(raw('ns-2', 'b', 5432)));
+    const c = parts.share(compilePolicy(raw('ns-2', 'c', 6379)));
+    assert.equal(b.podSelector, a.podSelector);
+    assert.equal(b.ingress, a.ingress);
+    assert.notEqual(c.ingress, a.ingress, 'another port is another rule list');
+    assert.deepEqual([a.key, b.key, c.key], ['ns-1/a', 'ns-2/b', 'ns-2/c']);
+    assert.deepEqual(b, compilePolicy(raw('ns-2', 'b', 5432)), 'sharing changes nothing a policy says');
   });
 });
