@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { A1, B1, B2, Conformance, np } from './harness.ts';
+import { A1, B1, B2, Conformance, G1, np } from './harness.ts';
 import { from, ingress, none, type Verdict } from './predicates.ts';
 
 const TIDY_DELAY_S = 5;
@@ -47,6 +47,25 @@ describe('conformance: a change holds while the rules it replaced wait for remov
     await expectLayered(always, 'policy deleted');
     await c.settledTidy(3 * TIDY_DELAY_S * 1000);
     await c.expect(always, 'policy deleted (tidied)');
+    assert.deepEqual(c.agentErrors(), []);
+  });
+
+  test('a peer set that comes back before the tidy destroyed it holds what it holds now, not what it held', async () => {
+    await c.reset();
+    const fromTeamB = np('alpha', 'web', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_B }] }] });
+    await c.setPolicies(fromTeamB);
+    await c.settledTidy(3 * TIDY_DELAY_S * 1000);
+    await c.expect(ingress({ [A1]: from(B1, B2) }), 'a1 from beta');
+    // The set of team b's pods leaves the rules (and waits for the tidy to be destroyed); while
+    // out, team b becomes gamma instead of beta, then the set comes back before the tidy.
+    await c.setPolicies(np('alpha', 'web', { podSelector: WEB, policyTypes: ['Ingress'] }));
+    assert.ok(c.tidyPending()['node-a'] > 0, 'the set is owed to the tidy');
+    await c.setNamespaceLabels('beta', {});
+    await c.setNamespaceLabels('gamma', { team: 'b' });
+    await c.setPolicies(fromTeamB);
+    await expectLayered(ingress({ [A1]: from(G1) }), 'a1 from gamma only');
+    await c.settledTidy(3 * TIDY_DELAY_S * 1000);
+    await c.expect(ingress({ [A1]: from(G1) }), 'a1 from gamma only (tidied)');
     assert.deepEqual(c.agentErrors(), []);
   });
 });
