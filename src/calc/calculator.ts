@@ -20,7 +20,7 @@ import type { AuditCatalog, AuditTag, AuditVerdict } from './audit-tags.ts';
 import { familyOf } from '../model/types.ts';
 import type { Action, DesiredDataplane, DesiredSet, Dirty, Match, Members, Rule, SetType } from './desired.ts';
 import { sha256Base64Url } from './hash.ts';
-import { emptyDirty } from './desired.ts';
+import { emptyDirty, netMember } from './desired.ts';
 import type { Names } from './names.ts';
 import type { AllowAlternative, AuditRules, Direction, MarkBits, SetSpec } from './rules.ts';
 import type { AllowAction } from './rules.ts';
@@ -632,7 +632,9 @@ export class Calculator {
       const peer = spec.peer;
       if (peer.kind === 'prefixes') {
         // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
-        for (const m of peer.cidrs) this.#addMember(set, hostMember(m));
+        // As the kernel prints them: a union holding an address from a /32 block and from a pod
+        // counts it twice, so the pod leaving does not delete what the block still needs.
+        for (const m of peer.cidrs) this.#addMember(set, netMember(m));
       } else if (peer.kind === 'union') {
         // A member's count in a union is the number of its parts that hold it.
         for (const partSpec of peer.parts) {
@@ -832,15 +834,6 @@ function dispatchBlock(ip: string): string {
   if ('error' in a) throw new RangeError(`local pod address ${ip}: ${a.error}`);
   const prefix = a.family === 4 ? 28 : 124;
   return formatCidr({ family: a.family, base: a.value & ~0xfn, prefix });
-}
-
-/** A prefix as a hash:net member in the kernel's own form: a full-length prefix is the bare
- *  address, which is what a pod gives. A union holding the address from a /32 block and from a
- *  pod then counts it twice, and the pod leaving does not delete what the block still needs. */
-function hostMember(cidr: string): string {
-  if (cidr.endsWith('/32') && !cidr.includes(':')) return cidr.slice(0, -3);
-  if (cidr.endsWith('/128')) return cidr.slice(0, -4);
-  return cidr;
 }
 
 /** Members a pod gives a set: its addresses of the set's family, with the resolved port

@@ -16,8 +16,16 @@ export interface DesiredSet {
   readonly name: string;
   readonly family: Family;
   readonly type: SetType;
-  /** Canonical member text: "10.0.0.0/8", "10.1.2.3", "10.1.2.3,tcp:8080", "fd00::1,udp:53". */
+  /** Canonical member text in the form the kernel prints it, one kernel entry each:
+   *  "10.0.0.0/8", "10.1.2.3" (a /32 too, see netMember), "10.1.2.3,tcp:8080", "fd00::1,udp:53". */
   readonly members: Members;
+}
+
+/** A hash:net member as the kernel prints it: a full-length prefix is the bare address. */
+export function netMember(prefix: string): string {
+  if (prefix.endsWith('/32') && !prefix.includes(':')) return prefix.slice(0, -3);
+  if (prefix.endsWith('/128') && prefix.includes(':')) return prefix.slice(0, -4);
+  return prefix;
 }
 
 export interface PortRange {

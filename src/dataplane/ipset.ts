@@ -1,7 +1,7 @@
 // A small typed wrapper around the ipset command: batch restore through stdin, and reading
 // sets back (names, or `ipset save` parsed into headers and members).
 
-import type { SetType } from '../calc/desired.ts';
+import { netMember, type SetType } from '../calc/desired.ts';
 import { CommandError, RestoreError } from '../errors.ts';
 import type { Family } from '../model/types.ts';
 import { ipsetPayload } from './render.ts';
@@ -126,9 +126,5 @@ export function parseIpsetTerse(text: string): Map<string, SavedSet & { readonly
  */
 export function memberKey(type: SetType | string, member: string): string {
   const m = member.toLowerCase();
-  if (type === 'hash:net') {
-    if (m.endsWith('/32') && !m.includes(':')) return m.slice(0, -3);
-    if (m.endsWith('/128') && m.includes(':')) return m.slice(0, -4);
-  }
-  return m;
+  return type === 'hash:net' ? netMember(m) : m;
 }
