@@ -4,12 +4,13 @@
 import { netMember, type SetType } from '../calc/desired.ts';
 import { CommandError, RestoreError } from '../errors.ts';
 import type { Family } from '../model/types.ts';
-import { ipsetPayload } from './render.ts';
+import { ipsetPayload, ipsetPieces, type SetLine } from './render.ts';
 import type { CommandRunner } from './runner.ts';
 
 export interface Ipset {
-  /** Runs `ipset restore` with the lines on stdin; throws RestoreError naming the bad line. */
-  restore(lines: readonly string[]): Promise<void>;
+  /** Runs `ipset restore` with the lines on stdin, streamed a piece at a time; throws
+   *  RestoreError naming the bad line. */
+  restore(lines: readonly SetLine[]): Promise<void>;
   /** `ipset list -name`. */
   listNames(): Promise<string[]>;
   /** `ipset save [name]`: create and add lines. */
@@ -27,9 +28,8 @@ export function createIpset(runner: CommandRunner): Ipset {
   return {
     async restore(lines) {
       if (lines.length === 0) return;
-      const payload = ipsetPayload(lines);
-      const r = await runner.run('ipset', ['restore'], { input: payload });
-      if (r.exitCode !== 0) throw new RestoreError('ipset restore', undefined, r.stderr, payload);
+      const r = await runner.run('ipset', ['restore'], { input: { [Symbol.iterator]: () => ipsetPieces(lines) } });
+      if (r.exitCode !== 0) throw new RestoreError('ipset restore', undefined, r.stderr, ipsetPayload(lines));
     },
     async listNames() {
       return (await read(['list', '-name'])).split('\n').filter((l) => l !== '');

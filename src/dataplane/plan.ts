@@ -22,6 +22,7 @@ import {
   setDestroy,
   setMemberLines,
   setSwap,
+  type SetLine,
 } from './render.ts';
 import { acceptHookIsRight, hasLeftovers, hookIsRight, noLeftovers, type AppliedSet, type FamilyState, type HookState, type SetHeader } from './state.ts';
 
@@ -39,10 +40,11 @@ export interface SetChange {
 
 export interface SetsPlan {
   /** Step 1, one `ipset restore` batch: creates, rebuilds, member adds and deletes. A set's
-   *  adds (or deletes) are one entry of as many lines (render.ts setMemberLines). */
-  readonly lines: string[];
+   *  adds (or deletes) are one entry, its members turned into text only as it is written
+   *  (render.ts MemberLines). */
+  readonly lines: SetLine[];
   /** The same lines by the family of the sets they name, each in its order. */
-  readonly byFamily: Readonly<Record<Family, readonly string[]>>;
+  readonly byFamily: Readonly<Record<Family, readonly SetLine[]>>;
   /** Step 3, after the chains stopped referencing them. */
   readonly destroyLines: string[];
   readonly changes: SetChange[];
@@ -67,7 +69,7 @@ const sameHeader = (have: SetHeader, want: SetHeader) => have.type === want.type
  * without members read is rebuilt through the scratch set and swapped in.
  */
 export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, ReadonlySet<string> | 'all'>, applied: ReadonlyMap<string, AppliedSet>, opts: SetsPlanOptions): SetsPlan {
-  const byFamily: Record<Family, string[]> = { 4: [], 6: [] };
+  const byFamily: Record<Family, SetLine[]> = { 4: [], 6: [] };
   const destroyLines: string[] = [];
   const changes: SetChange[] = [];
   const destroyed: string[] = [];
@@ -83,7 +85,7 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
       changes.push({ name: tmp, drop: true });
     }
   }
-  const fill = (lines: string[], name: string, want: DesiredSet) => {
+  const fill = (lines: SetLine[], name: string, want: DesiredSet) => {
     const texts = [...want.members];
     if (texts.length > 0) lines.push(setMemberLines('add', name, texts));
     added += texts.length;

@@ -250,11 +250,52 @@ export const ipsetFamily = (family: Family) => (family === 4 ? 'inet' : 'inet6')
 export const setCreate = (name: string, type: SetType, family: Family, maxElem: number) => `create ${name} ${type} family ${ipsetFamily(family)} maxelem ${maxElem} comment -exist`;
 export const setAdd = (name: string, member: string) => `add ${name} ${member} -exist`;
 export const setDel = (name: string, member: string) => `del ${name} ${member} -exist`;
-/** setAdd (or setDel) of every member, as one string of as many lines: one join instead of a
- *  string a member (at 287k members, about 22 MB less held while the first write runs). */
-export const setMemberLines = (op: 'add' | 'del', name: string, members: readonly string[]) => `${op} ${name} ${members.join(` -exist\n${op} ${name} `)} -exist`;
+/** The adds (or deletes) of many members of one set: kept as the member list and turned into
+ *  text only as it is written, a bounded piece at a time (ipsetPieces). A first write of 287k
+ *  members held all of it as text twice over (about 35 MB, plus its copy made for the pipe). */
+export interface MemberLines {
+  readonly op: 'add' | 'del';
+  readonly set: string;
+  readonly members: readonly string[];
+}
+/** One entry of an ipset restore batch: a line, or a set's member lines. */
+export type SetLine = string | MemberLines;
+export const setMemberLines = (op: 'add' | 'del', set: string, members: readonly string[]): MemberLines => ({ op, set, members });
 export const setDestroy = (name: string) => `destroy ${name}`;
 export const setSwap = (from: string, to: string) => `swap ${from} ${to}`;
 
-/** Joins ipset restore lines into one payload. */
-export const ipsetPayload = (lines: readonly string[]) => lines.join('\n') + '\n';
+/** Lines a piece of ipsetPieces holds at most: about 45 KB of member lines, which V8 allocates
+ *  in its young generation, so a piece written to the pipe is garbage collected young. */
+export const LINES_PER_PIECE = 1000;
+
+/** The text of a restore batch in pieces of at most LINES_PER_PIECE lines, each ending in a
+ *  newline, in the batch's order. */
+export function* ipsetPieces(lines: readonly SetLine[]): Generator<string> {
+  // Short entries gather into one piece, so a small batch is one write.
+  let pending: string[] = [];
+  let count = 0;
+  for (const line of lines) {
+    const texts: Iterable<[number, string]> = typeof line === 'string' ? [[1, line]] : memberTexts(line);
+    for (const [lineCount, text] of texts) {
+      if (count + lineCount > LINES_PER_PIECE && count > 0) {
+        yield `${pending.join('\n')}\n`;
+        pending = [];
+        count = 0;
+      }
+      pending.push(text);
+      count += lineCount;
+    }
+  }
+  if (count > 0) yield `${pending.join('\n')}\n`;
+}
+
+/** A MemberLines entry as texts of at most LINES_PER_PIECE lines, each with its line count. */
+function* memberTexts({ op, set, members }: MemberLines): Generator<[number, string]> {
+  for (let i = 0; i < members.length; i += LINES_PER_PIECE) {
+    const part = members.slice(i, i + LINES_PER_PIECE);
+    yield [part.length, `${op} ${set} ${part.join(` -exist\n${op} ${set} `)} -exist`];
+  }
+}
+
+/** The whole text of a restore batch as one string: for tests and error messages. */
+export const ipsetPayload = (lines: readonly SetLine[]) => [...ipsetPieces(lines)].join('');

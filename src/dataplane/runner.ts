@@ -2,15 +2,17 @@
 // iptables/ipset writes and reads, and long-running monitors), so tests can record calls, run
 // them in a network namespace, or fake them.
 
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 
 import { execa } from 'execa';
 import { CommandError } from '../errors.ts';
 import { ThreadSpawner } from './thread-spawner.ts';
 
 export interface RunOptions {
-  /** Written to the command's stdin (restore payloads). */
-  readonly input?: string;
+  /** Written to the command's stdin (restore payloads). An iterable is written a piece at a
+   *  time as the command reads it, so a large payload is never one string; it may be iterated
+   *  more than once (a recording runner reads it before passing it on). */
+  readonly input?: string | Iterable<string>;
   /** Started from a worker thread, so starting it does not stall the event loop: for reads
    *  beside the loop, such as the hook check (see thread-spawner.ts). */
   readonly offThread?: boolean;
@@ -59,13 +61,15 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
     async run(cmd, args, opts) {
       if (opts?.offThread) {
         thread ??= new ThreadSpawner();
-        const r = await thread.run(cmd, args, opts.input, timeout);
+        const r = await thread.run(cmd, args, inputText(opts.input), timeout);
         if (r.failure === undefined && r.exitCode !== null) return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
         const code = r.failure?.kind === 'missing' ? 'WEIR_COMMAND_MISSING' : r.failure?.kind === 'timeout' ? 'WEIR_COMMAND_TIMEOUT' : 'WEIR_COMMAND_FAILED';
         throw new CommandError(code, cmd, args, undefined, `${r.stderr}\n${r.failure?.message ?? 'did not run'}`);
       }
+      const input = opts?.input;
       const r = await execa(cmd, args, {
-        input: opts?.input,
+        // Pieces go through a stream: it writes the next only when the pipe takes it.
+        input: input === undefined || typeof input === 'string' ? input : Readable.from(input),
         reject: false,
         shell: false,
         timeout,
@@ -98,6 +102,11 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
       };
     },
   };
+}
+
+/** The whole input as one string (undefined for none). */
+export function inputText(input: string | Iterable<string> | undefined): string | undefined {
+  return input === undefined || typeof input === 'string' ? input : [...input].join('');
 }
 
 /** Runs every command inside network namespace `ns` via `ip netns exec`. */
@@ -144,7 +153,7 @@ export function recordingRunner(inner: CommandRunner | Responder = () => OK): Re
   return {
     calls,
     async run(cmd, args, opts) {
-      const call: RecordedCall = { cmd, args: [...args], input: opts?.input, ...(opts?.offThread ? { offThread: true as const } : {}) };
+      const call: RecordedCall = { cmd, args: [...args], input: inputText(opts?.input), ...(opts?.offThread ? { offThread: true as const } : {}) };
       calls.push(call);
       return typeof inner === 'function' ? inner(call) : inner.run(cmd, args, opts);
     },

@@ -12,6 +12,8 @@ import { silentLogger } from '../../src/log.ts';
 import { createNs, deleteAllNs, deleteNs, uniquePrefix } from '../../src/sim/netns.ts';
 import { createDataplane, type Dataplane } from '../../src/dataplane/dataplane.ts';
 import type { Backend } from '../../src/dataplane/iptables.ts';
+import { createIpset } from '../../src/dataplane/ipset.ts';
+import { setCreate, setMemberLines } from '../../src/dataplane/render.ts';
 import { execaRunner, netnsRunner, recordingRunner, runOk, type CommandRunner } from '../../src/dataplane/runner.ts';
 import { desired, set } from '../unit/dataplane/fixtures.ts';
 
@@ -548,5 +550,23 @@ test('netnsRunner: a binary missing inside the namespace is WEIR_COMMAND_MISSING
   await inFreshNs(async (runner) => {
     await assert.rejects(runner.run('weir-no-such-binary', []), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING');
     assert.equal((await runner.run('true', [])).exitCode, 0);
+  });
+});
+
+test('ipset restore: a batch of 250k members streams whole, and a batch rejected at its first line names it', { skip: !isRoot && 'needs root' }, async () => {
+  await inFreshNs(async (runner) => {
+    const ipset = createIpset(runner);
+    const members = Array.from({ length: 250_000 }, (_, i) => `10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`);
+    await ipset.restore([setCreate('weir-big', 'hash:net', 4, 262_144), setMemberLines('add', 'weir-big', members)]);
+    assert.match(await ipset.listHeaders(), /Number of entries: 250000/);
+    // ipset stops at the bad line while the pieces behind it are still being written.
+    const err = await ipset.restore(['add weir-nosuch 10.0.0.1 -exist', setMemberLines('del', 'weir-big', members)]).then(
+      () => assert.fail('expected a rejection'),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof RestoreError, String(err));
+    assert.equal(err.line, 1);
+    assert.equal(err.lineText, 'add weir-nosuch 10.0.0.1 -exist');
+    assert.match(await ipset.listHeaders(), /Number of entries: 250000/);
   });
 });

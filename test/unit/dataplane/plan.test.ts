@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Rule } from '../../../src/calc/desired.ts';
 import { commitChains, commitSetChanges, planChains, planSets, type SetsPlanOptions } from '../../../src/dataplane/plan.ts';
-import { acceptHookSpec, hookSpec, hooksFor, renderChain } from '../../../src/dataplane/render.ts';
+import { acceptHookSpec, hookSpec, hooksFor, ipsetPayload, renderChain, type SetLine } from '../../../src/dataplane/render.ts';
 import { emptyFamilyState, noLeftovers, type AppliedSet, type FamilyState, type HookState } from '../../../src/dataplane/state.ts';
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 
@@ -14,7 +14,7 @@ const applied = (entries: [string, Omit<AppliedSet, 'members' | 'size'> & { memb
 const recorded = (entries: [string, Omit<AppliedSet, 'members'>][]): Map<string, AppliedSet> => new Map(entries);
 const v4net = { type: 'hash:net', family: 4 as const, maxElem: 1000 };
 /** The restore text's lines: a set's adds or deletes come as one entry of many. */
-const textLines = (lines: readonly string[]) => lines.join('\n').split('\n');
+const textLines = (lines: readonly SetLine[]) => ipsetPayload(lines).split('\n').slice(0, -1);
 
 test('planSets: a new set is created, then filled by one entry of its adds', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.0/24'])] });
@@ -47,7 +47,7 @@ test('planSets: a set dirty as a whole with no members read is rebuilt and swapp
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1'])] });
   const have = recorded([['cali40s:a', { ...v4net, size: 5 }]]);
   const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
-  assert.deepEqual(p.lines, ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
+  assert.deepEqual(textLines(p.lines), ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
   commitSetChanges(have, p.changes);
   assert.deepEqual(have.get('cali40s:a'), { ...v4net, size: 1 });
 });
@@ -56,19 +56,19 @@ test("planSets: 'all' diffs the whole set", () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1', '10.0.0.2'])] });
   const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.2', '10.0.0.3'] }]]);
   const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
-  assert.deepEqual(p.lines, ['del cali40s:a 10.0.0.3 -exist', 'add cali40s:a 10.0.0.1 -exist']);
+  assert.deepEqual(textLines(p.lines), ['del cali40s:a 10.0.0.3 -exist', 'add cali40s:a 10.0.0.1 -exist']);
 });
 
 test("planSets: a member whose text differs from the kernel's form is deleted, then added back: never left out", () => {
   const d = desired({ sets: [set('cali60s:a', 6, ['fd00::0:3'])] });
   const have = applied([['cali60s:a', { type: 'hash:net', family: 6, maxElem: 1000, members: ['fd00::3'] }]]);
-  assert.deepEqual(planSets(d, new Map([['cali60s:a', 'all']]), have, opts).lines, ['del cali60s:a fd00::3 -exist', 'add cali60s:a fd00::0:3 -exist']);
+  assert.deepEqual(textLines(planSets(d, new Map([['cali60s:a', 'all']]), have, opts).lines), ['del cali60s:a fd00::3 -exist', 'add cali60s:a fd00::0:3 -exist']);
 });
 
 test('planSets: a host prefix written by calc equals the bare address read back', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1/32'])] });
   const have = applied([['cali40s:a', { ...v4net, members: ['10.0.0.1'] }]]);
-  assert.deepEqual(planSets(d, new Map([['cali40s:a', 'all']]), have, opts).lines, []);
+  assert.deepEqual(textLines(planSets(d, new Map([['cali40s:a', 'all']]), have, opts).lines), []);
 });
 
 test('planSets: sets no longer desired are destroyed in step 3, not step 1', () => {
@@ -82,7 +82,7 @@ test('planSets: sets no longer desired are destroyed in step 3, not step 1', () 
     have,
     opts,
   );
-  assert.deepEqual(p.lines, []);
+  assert.deepEqual(textLines(p.lines), []);
   assert.deepEqual(p.destroyLines, ['destroy cali40s:old']);
   assert.deepEqual(p.destroyed, ['cali40s:old']);
 });
@@ -91,7 +91,7 @@ test('planSets: a set with another maxelem is rebuilt by swap, keeping its name 
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1'])] });
   const have = applied([['cali40s:a', { ...v4net, maxElem: 65536, members: ['10.0.0.7'] }]]);
   const p = planSets(d, new Map([['cali40s:a', new Set(['10.0.0.1'])]]), have, opts);
-  assert.deepEqual(p.lines, ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
+  assert.deepEqual(textLines(p.lines), ['create cali40s:tmp hash:net family inet maxelem 1000 comment -exist', 'add cali40s:tmp 10.0.0.1 -exist', 'swap cali40s:tmp cali40s:a', 'destroy cali40s:tmp']);
   commitSetChanges(have, p.changes);
   assert.deepEqual(have.get('cali40s:a'), { type: 'hash:net', family: 4, maxElem: 1000, size: 1 });
 });
@@ -100,13 +100,13 @@ test('planSets: a set of another type is destroyed and recreated', () => {
   const d = desired({ sets: [set('cali40s:a', 4, ['10.0.0.1,tcp:80'], 'hash:ip,port')] });
   const have = applied([['cali40s:a', { ...v4net, members: [] }]]);
   const p = planSets(d, new Map([['cali40s:a', 'all']]), have, opts);
-  assert.deepEqual(p.lines, ['destroy cali40s:a', 'create cali40s:a hash:ip,port family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1,tcp:80 -exist']);
+  assert.deepEqual(textLines(p.lines), ['destroy cali40s:a', 'create cali40s:a hash:ip,port family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1,tcp:80 -exist']);
 });
 
 test('planSets: a scratch set left by a crash is destroyed first and never in step 3', () => {
   const have = applied([['cali40s:tmp', { ...v4net, members: [] }]]);
   const p = planSets(desired({}), new Map([['cali40s:tmp', 'all']]), have, opts);
-  assert.deepEqual(p.lines, ['destroy cali40s:tmp']);
+  assert.deepEqual(textLines(p.lines), ['destroy cali40s:tmp']);
   assert.deepEqual(p.destroyLines, []);
   commitSetChanges(have, p.changes);
   assert.equal(have.size, 0);
@@ -284,7 +284,7 @@ test('planSets: lines by family, each in order, and whole in family order', () =
     have,
     opts,
   );
-  assert.deepEqual(p.byFamily[4], ['destroy cali40s:tmp', 'create cali40s:a hash:net family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1 -exist']);
-  assert.deepEqual(p.byFamily[6], ['create cali60s:a hash:net family inet6 maxelem 1000 comment -exist', 'add cali60s:a fd00::1 -exist']);
+  assert.deepEqual(textLines(p.byFamily[4]), ['destroy cali40s:tmp', 'create cali40s:a hash:net family inet maxelem 1000 comment -exist', 'add cali40s:a 10.0.0.1 -exist']);
+  assert.deepEqual(textLines(p.byFamily[6]), ['create cali60s:a hash:net family inet6 maxelem 1000 comment -exist', 'add cali60s:a fd00::1 -exist']);
   assert.deepEqual(p.lines, [...p.byFamily[4], ...p.byFamily[6]]);
 });

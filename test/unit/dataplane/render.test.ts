@@ -7,6 +7,9 @@ import {
   hookSpec,
   hooksFor,
   insertHook,
+  ipsetPayload,
+  ipsetPieces,
+  LINES_PER_PIECE,
   renderChain,
   renderRuleBodies,
   ruleHash,
@@ -15,6 +18,7 @@ import {
   setCreate,
   setDel,
   setDestroy,
+  setMemberLines,
   splitPorts,
 } from '../../../src/dataplane/render.ts';
 
@@ -258,4 +262,16 @@ test('IPVS hook: OUTPUT position 1, taking only requests IPVS forwarded from a s
   });
   assert.equal(insertHook(output), `-I OUTPUT 1 ${output.spec}`);
   assert.deepEqual(hooksFor('wx-FORWARD', false), [{ chain: 'FORWARD', target: 'wx-FORWARD', spec: hookSpec('wx-FORWARD') }]);
+});
+
+test('ipsetPieces: a large set is written in pieces of bounded lines, in order, with the same text as line by line', () => {
+  const members = Array.from({ length: 2 * LINES_PER_PIECE + 5 }, (_, i) => `10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`);
+  const lines = ['create s hash:net family inet maxelem 65536 comment -exist', setMemberLines('add', 's', members), setMemberLines('del', 's', ['10.9.9.9']), setDestroy('t')];
+  const pieces = [...ipsetPieces(lines)];
+  const linesOf = (p: string) => p.split('\n').length - 1;
+  assert.deepEqual(pieces.map(linesOf), [1, LINES_PER_PIECE, LINES_PER_PIECE, 7]);
+  assert.ok(pieces.every((p) => p.endsWith('\n')));
+  const expected = [lines[0], ...members.map((m) => setAdd('s', m)), setDel('s', '10.9.9.9'), setDestroy('t')];
+  assert.equal(pieces.join(''), `${expected.join('\n')}\n`);
+  assert.equal(ipsetPayload(lines), pieces.join(''));
 });

@@ -22,6 +22,23 @@ test('execaRunner feeds input on stdin', async () => {
   assert.equal((await execaRunner().run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
 });
 
+test('execaRunner writes an iterable input piece by piece as the command reads it, and stops when it exits', async () => {
+  const piece = `${'x'.repeat(65_535)}\n`;
+  let made = 0;
+  const pieces = function* () {
+    for (; made < 10_000; made++) yield piece;
+  };
+  const whole = await execaRunner().run('wc', ['-c'], { input: { [Symbol.iterator]: () => pieces() } });
+  assert.equal(whole.stdout.trim(), String(10_000 * 65_536));
+  // A command that reads a little and exits: the rest (625 MB) is never made, and the broken
+  // pipe is no error of the run.
+  made = 0;
+  const early = await execaRunner().run('head', ['-c', '100000'], { input: { [Symbol.iterator]: () => pieces() } });
+  assert.equal(early.exitCode, 0);
+  assert.equal(early.stdout.length, 100_000);
+  assert.ok(made < 100, `${made} pieces made for a command that read two`);
+});
+
 test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_TIMEOUT', async () => {
   // A real process that never exits on its own: it stays blocked on a lock another process holds.
   const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
