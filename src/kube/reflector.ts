@@ -200,6 +200,11 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   }
 
   async function list(signal: AbortSignal): Promise<number> {
+    // The first list fills an empty cache: nothing can be gone at its end, so each object goes
+    // in as it arrives instead of being held in a wrapper until the list ends (130k of them
+    // at 100k pods, all garbage a moment later). Nothing is reported before listed() anyway.
+    const direct = !listedOnce && entries.size === 0;
+    let changes = 0;
     const fresh: Decoded<T>[] = [];
     const badNow = new Map<string, string>();
     let cont = '';
@@ -215,7 +220,9 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
       const body = await client.list({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs, protobuf: res.protobuf }, (item) => {
         const c = convert(item, badNow);
-        if (c !== null) fresh.push(c);
+        if (c === null) return;
+        if (!direct) fresh.push(c);
+        else if (put(c)) changes++;
       });
       const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
       if (!isRecord(body) || !Array.isArray(body.items)) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');
@@ -224,10 +231,11 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     } while (cont !== '');
     bad = badNow;
 
-    let changes = 0;
-    const keep = new Set(fresh.map((c) => c.name));
-    for (const name of [...entries.keys()]) if (!keep.has(name) && remove(name)) changes++;
-    for (const c of fresh) if (put(c)) changes++;
+    if (!direct) {
+      const keep = new Set(fresh.map((c) => c.name));
+      for (const name of [...entries.keys()]) if (!keep.has(name) && remove(name)) changes++;
+      for (const c of fresh) if (put(c)) changes++;
+    }
     rv = listRv;
     return changes;
   }

@@ -23,8 +23,8 @@ type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
 /** What the next list or watch request of a kind gets instead of a normal answer. */
 export type Fault =
   | { readonly status: number; readonly reason?: string }
-  /** Answer normally once the promise resolves. */
-  | { readonly hold: Promise<void> }
+  /** Answer once the promise resolves: normally, or with `status` when given. */
+  | { readonly hold: Promise<void>; readonly status?: number; readonly reason?: string }
   /** (watch) 200 and headers, then nothing at all, ever. */
   | { readonly stall: true }
   /** (list) 200, then the connection dies halfway through the body. */
@@ -188,7 +188,7 @@ export class FakeApiServer {
     this.requests.push({ kind, verb, query: url.searchParams });
     const fault = this.faults.get(`${kind} ${verb}`)?.shift();
     if (fault !== undefined && 'hold' in fault) await fault.hold;
-    if (fault !== undefined && 'status' in fault) return status(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
+    if (fault !== undefined && 'status' in fault && fault.status !== undefined) return status(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
     const selector = url.searchParams.get('fieldSelector');
     const name = selector?.startsWith('metadata.name=') ? selector.slice('metadata.name='.length) : null;
     if (verb === 'list') return this.list(kind, url.searchParams, name, res, fault !== undefined && 'truncate' in fault);

@@ -446,6 +446,24 @@ test('a page failing after the first fails the list, which starts over from the 
   assert.deepEqual(firstBatchPods(h), PAGED);
 });
 
+test('a first list that fails after its first page and is retried without an object of that page does not send the object', async () => {
+  let release = () => {};
+  const h = await harness({
+    timings: { pageSize: 2 },
+    seed: (api) => {
+      seedPaged(api);
+      api.fault('Pod', 'list', { hold: Promise.resolve() }); // page 1, p1 and p2
+      api.fault('Pod', 'list', { hold: new Promise<void>((r) => (release = r)), status: 500 }); // page 2, held, then fails
+    },
+  });
+  const started = h.start();
+  await until(() => h.api.requestsOf('Pod', 'list').length === 2, 'the second page asked for');
+  h.api.remove('Pod', 'default/p1', { silent: true });
+  release();
+  await started;
+  assert.deepEqual(firstBatchPods(h), ['p2', 'p3', 'p4', 'p5']);
+});
+
 test('the periodic relist repairs events the watch missed, and an unchanged relist sends nothing', async () => {
   const h = await harness({
     timings: { relistMs: [150, 150] },
