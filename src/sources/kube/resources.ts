@@ -78,9 +78,9 @@ export function rawRef(res: Resource, raw: unknown): RawRef {
 /** A model object of one of the four kinds, as the reflectors hold it. */
 export type ModelObject = ModelUpsert['object'];
 
-/** The view entry of `object`, a `res.kind` object whose key is `key`. */
-export function viewEntryOf(res: Resource, key: string, object: ModelObject): ViewEntry {
-  return { key, upsert: { kind: res.kind, op: 'upsert', object } as ModelUpsert, file: res.path };
+/** The upsert of `object`, a `res.kind` object. */
+export function upsertOf(res: Resource, object: ModelObject): ModelUpsert {
+  return { kind: res.kind, op: 'upsert', object } as ModelUpsert;
 }
 
 /** Stands in a held policy for the spec it no longer carries. Not JSON, so it never equals a

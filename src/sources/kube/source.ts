@@ -7,15 +7,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
-import { diffViews } from '../view.ts';
-import type { ViewEntry } from '../view.ts';
+import { diffChanges } from '../view.ts';
+import type { KeyChange, ModelUpsert } from '../view.ts';
 import type { Source, SourceBatch } from '../types.ts';
 import { createKubeClient } from '../../kube/client.ts';
 import type { KubeClient } from '../../kube/client.ts';
 import { createReflector } from '../../kube/reflector.ts';
 import type { Reflector, WatchEvent } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
-import { resourceCodec, resourcesFor, viewEntryOf } from './resources.ts';
+import { resourceCodec, resourcesFor, upsertOf } from './resources.ts';
 import { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
 import type { KubeTimings } from './timings.ts';
 
@@ -56,7 +56,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
 
   /** Keys changed since the last batch: what the consumer was sent for each (as the reflector
    *  held it) and what it is now (undefined: none). The reflectors hold the rest, as sent. */
-  const pending = new Map<string, { readonly sent: ViewEntry | undefined; now: ViewEntry | undefined }>();
+  const pending = new Map<string, { readonly sent: ModelUpsert | undefined; now: ModelUpsert | undefined }>();
   const listed = new Set<string>();
   const reflectors: Reflector[] = [];
   let loops: Promise<void>[] = [];
@@ -79,15 +79,13 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
     if (flushTimer !== null) clearTimeout(flushTimer);
     flushTimer = null;
     if (stopped || onBatch === null) return;
-    const before = new Map<string, ViewEntry>();
-    const after = new Map<string, ViewEntry>();
-    for (const [key, { sent, now }] of pending) {
-      if (sent !== undefined) before.set(key, sent);
-      if (now !== undefined) after.set(key, now);
-    }
-    pending.clear();
     // A change undone within the window (A -> B -> A) yields nothing.
-    const events = diffViews(before, after);
+    const events = diffChanges(
+      (function* (): Generator<KeyChange> {
+        for (const [key, { sent, now }] of pending) yield [key, sent, now];
+      })(),
+    );
+    pending.clear();
     if (events.length === 0 && seq > 0) return;
     seq++;
     const revision = String(seq);
@@ -133,9 +131,9 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
       for (const res of resources) {
         const reflector = createReflector(res, resourceCodec(res), deps, {
           change(key, object, held) {
-            const now = object === undefined ? undefined : viewEntryOf(res, key, object);
+            const now = object === undefined ? undefined : upsertOf(res, object);
             const p = pending.get(key);
-            if (p === undefined) pending.set(key, { sent: held === undefined ? undefined : viewEntryOf(res, key, held), now });
+            if (p === undefined) pending.set(key, { sent: held === undefined ? undefined : upsertOf(res, held), now });
             else p.now = now;
             if (synced) schedule();
           },
