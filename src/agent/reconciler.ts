@@ -277,7 +277,9 @@ export class Reconciler {
       if (b.synced) this.#synced = true;
     }
     const changes = calc.takePolicyChanges();
-    this.#policyChanges.push(...changes);
+    // One at a time: a first batch of more than about 120k policies passes the engine's limit
+    // on a call's arguments.
+    for (const c of changes) this.#policyChanges.push(c);
     for (const { key, policy } of changes) {
       if (policy && policy.errors.length > 0) {
         metrics.errors.inc({ reason: 'WEIR_POLICY_INVALID' });

@@ -37,9 +37,11 @@ export class LabelIndex<Id> {
     for (const r of sel.requirements) {
       if (r.operator !== 'In' && r.operator !== 'Exists') continue;
       const values = this.#byKey.get(r.key);
-      const sets: Set<Id>[] = [];
+      // Not push(...values): a key with a value a pod (a StatefulSet's pod-name label) passes
+      // the engine's limit on a call's arguments, about 120k, in a large cluster.
+      let sets: Set<Id>[] = [];
       if (values !== undefined) {
-        if (r.operator === 'Exists') sets.push(...values.values());
+        if (r.operator === 'Exists') sets = [...values.values()];
         else
           for (const v of r.values) {
             const s = values.get(v);

@@ -159,6 +159,25 @@ describe('reconcile loop', () => {
     assert.equal(computed[0].ms, 0, 'the fake clock did not move');
   });
 
+  test('a first batch of 500k policies is computed and written (no call passes the engine limit on arguments)', async () => {
+    const lines: { level: number; msg: string }[] = [];
+    const calc = newCalc();
+    // Compiling 500k policies takes seconds: the report calc gives after them is what matters.
+    calc.takePolicyChanges = () => Array.from({ length: 500_000 }, (_, i) => ({ key: `ns/p${i}`, policy: null }));
+    const { clock, dataplane, r } = setup({ calc, log: pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l)) }) });
+    r.onBatch(batch('r1'));
+    await clock.advance(100);
+    assert.deepEqual(
+      lines.filter((l) => l.level >= 40).map((l) => l.msg),
+      [],
+    );
+    assert.equal(lines.filter((l) => l.msg === 'model updated').length, 1);
+    assert.deepEqual(
+      dataplane.writes().map((c) => c.kind),
+      ['resync'],
+    );
+  });
+
   test('writes nothing before the source has delivered its first full state', async () => {
     const { clock, dataplane, r } = setup();
     r.onBatch(batch('r1', false));

@@ -29,3 +29,9 @@ test('LabelIndex lists the smallest candidate list of In and Exists requirements
   assert.deepEqual(ids(index.candidates(sel({ key: 'app', operator: 'Exists', values: [] }))), { size: 0, ids: [] });
   assert.deepEqual(ids(index.candidates(sel({ key: 'team', operator: 'Exists', values: [] }))), { size: 1, ids: ['d'] });
 });
+
+test('LabelIndex: Exists on a key with a value an object (a StatefulSet pod-name label) holds at 200k objects', () => {
+  const index = new LabelIndex<number>();
+  for (let i = 0; i < 200_000; i++) index.add(i, { 'statefulset.kubernetes.io/pod-name': `db-${i}` });
+  assert.equal(index.candidates(sel({ key: 'statefulset.kubernetes.io/pod-name', operator: 'Exists', values: [] }))?.size, 200_000);
+});
