@@ -269,11 +269,12 @@ export class Reconciler {
     const cpu0 = this.#threadCpuMs();
     let events = 0;
     for (const b of batches) {
-      const dirty = calc.applyEvents(b.events);
-      dataplane.markDirty(dirty);
-      events += b.events.length;
-      if (b.events.length > 0) this.#modelChanged = true;
+      const n = b.events.length;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
+      const dirty = calc.applyEvents(takeEach(b.events));
+      dataplane.markDirty(dirty);
+      events += n;
+      if (n > 0) this.#modelChanged = true;
       if (b.synced) this.#synced = true;
     }
     const changes = calc.takePolicyChanges();
@@ -408,6 +409,19 @@ export class Reconciler {
       this.#o.log.warn({ err }, 'status reporting failed');
     }
   }
+}
+
+/** Each event of a batch, its slot emptied as calc takes it (SourceBatch hands the array over):
+ *  a raw policy is garbage once compiled, and a first batch at 100k pods holds 20k of them
+ *  (about 1 KB each), which need not outlive the compute. */
+function* takeEach(events: CalcEvent[]): Generator<CalcEvent> {
+  const slots: (CalcEvent | undefined)[] = events;
+  for (let i = 0; i < slots.length; i++) {
+    const e = slots[i] as CalcEvent;
+    slots[i] = undefined;
+    yield e;
+  }
+  slots.length = 0;
 }
 
 function codeOf(err: unknown): string {

@@ -6,7 +6,8 @@ import type { CalcEvent, ModelEvent } from '../model/types.ts';
 /** A source of the cluster delivers ModelEvents; one wrapped with the node's pod interfaces
  *  (sources/pod-interfaces.ts) also delivers PodInterface events. */
 export interface SourceBatch<E extends CalcEvent = ModelEvent> {
-  readonly events: readonly E[];
+  /** Handed over with the batch: its consumer may empty the array as it applies it. */
+  readonly events: E[];
   /** True from the batch that completes the source's first full view of the world on.
    *  The agent writes nothing to the kernel before it has seen a synced batch. */
   readonly synced: boolean;

@@ -159,6 +159,30 @@ describe('reconcile loop', () => {
     assert.equal(computed[0].ms, 0, 'the fake clock did not move');
   });
 
+  test('a batch lets go of each event as calc takes it, so compiled raw policies need not stay alive through the compute', async () => {
+    const calc = newCalc();
+    const events = ['a', 'b', 'c'].map((name) => ({ kind: 'NetworkPolicy' as const, op: 'upsert' as const, object: policy('ns', name, { podSelector: {} }) }));
+    const b: SourceBatch = { events: [...events], synced: true, revision: 'r1' };
+    const held: number[] = [];
+    const applyEvents = calc.applyEvents.bind(calc);
+    calc.applyEvents = (taken) =>
+      applyEvents(
+        (function* () {
+          for (const e of taken) {
+            yield e;
+            held.push(b.events.filter((x) => x !== undefined).length);
+          }
+        })(),
+      );
+    const { clock, metrics, r } = setup({ calc });
+    r.onBatch(b);
+    await clock.advance(100);
+    assert.deepEqual(held, [2, 1, 0], 'events still held by the batch after each one was taken');
+    assert.equal(b.events.length, 0);
+    assert.equal(calc.cluster.policies.size, 3);
+    assert.equal((await metrics.sourceEvents.get()).values.find((v) => v.labels.kind === 'NetworkPolicy')?.value, 3);
+  });
+
   test('a first batch of 500k policies is computed and written (no call passes the engine limit on arguments)', async () => {
     const lines: { level: number; msg: string }[] = [];
     const calc = newCalc();
