@@ -24,5 +24,5 @@ COPY --from=build /out/usr/local/bin/node /usr/local/bin/node
 WORKDIR /app
 COPY --from=build /app ./
 COPY examples ./examples
-ENTRYPOINT ["node", "--max-semi-space-size=2", "/app/dist/cli/main.js"]
+ENTRYPOINT ["node", "--max-semi-space-size=2", "--expose-gc", "/app/dist/cli/main.js"]
 CMD ["agent"]

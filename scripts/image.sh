@@ -25,7 +25,7 @@ node_bin=$repo/node_modules/node/bin/node
 
 # What a container runtime runs; the Dockerfile says the same (test/image/spec.test.ts).
 # The Node flags are src/cli/node-flags.ts's (test/image/spec.test.ts keeps them equal).
-entrypoint=(node --max-semi-space-size=2 /app/dist/cli/main.js)
+entrypoint=(node --max-semi-space-size=2 --expose-gc /app/dist/cli/main.js)
 cmd=(agent)
 workdir=/app
 env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)

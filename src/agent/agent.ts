@@ -116,6 +116,8 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     resyncIntervalMs: cfg.resyncIntervalMs,
     hookCheckIntervalMs: cfg.hookCheckIntervalMs,
     tidyDelayMs: cfg.tidyDelayMs,
+    // Exposed by --expose-gc, one of the image's Node flags (cli/node-flags.ts); absent otherwise.
+    collectGarbage: (globalThis as { gc?: () => void }).gc,
     onPass: (outcome) => {
       if (outcome.ok && !wrote) {
         wrote = true;

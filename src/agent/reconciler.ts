@@ -82,6 +82,12 @@ export interface ReconcilerOptions {
   readonly threadCpuMs?: () => number;
   /** Called after every write attempt (status reporting hangs here; it must not block). */
   readonly onPass?: (outcome: PassOutcome) => void;
+  /** A full garbage collection (the agent passes V8's, exposed by --expose-gc), run twice:
+   *  before the first full state is computed and after it is written. A cold start leaves
+   *  the lists' and the first compute's garbage for V8 to collect only as its heap grows
+   *  further: at 100k pods the start's peak RSS was 301-304 MB, 279 MB with these two, for
+   *  about 0.1 s more before enforcement. */
+  readonly collectGarbage?: () => void;
 }
 
 export interface PassOutcome {
@@ -132,6 +138,7 @@ export class Reconciler {
   /** Whether a source event reached calc since the last report, for onPass. */
   #modelChanged = false;
   #synced = false;
+  #collectedAfterFirstWrite = false;
   #latestRevision = '';
   #appliedRevision = '';
   #lastError: { code: string; message: string } | null = null;
@@ -268,6 +275,9 @@ export class Reconciler {
     const t0 = this.#clock.now();
     const cpu0 = this.#threadCpuMs();
     let events = 0;
+    // The first full state: the lists' garbage is collected first, so the compute fills the
+    // space it leaves instead of new pages.
+    if (!this.#synced && batches.some((b) => b.synced)) this.#collectGarbage('before the first compute');
     for (const b of batches) {
       const n = b.events.length;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
@@ -336,6 +346,14 @@ export class Reconciler {
     }
   }
 
+  #collectGarbage(when: string): void {
+    const collect = this.#o.collectGarbage;
+    if (collect === undefined) return;
+    const t0 = this.#clock.now();
+    collect();
+    this.#o.log.debug({ ms: round(this.#clock.now() - t0) }, `collected garbage ${when}`);
+  }
+
   async #write(revision: string, tidy: boolean): Promise<'ok'> {
     const { calc, dataplane, log, metrics } = this.#o;
     const owed = this.#needResync;
@@ -389,6 +407,10 @@ export class Reconciler {
     metrics.policies.set({ state: 'invalid' }, counts.invalid);
     log.info({ resync, tidy, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : tidy ? 'tidied dataplane' : 'applied changes');
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
+    if (!this.#collectedAfterFirstWrite) {
+      this.#collectedAfterFirstWrite = true;
+      this.#collectGarbage('after the first write');
+    }
     this.#askForPeriodic();
     return 'ok';
   }

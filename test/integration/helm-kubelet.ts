@@ -3,7 +3,7 @@
 // resolves it (downward API fields read from the pod object itself, $(VAR) references), and
 // its container run as written, inside the node's network namespace:
 //   - the same command, args and env. The image does not exist as a runnable thing here, so
-//     its entrypoint (the Dockerfile's ENTRYPOINT, `node --max-semi-space-size=2 /app/dist/cli/main.js`) is mapped to
+//     its entrypoint (the Dockerfile's ENTRYPOINT, `node --max-semi-space-size=2 --expose-gc /app/dist/cli/main.js`) is mapped to
 //     this checkout's `src/cli/main.ts` run by the Node 24 of node_modules; nothing else is.
 //   - the container's mounts: a private mount namespace where /run is a fresh tmpfs (standing
 //     in for the image's own /run), holding only the DaemonSet's hostPath volumes and the

@@ -202,6 +202,30 @@ describe('reconcile loop', () => {
     );
   });
 
+  test('a full garbage collection runs before the first full state is computed and after its first successful write, never again', async () => {
+    const order: string[] = [];
+    const calc = newCalc();
+    const applyEvents = calc.applyEvents.bind(calc);
+    calc.applyEvents = (events) => {
+      order.push('compute');
+      return applyEvents(events);
+    };
+    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc') });
+    const write = dataplane.resync.bind(dataplane);
+    dataplane.resync = (d, o) => {
+      order.push('write');
+      return write(d, o);
+    };
+    dataplane.failWrites = 1;
+    r.onBatch(batch('r1', false));
+    await clock.advance(100);
+    r.onBatch(batch('r2'));
+    await clock.advance(1000);
+    r.onBatch(batch('r3'));
+    await clock.advance(1000);
+    assert.deepEqual(order, ['compute', 'gc', 'compute', 'write', 'write', 'gc', 'compute']);
+  });
+
   test('writes nothing before the source has delivered its first full state', async () => {
     const { clock, dataplane, r } = setup();
     r.onBatch(batch('r1', false));
