@@ -20,7 +20,8 @@
 // (stop creating pods after this long and measure the cluster made so far; 0: no limit),
 // --lease-holder (the agent takes the policy-status Lease and so writes every policy's
 // NetworkPolicyStatus, as one agent of a cluster does; by default another node holds it).
-// WEIR_BENCH_AGENT_NODE_FLAGS: extra Node flags for the agent (a CPU profile, say).
+// WEIR_BENCH_AGENT_NODE_FLAGS: extra Node flags for the agent (a CPU profile, say);
+// WEIR_BENCH_AGENT_ARGS: extra arguments of `weir agent` (--favour-memory, say).
 
 import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -65,7 +66,9 @@ const scale = num(flags.scale, process.env.WEIR_BENCH_SCALE, 1);
 const CHANGES = Math.max(1, Math.round(num(flags.changes, process.env.WEIR_BENCH_CHANGES, 30)));
 /** Extra Node flags for the agent only, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to see where
  *  its time goes (the profile is written when the bench stops it). */
-const AGENT_NODE_FLAGS = (process.env.WEIR_BENCH_AGENT_NODE_FLAGS ?? '').split(' ').filter((f) => f !== '');
+const words = (v: string | undefined) => (v ?? '').split(' ').filter((f) => f !== '');
+const AGENT_NODE_FLAGS = words(process.env.WEIR_BENCH_AGENT_NODE_FLAGS);
+const AGENT_ARGS = words(process.env.WEIR_BENCH_AGENT_ARGS);
 const CONCURRENCY = Math.max(1, Math.round(num(flags.concurrency, undefined, 32)));
 const REST_S = num(flags['rest-s'], undefined, 30);
 const SETTLE_S = num(flags['settle-s'], undefined, 60);
@@ -881,6 +884,7 @@ async function main(): Promise<void> {
       'debug',
       '--metrics-addr',
       `127.0.0.1:${METRICS_PORT}`,
+      ...AGENT_ARGS,
     ];
     log(`agent: node ${argv.map((x) => (x === cp?.kubeconfig ? '(admin kubeconfig)' : x.replace(REPO, ''))).join(' ')}  (in network namespace ${netns})`);
     log('for comparison, the same lists made by the bench itself (all kinds at once; bodies read, not parsed; no bridge):');
