@@ -32,7 +32,7 @@ export const FLAGS = {
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
   'favour-memory': {
     type: 'boolean',
-    help: 'once the first full state is written, let V8 hold less memory: at 100k pods the agent rests at about 275 MB instead of 320-365, for a one-pod change p99 about 10 ms higher and 1-2% more of a core at rest',
+    help: 'once the first full state is written, let V8 hold less memory: at 100k pods the agent rests at about 225 MB instead of 260-270; in earlier measurements it cost up to 10 ms of one-pod change p99 and 1-2% more of a core at rest',
   },
   'tidy-delay': { type: 'string', help: 'seconds without writes before the rules a change left shadowed (nf_tables) are removed (default 1)' },
   'hook-check-interval': {
