@@ -105,7 +105,7 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
 }
 
 /** The whole input as one string (undefined for none). */
-export function inputText(input: string | Iterable<string> | undefined): string | undefined {
+function inputText(input: string | Iterable<string> | undefined): string | undefined {
   return input === undefined || typeof input === 'string' ? input : [...input].join('');
 }
 
