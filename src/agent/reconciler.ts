@@ -85,7 +85,7 @@ export interface ReconcilerOptions {
   /** A full garbage collection (the agent passes V8's, exposed by --expose-gc), run twice:
    *  before the first full state is computed and after it is written. A cold start leaves
    *  the lists' and the first compute's garbage for V8 to collect only as its heap grows
-   *  further: at 100k pods the start's peak RSS was 301-304 MB, 279 MB with these two, for
+   *  further: at 100k pods the start's peak RSS was 301-304 MB, 278-282 MB with these two, for
    *  about 0.1 s more before enforcement. */
   readonly collectGarbage?: () => void;
 }
