@@ -13,7 +13,7 @@ import { createIpset, parseIpsetTerse, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
 import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_MEMBERS, type ChainsPlan, type LayeredPlan } from './plan.ts';
-import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, isMemberLines, renderChain, restorePayload, setDestroy, TABLE } from './render.ts';
+import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy, TABLE } from './render.ts';
 import type { CommandRunner, RunOptions } from './runner.ts';
 import {
   acceptHookIn,
@@ -287,10 +287,11 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         owed = nothingOwed(); // every chain and set is in the work now
         stats.resynced = true;
       }
-      // From here until both plans are made nothing awaits: calc's live sets and chains are
-      // read as they are, into the plans' own lists and text.
+      // From here to planSets nothing awaits: calc's live sets are read as they are, and only
+      // the chain maps, read again after the sets are written, are copied.
       work = dirty;
       dirty = emptyDirty();
+      desired = { ...desired, chains: { 4: new Map(desired.chains[4]), 6: new Map(desired.chains[6]) } };
       const hooks = hooksFor(desired.topChain, ipvs);
       const acceptMark = (f: Family) => acceptMarkOf(desired.chains[f], names.accept);
       // Layered only where it saves a grace period: nf_tables, an incremental write, and every
@@ -304,27 +305,26 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
         mergeDirty(work, asDirty(owed));
         owed = nothingOwed();
       }
+      // (1) Sets first, so every set a new rule names exists.
       const sets = planSets(desired, work.sets, state.sets, { maxElem, tmpName });
+      if (sets.lines.length > 0) {
+        const batches = sets.added + sets.removed < SPLIT_SETS_AT_MEMBERS ? [sets.lines] : [sets.byFamily[4], sets.byFamily[6]].filter((l) => l.length > 0);
+        await timed(stats, 'sets', async () => {
+          // Side by side when split; the record changes only once every batch succeeded (a
+          // failure reads the kernel back before the next write).
+          await settleAll(batches.map((lines) => t.ipset.restore(lines)));
+        });
+      }
+      commitSetChanges(state.sets, sets.changes);
+      stats.setsCreated = sets.created;
+      stats.membersAdded = sets.added;
+      stats.membersRemoved = sets.removed;
+
+      // (2) One atomic payload per family.
       const plans = (layered ?? families.map((f) => ({ f, plan: planChains(desired.chains[f], hooks, work.chains[f], state.families[f], acceptMark(f)) }))).filter(
         (p): p is { f: Family; plan: ChainsPlan } => p.plan?.payload !== undefined,
       );
-      const writeSets = async () => {
-        if (sets.lines.length > 0) {
-          const batches = sets.added + sets.removed < SPLIT_SETS_AT_MEMBERS ? [sets.lines] : [sets.byFamily[4], sets.byFamily[6]].filter((l) => l.length > 0);
-          await timed(stats, 'sets', async () => {
-            // Side by side when split; the record changes only once every batch succeeded (a
-            // failure reads the kernel back before the next write).
-            await settleAll(batches.map((lines) => t.ipset.restore(lines)));
-          });
-        }
-        commitSetChanges(state.sets, sets.changes);
-        stats.setsCreated = sets.created;
-        stats.membersAdded = sets.added;
-        stats.membersRemoved = sets.removed;
-      };
-      // One atomic payload per family.
-      const writeChains = async () => {
-        if (plans.length === 0) return;
+      if (plans.length > 0) {
         await timed(stats, 'chains', async () => {
           // The families are separate tables: write them side by side, record each success.
           await settleAll(
@@ -339,17 +339,6 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
             },
           );
         });
-      };
-      // (1) A set a rule names must exist first, so a write that creates or rebuilds one runs
-      // before the chains. (2) Member changes of sets that exist run beside them: a local
-      // pod's change then costs the longer of the two commands, not their sum. ipset and
-      // iptables are separate transactions in either order, so the kernel passes through a mix
-      // of old and new for a moment whichever goes first; running side by side adds no state
-      // that one order or the other cannot show, and a failure of either reads the kernel back.
-      if (sets.lines.every(isMemberLines)) await settleAll([writeSets(), writeChains()]);
-      else {
-        await writeSets();
-        await writeChains();
       }
 
       // What a layered write left, in every family (one with nothing to add too), is owed; a

@@ -260,8 +260,6 @@ export interface MemberLines {
 }
 /** One entry of an ipset restore batch: a line, or a set's member lines. */
 export type SetLine = string | MemberLines;
-/** Member adds or deletes, as opposed to a line that creates, swaps or destroys a set. */
-export const isMemberLines = (line: SetLine): line is MemberLines => typeof line !== 'string';
 export const setMemberLines = (op: 'add' | 'del', set: string, members: readonly string[]): MemberLines => ({ op, set, members });
 export const setDestroy = (name: string) => `destroy ${name}`;
 export const setSwap = (from: string, to: string) => `swap ${from} ${to}`;
@@ -277,7 +275,7 @@ export function* ipsetPieces(lines: readonly SetLine[]): Generator<string> {
   let pending: string[] = [];
   let count = 0;
   for (const line of lines) {
-    const texts: Iterable<[number, string]> = isMemberLines(line) ? memberTexts(line) : [[1, line]];
+    const texts: Iterable<[number, string]> = typeof line === 'string' ? [[1, line]] : memberTexts(line);
     for (const [lineCount, text] of texts) {
       if (count + lineCount > LINES_PER_PIECE && count > 0) {
         yield `${pending.join('\n')}\n`;
