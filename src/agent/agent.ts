@@ -40,7 +40,11 @@ export interface RunningAgent {
 
 export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<RunningAgent> {
   const { log } = deps;
-  const runner = deps.runner ?? execaRunner();
+  const runner =
+    deps.runner ??
+    execaRunner({
+      onFallback: (err) => log.warn({ err }, 'commands are started from the agent itself: each start now pauses its event loop for a fork of the whole process'),
+    });
   const metrics = deps.metrics ?? createMetrics();
   // Construction does no I/O, so a wrong source configuration is reported before anything runs.
   const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg);

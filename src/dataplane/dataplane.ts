@@ -14,7 +14,7 @@ import { createIptables, detectBackend, type Backend, type BackendChoice, type I
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
 import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_MEMBERS, type ChainsPlan, type LayeredPlan } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy, TABLE } from './render.ts';
-import type { CommandRunner, RunOptions } from './runner.ts';
+import type { CommandRunner } from './runner.ts';
 import {
   acceptHookIn,
   emptyFamilyState,
@@ -155,7 +155,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
   const ipvsChoice = config.ipvs ?? 'off';
   // The OUTPUT hook is wanted; with auto, re-learned at every kernel read.
   let ipvs = ipvsChoice === 'on';
-  const detectIpvs = async (opts?: RunOptions): Promise<boolean> => (ipvsChoice === 'auto' ? ipvsInterfacePresent(config.runner, opts) : ipvsChoice === 'on');
+  const detectIpvs = async (): Promise<boolean> => (ipvsChoice === 'auto' ? ipvsInterfacePresent(config.runner) : ipvsChoice === 'on');
   let dirty = emptyDirty();
   // What layered writes left for the tidy: chains layered or no longer desired (with their
   // shadowed rules), and sets no longer desired.
@@ -408,7 +408,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       const accept = acceptHookIn(filterForward);
       return want.acceptHook.specs.length > 0 ? sameHook(accept, want.acceptHook) : accept.specs.length === 0;
     };
-    const [nowIpvs, ...matches] = await Promise.all([detectIpvs({ offThread: true }), ...families.map(familyMatches)]);
+    const [nowIpvs, ...matches] = await Promise.all([detectIpvs(), ...families.map(familyMatches)]);
     return nowIpvs === ipvs && matches.every(Boolean);
   }
 

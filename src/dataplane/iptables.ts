@@ -112,7 +112,7 @@ export function createIptables(opts: IptablesOptions): Iptables {
     async listChain(family, table, chain) {
       const cmd = tool(opts.backend, family);
       const args = ['-t', table, '-S', chain, waitArg];
-      const r = await opts.runner.run(cmd, args, { offThread: true });
+      const r = await opts.runner.run(cmd, args);
       if (r.exitCode !== 0) throw new CommandError('WEIR_KERNEL_READ_FAILED', cmd, args, r.exitCode, r.stderr);
       // `-S` prints `-P` and `-A` lines as save does, without the table header.
       return parseSave(`*${table}\n${r.stdout}`, table).get(chain) ?? [];

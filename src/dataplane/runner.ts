@@ -6,16 +6,13 @@ import { Readable } from 'node:stream';
 
 import { execa } from 'execa';
 import { CommandError } from '../errors.ts';
-import { ThreadSpawner } from './thread-spawner.ts';
+import { ForkServer, ForkServerUnavailable, type ForkServerOptions } from './fork-server.ts';
 
 export interface RunOptions {
   /** Written to the command's stdin (restore payloads). An iterable is written a piece at a
    *  time as the command reads it, so a large payload is never one string; it may be iterated
    *  more than once (a recording runner reads it before passing it on). */
   readonly input?: string | Iterable<string>;
-  /** Started from a worker thread, so starting it does not stall the event loop: for reads
-   *  beside the loop, such as the hook check (see thread-spawner.ts). */
-  readonly offThread?: boolean;
 }
 
 export interface RunResult {
@@ -54,19 +51,44 @@ export interface RunningCommand {
 /** Long enough for a restore of a few hundred thousand rules, short enough to notice a hang. */
 export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
 
-export function execaRunner(options: { readonly timeoutMs?: number } = {}): CommandRunner {
+export interface ProcessRunnerOptions {
+  readonly timeoutMs?: number;
+  /** Where `run` starts commands: through a fork server (default; see fork-server.ts), or,
+   *  with false, from this process. */
+  readonly forkServer?: ForkServerOptions | false;
+  /** The fork server could not start: commands are started from this process from then on. */
+  readonly onFallback?: (err: Error) => void;
+}
+
+/** Input the fork server takes at most: it writes the input to a file before the command
+ *  starts, so larger streamed input (a first write's members) goes straight to a command
+ *  started here, which reads it as it is made. */
+export const FORK_SERVER_INPUT_LIMIT = 1 << 20;
+
+/** Runs real commands: `run` through the fork server, so the agent's loop never waits for a
+ *  fork of itself; `spawn` (monitors, started once), large streamed input and the fallback with
+ *  execa. */
+export function execaRunner(options: ProcessRunnerOptions = {}): CommandRunner {
   const timeout = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
-  let thread: ThreadSpawner | undefined;
+  let server = options.forkServer === false ? undefined : new ForkServer(options.forkServer);
   return {
     async run(cmd, args, opts) {
-      if (opts?.offThread) {
-        thread ??= new ThreadSpawner();
-        const r = await thread.run(cmd, args, inputText(opts.input), timeout);
-        if (r.failure === undefined && r.exitCode !== null) return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
-        const code = r.failure?.kind === 'missing' ? 'WEIR_COMMAND_MISSING' : r.failure?.kind === 'timeout' ? 'WEIR_COMMAND_TIMEOUT' : 'WEIR_COMMAND_FAILED';
-        throw new CommandError(code, cmd, args, undefined, `${r.stderr}\n${r.failure?.message ?? 'did not run'}`);
+      let input = opts?.input;
+      const small = server === undefined ? undefined : upTo(input, FORK_SERVER_INPUT_LIMIT);
+      if (server !== undefined && small?.whole === true) {
+        try {
+          const r = await server.run(cmd, args, small.text, timeout);
+          if (r.failure === undefined && r.exitCode !== undefined) return { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+          const code = r.failure?.kind === 'missing' ? 'WEIR_COMMAND_MISSING' : r.failure?.kind === 'timeout' ? 'WEIR_COMMAND_TIMEOUT' : 'WEIR_COMMAND_FAILED';
+          throw new CommandError(code, cmd, args, undefined, `${r.stderr}\n${r.failure?.message ?? 'did not run'}`);
+        } catch (err) {
+          if (err instanceof CommandError) throw err;
+          if (!(err instanceof ForkServerUnavailable)) throw new CommandError('WEIR_COMMAND_FAILED', cmd, args, undefined, (err as Error).message);
+          server = undefined;
+          options.onFallback?.(err);
+        }
       }
-      const input = opts?.input;
+      if (small !== undefined) input = small.whole ? small.text : small.rest;
       const r = await execa(cmd, args, {
         // Pieces go through a stream: it writes the next only when the pipe takes it.
         input: input === undefined || typeof input === 'string' ? input : Readable.from(input),
@@ -104,6 +126,29 @@ export function execaRunner(options: { readonly timeoutMs?: number } = {}): Comm
   };
 }
 
+/** The input as one string when it is at most `limit` characters (`whole`); otherwise what was
+ *  taken of it and the rest, as one iterable again. */
+function upTo(input: string | Iterable<string> | undefined, limit: number): { whole: true; text: string | undefined } | { whole: false; rest: Iterable<string> } {
+  if (input === undefined || typeof input === 'string') return { whole: true, text: input };
+  const taken: string[] = [];
+  let size = 0;
+  const it = input[Symbol.iterator]();
+  for (let next = it.next(); !next.done; next = it.next()) {
+    taken.push(next.value);
+    size += next.value.length;
+    if (size > limit) {
+      return {
+        whole: false,
+        rest: (function* () {
+          yield* taken.splice(0);
+          for (let more = it.next(); !more.done; more = it.next()) yield more.value;
+        })(),
+      };
+    }
+  }
+  return { whole: true, text: taken.join('') };
+}
+
 /** The whole input as one string (undefined for none). */
 function inputText(input: string | Iterable<string> | undefined): string | undefined {
   return input === undefined || typeof input === 'string' ? input : [...input].join('');
@@ -131,8 +176,6 @@ export interface RecordedCall {
   readonly cmd: string;
   readonly args: readonly string[];
   readonly input: string | undefined;
-  /** Present (true) only for a command asked to start off the event loop's thread. */
-  readonly offThread?: true;
 }
 
 export type Responder = (call: RecordedCall) => RunResult | Promise<RunResult>;
@@ -153,7 +196,7 @@ export function recordingRunner(inner: CommandRunner | Responder = () => OK): Re
   return {
     calls,
     async run(cmd, args, opts) {
-      const call: RecordedCall = { cmd, args: [...args], input: inputText(opts?.input), ...(opts?.offThread ? { offThread: true as const } : {}) };
+      const call: RecordedCall = { cmd, args: [...args], input: inputText(opts?.input) };
       calls.push(call);
       return typeof inner === 'function' ? inner(call) : inner.run(cmd, args, opts);
     },

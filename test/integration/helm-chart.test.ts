@@ -86,14 +86,16 @@ describe('charts/weir rendered by helm', () => {
       capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SETUID', 'SETGID'] },
     });
     assert.equal(ds.spec.template.metadata.annotations, undefined, 'no AppArmor exception: source binding mounts nothing');
-    const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath]));
+    const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath ?? v]));
     assert.deepEqual(volumes, {
+      tmp: { name: 'tmp', emptyDir: {} },
       'xtables-lock': { path: '/run/xtables.lock', type: 'FileOrCreate' },
       'lib-modules': { path: '/lib/modules' },
       netns: { path: '/var/run/netns', type: 'DirectoryOrCreate' },
       'audit-log': { path: '/var/log/weir', type: 'DirectoryOrCreate' },
     });
     assert.deepEqual(c.volumeMounts, [
+      { name: 'tmp', mountPath: '/tmp' },
       { name: 'xtables-lock', mountPath: '/run/xtables.lock' },
       { name: 'lib-modules', mountPath: '/lib/modules', readOnly: true },
       { name: 'netns', mountPath: '/var/run/netns', mountPropagation: 'HostToContainer', readOnly: true },

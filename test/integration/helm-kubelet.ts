@@ -6,7 +6,8 @@
 //     its entrypoint (the Dockerfile's ENTRYPOINT, `node --max-semi-space-size=2 --expose-gc /app/dist/cli/main.js`) is mapped to
 //     this checkout's `src/cli/main.ts` run by the Node 24 of node_modules; nothing else is.
 //   - the container's mounts: a private mount namespace where /run is a fresh tmpfs (standing
-//     in for the image's own /run), holding only the DaemonSet's hostPath volumes and the
+//     in for the image's own /run), holding only the DaemonSet's hostPath volumes (an emptyDir
+//     is a fresh directory of the test's own, mounted where it asks) and the
 //     service account token the kubelet projects (a token bound to the pod, from the
 //     TokenRequest API); with readOnlyRootFilesystem the root is remounted read-only, and
 //     /sys and /proc/sys are read-only as in any unprivileged container.
@@ -193,10 +194,20 @@ export async function containerScript(spec: RunSpec): Promise<{ script: string; 
     'mount --make-rslave /',
   ];
   const mounts: string[] = [];
+  // Mounted last: one over /tmp would hide the stage and token files the others come from.
+  const emptyDirs: string[] = [];
   const skipped: string[] = [];
   (container.volumeMounts ?? []).forEach((m: Obj, i: number) => {
     const v = volumes.get(m.name);
-    if (v?.hostPath === undefined) throw new Error(`volume ${m.name}: only hostPath volumes are simulated`);
+    if (v?.emptyDir !== undefined) {
+      // A fresh directory of the test's own, over a mount point of this machine's root.
+      if (!existsSync(m.mountPath)) throw new Error(`emptyDir ${m.name}: no mount point ${m.mountPath} in this machine's root, which stands in for the image`);
+      const src = join(stage, `v${i}`);
+      lines.push(`mkdir -p ${q(src)}`);
+      emptyDirs.push(`mount --bind ${q(src)} ${q(m.mountPath)}`, `mount --make-rprivate ${q(m.mountPath)}`);
+      return;
+    }
+    if (v?.hostPath === undefined) throw new Error(`volume ${m.name}: only hostPath and emptyDir volumes are simulated`);
     const host: string = v.hostPath.path;
     const type: string = v.hostPath.type ?? '';
     const target: string = m.mountPath.replace(/^\/var\/run(?=\/|$)/, '/run');
@@ -233,7 +244,7 @@ export async function containerScript(spec: RunSpec): Promise<{ script: string; 
     const target = '/run/secrets/kubernetes.io/serviceaccount';
     lines.push(`mkdir -p ${target}`, `mount --bind ${q(sa)} ${target}`, `mount -o remount,bind,ro ${target}`);
   }
-  lines.push('mount -o remount,bind,ro /sys', 'mount --bind /proc/sys /proc/sys', 'mount -o remount,bind,ro /proc/sys');
+  lines.push('mount -o remount,bind,ro /sys', 'mount --bind /proc/sys /proc/sys', 'mount -o remount,bind,ro /proc/sys', ...emptyDirs);
   if (sc.readOnlyRootFilesystem) lines.push('mount -o remount,bind,ro /run', 'mount -o remount,bind,ro /');
   lines.push(`cd ${q(REPO)}`);
   const setpriv = [

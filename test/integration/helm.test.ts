@@ -122,6 +122,13 @@ describe('the chart on a real API server: install, agents that enforce policy, u
     }
   });
 
+  test("in the chart's read-only container the agents start their commands through the fork server", async () => {
+    for (const a of agents) {
+      const fallback = a.log.find((l) => /commands are started from the agent itself/.test(l));
+      assert.equal(fallback, undefined, `${a.node}: ${fallback}`);
+    }
+  });
+
   test('the agents write their status objects (the Lease holder too) with nothing forbidden', async () => {
     for (const node of ['node-a', 'node-b']) {
       await eventually(

@@ -1,11 +1,11 @@
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandError } from '../../../src/errors.ts';
-import { execaRunner, netnsRunner, recordingRunner, runOk } from '../../../src/dataplane/runner.ts';
+import { execaRunner, FORK_SERVER_INPUT_LIMIT, netnsRunner, recordingRunner, runOk } from '../../../src/dataplane/runner.ts';
 
 test('execaRunner reports a missing binary as WEIR_COMMAND_MISSING', async () => {
   await assert.rejects(execaRunner().run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING' && e.command === 'weir-no-such-binary');
@@ -68,20 +68,79 @@ test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_T
   }
 });
 
-test('off the loop thread, a command gives the same streams, exit code and stdin; a missing binary and a hang are the same errors', async () => {
-  const runner = execaRunner({ timeoutMs: 300 });
-  const off = { offThread: true } as const;
-  assert.deepEqual(await runner.run('sh', ['-c', 'echo out; echo err >&2; exit 3'], off), { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
-  assert.equal((await runner.run('cat', [], { ...off, input: 'a\nb\n' })).stdout, 'a\nb\n');
-  assert.equal((await runner.run('sh', ['-c', 'echo $LC_ALL'], off)).stdout, 'C\n', 'English messages, as on the loop thread');
-  await assert.rejects(runner.run('weir-no-such-binary', ['x'], off), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING');
-  await assert.rejects(runner.run('sleep', ['5'], off), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_TIMEOUT' && /timed out after 300 ms/.test(e.stderr));
-  // Side by side, each answer to its own command.
-  const many = await Promise.all(Array.from({ length: 8 }, (_, i) => runner.run('echo', [String(i)], off)));
-  assert.deepEqual(
-    many.map((r) => r.stdout),
-    Array.from({ length: 8 }, (_, i) => `${i}\n`),
-  );
+/** The pid of ppid in /proc/<pid>/stat text (the field after the parenthesised name). */
+const parentOf = (stat: string) => Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+
+/** The process that started a command's starter: the fork server (its job shell started the
+ *  command), or, for a command started here, this process's parent. */
+async function serverOf(runner: ReturnType<typeof execaRunner>): Promise<number> {
+  return Number((await runner.run('sh', ['-c', 'cut -d" " -f4 /proc/$PPID/stat'])).stdout);
+}
+
+test('through the fork server or started here, a command gives the same streams, exit code and stdin; a missing binary and a hang are the same errors', async () => {
+  for (const forkServer of [undefined, false] as const) {
+    const runner = execaRunner({ timeoutMs: 300, forkServer });
+    assert.deepEqual(await runner.run('sh', ['-c', 'echo out; echo err >&2; exit 3']), { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
+    assert.equal((await runner.run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
+    assert.equal((await runner.run('cat', [], { input: ['a\n', 'b\n'] })).stdout, 'a\nb\n');
+    assert.equal((await runner.run('sh', ['-c', 'echo $LC_ALL'])).stdout, 'C\n', 'English messages');
+    // Arguments reach the command verbatim, whatever the shell would make of them.
+    const words = ["it's", 'a b', '$HOME', '`id`', '"q"', '*', '\\', ''];
+    assert.deepEqual((await runner.run('printf', ['%s|', ...words])).stdout, `${words.join('|')}|`);
+    await assert.rejects(runner.run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING');
+    await assert.rejects(runner.run('sleep', ['5']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_TIMEOUT' && /timed out after 300 ms/.test(e.stderr));
+    await assert.rejects(runner.run('sh', ['-c', 'kill -TERM $$']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_FAILED' && /killed by (signal 15|SIGTERM)/.test(e.stderr));
+    // Side by side, each answer to its own command.
+    const many = await Promise.all(Array.from({ length: 8 }, (_, i) => runner.run('sh', ['-c', `sleep 0.0${i}; echo ${i}`])));
+    assert.deepEqual(
+      many.map((r) => r.stdout),
+      Array.from({ length: 8 }, (_, i) => `${i}\n`),
+    );
+  }
+});
+
+test('commands are started by the fork server, not by this process, and leave no file behind; large streamed input goes to a command started here', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
+  try {
+    const runner = execaRunner({ forkServer: { dir } });
+    const server = await serverOf(runner);
+    assert.notEqual(server, process.pid);
+    assert.equal((await readFile(`/proc/${server}/comm`, 'utf8')).trim(), 'sh');
+    assert.equal(parentOf(await readFile(`/proc/${server}/stat`, 'utf8')), process.pid);
+    const [own] = await readdir(dir);
+    assert.match(own, /^weir-commands-/);
+    assert.deepEqual(await readdir(join(dir, own)), [], "every command's files are removed");
+    // Streamed input above the limit is not written to a file first.
+    const big = Array.from({ length: 40 }, () => `${'x'.repeat(65_535)}\n`);
+    assert.ok(big.length * 65_536 > FORK_SERVER_INPUT_LIMIT);
+    const r = await runner.run('sh', ['-c', 'wc -c; echo $PPID'], { input: big });
+    assert.deepEqual(r.stdout.split('\n').slice(0, 2).map(Number), [40 * 65_536, process.pid]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a fork server that cannot start leaves commands to this process, said once', async () => {
+  for (const forkServer of [{ shell: 'weir-no-such-shell' }, { dir: '/proc/weir-no-such-dir' }]) {
+    const fallbacks: Error[] = [];
+    const runner = execaRunner({ forkServer, onFallback: (e) => fallbacks.push(e) });
+    assert.equal(Number((await runner.run('sh', ['-c', 'echo $PPID'])).stdout), process.pid, 'started here');
+    assert.equal((await runner.run('echo', ['again'])).stdout, 'again\n');
+    assert.equal(fallbacks.length, 1);
+    assert.match(fallbacks[0].message, /cannot start the command server/);
+  }
+});
+
+test('a fork server that dies fails the commands it ran, and the next command starts a new one', async () => {
+  const runner = execaRunner();
+  const server = await serverOf(runner);
+  const running = runner.run('sleep', ['1']);
+  await new Promise((r) => setTimeout(r, 50));
+  process.kill(server, 'SIGKILL');
+  await assert.rejects(running, (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_FAILED' && /command server exited \(SIGKILL\)/.test(e.stderr));
+  const next = await serverOf(runner);
+  assert.notEqual(next, server);
+  assert.notEqual(next, process.pid);
 });
 
 test('netnsRunner prefixes ip netns exec and passes input through', async () => {
