@@ -20,7 +20,8 @@ export interface ForkServerResult {
   readonly failure?: { readonly kind: 'missing' | 'timeout' | 'killed'; readonly message: string };
 }
 
-/** The server could not be started (no shell, no writable directory): run commands directly. */
+/** The server could not be started or given the command (no shell, no writable directory), so
+ *  the command did not run: it may be started another way. */
 export class ForkServerUnavailable extends Error {}
 
 export interface ForkServerOptions {
@@ -75,8 +76,9 @@ export class ForkServer {
     this.#options = options;
   }
 
-  /** Runs one command; rejects with ForkServerUnavailable when no server can start, and with an
-   *  Error when the server died while the command ran. */
+  /** Runs one command; rejects with ForkServerUnavailable when the command could not be handed
+   *  to a server, and with an Error when the server died while the command ran (or before it
+   *  said it had ended: the command may have run, so it must not be run again blindly). */
   async run(cmd: string, args: readonly string[], input: string | undefined, timeoutMs: number): Promise<ForkServerResult> {
     const argv = [cmd, ...args];
     const bad = argv.find((a) => /[\n\0]/.test(a));
@@ -85,7 +87,12 @@ export class ForkServer {
     const id = String(++this.#nextId);
     const file = (ext: string) => join(server.dir, `${id}.${ext}`);
     try {
-      await writeFile(file('in'), input ?? '');
+      try {
+        await writeFile(file('in'), input ?? '');
+      } catch (err) {
+        // Nothing ran yet, so the command may still be started another way.
+        throw new ForkServerUnavailable(`cannot write the command's input in ${server.dir}: ${(err as Error).message}`);
+      }
       if (server.ended !== undefined) throw server.ended;
       const done = await new Promise<ForkServerResult | Error>((resolve) => {
         const timer = setTimeout(() => {

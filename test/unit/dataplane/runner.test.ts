@@ -131,6 +131,21 @@ test('a fork server that cannot start leaves commands to this process, said once
   }
 });
 
+test('a fork server whose directory went leaves the command, and the next ones, to this process', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
+  try {
+    const fallbacks: Error[] = [];
+    const runner = execaRunner({ forkServer: { dir }, onFallback: (e) => fallbacks.push(e) });
+    assert.notEqual(await serverOf(runner), process.pid);
+    await rm(join(dir, (await readdir(dir))[0]), { recursive: true });
+    assert.equal(Number((await runner.run('sh', ['-c', 'echo $PPID'])).stdout), process.pid, 'run here, once');
+    assert.equal(fallbacks.length, 1);
+    assert.match(fallbacks[0].message, /cannot write the command's input/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('a fork server that dies fails the commands it ran, and the next command starts a new one', async () => {
   const runner = execaRunner();
   const server = await serverOf(runner);
