@@ -204,7 +204,14 @@ export async function containerScript(spec: RunSpec): Promise<{ script: string; 
       if (!existsSync(m.mountPath)) throw new Error(`emptyDir ${m.name}: no mount point ${m.mountPath} in this machine's root, which stands in for the image`);
       const src = join(stage, `v${i}`);
       lines.push(`mkdir -p ${q(src)}`);
+      // Over a parent of the code the container runs (a checkout under /tmp, as in CI), that
+      // code is bound back inside it, through a holding place in the fresh /run.
+      const under = (p: string) => p === m.mountPath || p.startsWith(`${m.mountPath.replace(/\/$/, '')}/`);
+      const keep = [REPO.replace(/\/$/, ''), dirname(process.execPath)].filter((p, j, all) => under(p) && !all.slice(0, j).some((o) => p.startsWith(`${o}/`)));
+      const held = keep.map((p, j) => [p, `/run/.weir-kept-${i}-${j}`]);
+      for (const [p, hold] of held) emptyDirs.push(`mkdir -p ${q(hold)}`, `mount --rbind ${q(p)} ${q(hold)}`);
       emptyDirs.push(`mount --bind ${q(src)} ${q(m.mountPath)}`, `mount --make-rprivate ${q(m.mountPath)}`);
+      for (const [p, hold] of held) emptyDirs.push(`mkdir -p ${q(p)}`, `mount --rbind ${q(hold)} ${q(p)}`);
       return;
     }
     if (v?.hostPath === undefined) throw new Error(`volume ${m.name}: only hostPath and emptyDir volumes are simulated`);
