@@ -124,16 +124,6 @@ export class ForkServer {
     }
   }
 
-  /** Ends the server: running commands finish, then it removes its directory. */
-  close(): void {
-    void this.#server?.then(
-      (s) => s.child.stdin?.end(),
-      () => {},
-    );
-    this.#server = undefined;
-    this.#current = undefined;
-  }
-
   #start(): Promise<Server> {
     this.#server ??= this.#spawn().catch((err: Error) => {
       this.#server = undefined;

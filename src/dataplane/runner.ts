@@ -56,13 +56,14 @@ export interface ProcessRunnerOptions {
   /** Where `run` starts commands: through a fork server (default; see fork-server.ts), or,
    *  with false, from this process. */
   readonly forkServer?: ForkServerOptions | false;
-  /** The fork server could not start: commands are started from this process from then on. */
+  /** The fork server could not take a command (no shell, no writable directory): that command
+   *  and every later one are started from this process. */
   readonly onFallback?: (err: Error) => void;
 }
 
-/** Input the fork server takes at most: it writes the input to a file before the command
- *  starts, so larger streamed input (a first write's members) goes straight to a command
- *  started here, which reads it as it is made. */
+/** Streamed input the fork server takes at most: it writes the input to a file before the
+ *  command starts, so more (a first write's members) goes straight to a command started here,
+ *  which reads it as it is made. */
 export const FORK_SERVER_INPUT_LIMIT = 1 << 20;
 
 /** Runs real commands: `run` through the fork server, so the agent's loop never waits for a
