@@ -22,9 +22,10 @@ export interface RunResult {
 }
 
 /**
- * Runs one command without a shell. Resolves with the exit code, whatever it is, so callers
- * can tell a lock timeout from a rejected payload; rejects with a CommandError only when the
- * command could not run to completion (missing binary, hung past the timeout, killed).
+ * Runs one command, its arguments passed verbatim (no shell interprets them). Resolves with
+ * the exit code, whatever it is, so callers can tell a lock timeout from a rejected payload;
+ * rejects with a CommandError only when the command could not run to completion (missing
+ * binary, hung past the timeout, killed).
  */
 export interface CommandRunner {
   run(cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;

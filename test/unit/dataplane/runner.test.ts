@@ -11,7 +11,7 @@ test('execaRunner reports a missing binary as WEIR_COMMAND_MISSING', async () =>
   await assert.rejects(execaRunner().run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING' && e.command === 'weir-no-such-binary');
 });
 
-test('execaRunner resolves with a non-zero exit code and the streams, without a shell', async () => {
+test('execaRunner resolves with a non-zero exit code and the streams, its arguments verbatim', async () => {
   const r = await execaRunner().run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
   assert.deepEqual(r, { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
   // Arguments are passed verbatim: no shell expands them.
