@@ -64,6 +64,8 @@ const num = (v: string | undefined, env: string | undefined, d: number): number 
 };
 const scale = num(flags.scale, process.env.WEIR_BENCH_SCALE, 1);
 const CHANGES = Math.max(1, Math.round(num(flags.changes, process.env.WEIR_BENCH_CHANGES, 30)));
+/** Computes this slow are listed one by one (section 3): what made them slow is in the change. */
+const SLOW_COMPUTE_MS = 2;
 /** Extra Node flags for the agent only, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to see where
  *  its time goes (the profile is written when the bench stops it). */
 const words = (v: string | undefined) => (v ?? '').split(' ').filter((f) => f !== '');
@@ -666,6 +668,8 @@ interface KindResult {
   readonly agentMs: number[];
   readonly computeMs: number[];
   readonly computeCpuMs: number[];
+  /** Computes of SLOW_COMPUTE_MS and more: which change, and what its write added. */
+  readonly slowComputes: string[];
   /** write->applied less the agent's write and compute: watch delivery, batching, debounce. */
   readonly other: number[];
   readonly steps: Record<string, number[]>;
@@ -762,7 +766,7 @@ const changedKernel = (r: LogRecord): boolean => {
 };
 
 async function measureKind(agent: Agent, api: Api, kind: string, local: boolean | null, make: (i: number) => Change): Promise<KindResult> {
-  const r: KindResult = { kind, local, latency: [], api: [], agentMs: [], computeMs: [], computeCpuMs: [], other: [], steps: {}, changedKernel: 0, resyncs: 0, missed: 0 };
+  const r: KindResult = { kind, local, latency: [], api: [], agentMs: [], computeMs: [], computeCpuMs: [], slowComputes: [], other: [], steps: {}, changedKernel: 0, resyncs: 0, missed: 0 };
   for (let i = 0; i < CHANGES; i++) {
     const c = make(i);
     try {
@@ -784,6 +788,10 @@ async function measureKind(agent: Agent, api: Api, kind: string, local: boolean 
       if (typeof w.rec.ms === 'number') r.agentMs.push(w.rec.ms);
       if (w.computeMs !== undefined) r.computeMs.push(w.computeMs);
       if (w.computeCpuMs !== undefined) r.computeCpuMs.push(w.computeCpuMs);
+      if ((w.computeMs ?? 0) >= SLOW_COMPUTE_MS) {
+        const st = w.rec.stats ?? {};
+        r.slowComputes.push(`#${i} ${f1(w.computeMs ?? 0)} (CPU ${f1(w.computeCpuMs ?? Number.NaN)}; its write: ${st.setsCreated ?? 0} sets created, ${st.membersAdded ?? 0} members added)`);
+      }
       r.other.push(w.at - answered - (w.rec.ms ?? 0) - (w.computeMs ?? 0));
       for (const [step, s] of Object.entries(w.rec.stats?.durations ?? {})) if (s > 0) (r.steps[step] ??= []).push(s * 1000);
       if (r.slowest === undefined || w.at - answered > r.slowest.latency) {
@@ -960,6 +968,8 @@ async function main(): Promise<void> {
       );
     }
     log(`(n=${CHANGES}: p99 is the ${CHANGES >= 100 ? '99th percentile' : 'largest sample'}; steps are the agent's own per-step durations of the write)`);
+    log(`computes of ${SLOW_COMPUTE_MS} ms and more ("model updated" ms), by change, with what the write that followed added:`);
+    for (const r of figures.results) if (r.slowComputes.length > 0) log(`  ${r.kind.padEnd(26)} ${r.slowComputes.join('; ')}`);
     log("the agent's own histograms over section 3 (/metrics; bucket bounds):");
     log(`  weir_calc_duration_seconds        ${describeHistogram(minus(histogram(metrics2, 'weir_calc_duration_seconds'), histogram(metrics1, 'weir_calc_duration_seconds')))}`);
     log(`  weir_event_to_enforced_seconds    ${describeHistogram(minus(histogram(metrics2, 'weir_event_to_enforced_seconds'), histogram(metrics1, 'weir_event_to_enforced_seconds')))}`);
