@@ -41,6 +41,11 @@ export class ClusterState {
   /** podsMatching's recent answers by peer key, dropped at any change of pods or namespaces. */
   readonly #matches = new Map<string, readonly Pod[]>();
 
+  /** Clearing a Map allocates a new table even when it is empty: not once per pod of a list. */
+  #forgetMatches(): void {
+    if (this.#matches.size > 0) this.#matches.clear();
+  }
+
   /** Effective labels of a namespace, known or not (pods may arrive before their namespace). */
   namespaceLabels(name: string): Labels {
     return this.#namespaces.get(name) ?? namespaceLabels(name, undefined);
@@ -52,7 +57,7 @@ export class ClusterState {
 
   /** Returns the previous pod with that uid, if any. */
   upsertPod(pod: Pod): Pod | undefined {
-    this.#matches.clear();
+    this.#forgetMatches();
     const old = this.deletePod(pod.uid);
     this.pods.set(pod.uid, pod);
     let s = this.#podsByNs.get(pod.namespace);
@@ -64,7 +69,7 @@ export class ClusterState {
   }
 
   deletePod(uid: string): Pod | undefined {
-    this.#matches.clear();
+    this.#forgetMatches();
     const old = this.pods.get(uid);
     if (!old) return undefined;
     this.pods.delete(uid);
@@ -78,7 +83,7 @@ export class ClusterState {
 
   /** Returns the previous effective labels. */
   upsertNamespace(ns: Namespace): Labels {
-    this.#matches.clear();
+    this.#forgetMatches();
     const old = this.namespaceLabels(ns.name);
     this.#namespaces.set(ns.name, namespaceLabels(ns.name, ns.labels));
     this.#reindexNamespace(ns.name);
@@ -86,7 +91,7 @@ export class ClusterState {
   }
 
   deleteNamespace(name: string): Labels {
-    this.#matches.clear();
+    this.#forgetMatches();
     const old = this.namespaceLabels(name);
     this.#namespaces.delete(name);
     this.#reindexNamespace(name);
