@@ -477,7 +477,8 @@ interface Write {
   readonly rec: LogRecord;
   readonly revision: number;
   readonly computeMs: number | undefined;
-  /** The loop thread's CPU time in those passes (wall less this: waiting for a core). */
+  /** The loop thread's CPU time in those passes, as getrusage counts it: in scheduler ticks
+   *  (4 ms here) on a kernel with tick accounting, so it cannot split a compute of a few ms. */
   readonly computeCpuMs: number | undefined;
   /** Usage of the process as the line arrived. */
   readonly usage: Usage | null;
@@ -1020,7 +1021,7 @@ async function main(): Promise<void> {
       log(kindRow(r));
     }
     const metrics2 = await scrapeMetrics(netns);
-    log("the slowest sample of each kind: write->applied = agent write (its steps) + compute (the loop thread's CPU time in it) + other; rules the write wrote");
+    log("the slowest sample of each kind: write->applied = agent write (its steps) + compute (the loop thread's CPU time in it, in ticks on some kernels) + other; rules the write wrote");
     for (const r of figures.results) {
       const x = r.slowest;
       if (x === undefined) continue;
