@@ -174,9 +174,7 @@ export class ClusterState {
     const pods: Pod[] = [];
     const byLabel = this.#podLabels.candidates(peer.podSelector);
     const namespaces = this.#namespacesOf(peer);
-    let viaNamespaces = 0;
-    if (namespaces) for (const ns of namespaces) viaNamespaces += this.#podsByNs.get(ns)?.size ?? 0;
-    else viaNamespaces = this.pods.size;
+    const viaNamespaces = namespaces ? namespaces.reduce((n, ns) => n + (this.#podsByNs.get(ns)?.size ?? 0), 0) : this.pods.size;
     if (byLabel && byLabel.size < viaNamespaces) {
       for (const pod of byLabel.ids) if (this.peerMatchesPod(peer, pod)) pods.push(pod);
     } else {
