@@ -82,13 +82,20 @@ export interface ReconcilerOptions {
   readonly threadCpuMs?: () => number;
   /** Called after every write attempt (status reporting hangs here; it must not block). */
   readonly onPass?: (outcome: PassOutcome) => void;
-  /** A full garbage collection (the agent passes V8's, exposed by --expose-gc), run twice:
-   *  before the first full state is computed and after it is written. A cold start leaves
-   *  the lists' and the first compute's garbage for V8 to collect only as its heap grows
-   *  further: at 100k pods the start's peak RSS was 301-304 MB, 278-282 MB with these two, for
-   *  about 0.1 s more before enforcement. */
+  /** A full garbage collection (the agent passes V8's, exposed by --expose-gc), run before the
+   *  first full state is computed, between its slices, and after it is written. A cold start
+   *  leaves the lists' and the first compute's garbage for V8 to collect only as its heap grows
+   *  further: at 100k pods the start's peak RSS was 301-304 MB, 278-282 MB with the first and
+   *  the last, for about 0.1 s more before enforcement. */
   readonly collectGarbage?: () => void;
+  /** Events per compute of the first full state when collectGarbage is given (default
+   *  FIRST_COMPUTE_SLICE): the compute promotes garbage as it goes, and whether V8 collects any
+   *  of it before the compute ends decided a peak of 282-289 or 311-317 MB at 100k pods. */
+  readonly firstComputeSlice?: number;
 }
+
+/** About three slices for the 130k objects of bench:agent's cluster. */
+export const FIRST_COMPUTE_SLICE = 50_000;
 
 export interface PassOutcome {
   readonly ok: boolean;
@@ -276,13 +283,21 @@ export class Reconciler {
     const cpu0 = this.#threadCpuMs();
     let events = 0;
     // The first full state: the lists' garbage is collected first, so the compute fills the
-    // space it leaves instead of new pages.
-    if (!this.#synced && batches.some((b) => b.synced)) this.#collectGarbage('before the first compute');
+    // space it leaves instead of new pages, and then each slice's before the next.
+    const first = !this.#synced && batches.some((b) => b.synced);
+    if (first) this.#collectGarbage('before the first compute');
+    const slice = first && this.#o.collectGarbage ? Math.max(1, this.#o.firstComputeSlice ?? FIRST_COMPUTE_SLICE) : Number.POSITIVE_INFINITY;
     for (const b of batches) {
       const n = b.events.length;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
-      const dirty = calc.applyEvents(takeEach(b.events));
-      dataplane.markDirty(dirty);
+      for (let from = 0; ; ) {
+        const to = Math.min(n, from + slice);
+        dataplane.markDirty(calc.applyEvents(takeEach(b.events, from, to)));
+        if (to >= n) break;
+        this.#collectGarbage('between slices of the first compute');
+        from = to;
+      }
+      b.events.length = 0;
       events += n;
       if (n > 0) this.#modelChanged = true;
       if (b.synced) this.#synced = true;
@@ -436,14 +451,13 @@ export class Reconciler {
 /** Each event of a batch, its slot emptied as calc takes it (SourceBatch hands the array over):
  *  a raw policy is garbage once compiled, and a first batch at 100k pods holds 20k of them
  *  (about 1 KB each), which need not outlive the compute. */
-function* takeEach(events: CalcEvent[]): Generator<CalcEvent> {
+function* takeEach(events: CalcEvent[], from: number, to: number): Generator<CalcEvent> {
   const slots: (CalcEvent | undefined)[] = events;
-  for (let i = 0; i < slots.length; i++) {
+  for (let i = from; i < to; i++) {
     const e = slots[i] as CalcEvent;
     slots[i] = undefined;
     yield e;
   }
-  slots.length = 0;
 }
 
 function codeOf(err: unknown): string {

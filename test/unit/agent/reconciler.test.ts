@@ -6,7 +6,7 @@ import { RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createMetrics, type Metrics } from '../../../src/metrics/index.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
-import { newCalc, policy } from '../calc/fixtures.ts';
+import { diff, EMPTY, Mirror, newCalc, pod, policy, snapshot, world } from '../calc/fixtures.ts';
 import { pino } from 'pino';
 
 /** A clock whose timers run only when the test advances time. */
@@ -224,6 +224,36 @@ describe('reconcile loop', () => {
     r.onBatch(batch('r3'));
     await clock.advance(1000);
     assert.deepEqual(order, ['compute', 'gc', 'compute', 'write', 'write', 'gc', 'compute']);
+  });
+
+  test('the first full state is computed in slices with a full collection between them, to the dirty state one compute gives', async () => {
+    const w = world(
+      [pod('ns', 'a', { labels: { app: 'a' } }), pod('ns', 'b', { ip4: 2, labels: { app: 'b' } }), pod('ns', 'c', { ip4: 3, nodeName: 'node-b' })],
+      [{ name: 'ns', labels: {} }],
+      [policy('ns', 'p', { podSelector: { matchLabels: { app: 'a' } }, ingress: [{ from: [{ podSelector: {} }] }] })],
+    );
+    const events = diff(EMPTY, w);
+    assert.equal(events.length, 5);
+    const order: string[] = [];
+    const calc = newCalc();
+    const applyEvents = calc.applyEvents.bind(calc);
+    calc.applyEvents = (events) => {
+      order.push('compute');
+      return applyEvents(events);
+    };
+    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc'), firstComputeSlice: 2 });
+    // What the real dataplane is told, kept only through dirty reports.
+    const mirror = new Mirror();
+    dataplane.markDirty = (d) => mirror.update(calc.desired, d);
+    r.onBatch({ events: [...events], synced: true, revision: 'r1' });
+    await clock.advance(1000);
+    r.onBatch(batch('r2'));
+    await clock.advance(1000);
+    assert.deepEqual(order, ['gc', 'compute', 'gc', 'compute', 'gc', 'compute', 'gc', 'compute'], 'slices of 2, 2 and 1 events; later batches whole');
+    const one = newCalc();
+    one.applyEvents(events);
+    one.applyEvents(batch('r2').events);
+    assert.equal(snapshot(mirror.view(one.desired.topChain)), snapshot(one.desired));
   });
 
   test('writes nothing before the source has delivered its first full state', async () => {
