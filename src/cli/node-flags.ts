@@ -3,8 +3,10 @@
 // at 100k pods / 20k policies (npm run bench) RSS after the cold start is about 295 MB with
 // --max-semi-space-size=2 on the command line, against about 420 MB without. Set from inside
 // the process (v8.setFlagsFromString) it changed nothing measurable: the heap is sized by then.
-// --expose-gc lets the agent ask for a full collection at the two moments of a cold start
-// where one pays (agent/reconciler.ts, collectGarbage): peak RSS 278-282 MB instead of 301-304.
+// --expose-gc lets the agent ask for a full collection at the moments of a cold start where one
+// pays (agent/reconciler.ts, collectGarbage): before the first compute, between its slices and
+// after the first write. Peak RSS 278-282 MB instead of 301-304 with the first and the last;
+// 252-253 MB with the slices too (instead of 282-289, and 311-317 in some starts).
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--expose-gc'];
 
 /**
