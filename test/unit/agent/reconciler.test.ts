@@ -137,6 +137,17 @@ const batch = (revision: string, synced = true, name = revision): SourceBatch =>
   revision,
 });
 
+/** A calc that notes each compute in `order`, beside what else a test notes there. */
+function recordingComputes(order: string[]) {
+  const calc = newCalc();
+  const applyEvents = calc.applyEvents.bind(calc);
+  calc.applyEvents = (events) => {
+    order.push('compute');
+    return applyEvents(events);
+  };
+  return calc;
+}
+
 async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors', labels: Record<string, string>): Promise<number> {
   const got = await m[name].get();
   return got.values.find((v) => Object.entries(labels).every(([k, x]) => (v.labels as Record<string, unknown>)[k] === x))?.value ?? 0;
@@ -204,12 +215,7 @@ describe('reconcile loop', () => {
 
   test('a full garbage collection runs before the first full state is computed and after its first successful write, never again', async () => {
     const order: string[] = [];
-    const calc = newCalc();
-    const applyEvents = calc.applyEvents.bind(calc);
-    calc.applyEvents = (events) => {
-      order.push('compute');
-      return applyEvents(events);
-    };
+    const calc = recordingComputes(order);
     const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc') });
     const write = dataplane.resync.bind(dataplane);
     dataplane.resync = (d, o) => {
@@ -235,12 +241,7 @@ describe('reconcile loop', () => {
     const events = diff(EMPTY, w);
     assert.equal(events.length, 5);
     const order: string[] = [];
-    const calc = newCalc();
-    const applyEvents = calc.applyEvents.bind(calc);
-    calc.applyEvents = (events) => {
-      order.push('compute');
-      return applyEvents(events);
-    };
+    const calc = recordingComputes(order);
     const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc'), firstComputeSlice: 2 });
     // What the real dataplane is told, kept only through dirty reports.
     const mirror = new Mirror();
