@@ -18,8 +18,9 @@
 // --concurrency (API writes in flight while populating, 32), --rest-s (30), --settle-s (wait up
 // to this long for the load average to fall under 1 after populating, 60), --max-populate-s
 // (stop creating pods after this long and measure the cluster made so far; 0: no limit),
-// --starts (cold starts on the populated cluster, 1: their spread in one run), --lease-holder (the agent takes the policy-status Lease and so writes every policy's
-// NetworkPolicyStatus, as one agent of a cluster does; by default another node holds it).
+// --starts (cold starts on the populated cluster, 1: their spread in one run), --lease-holder
+// (the agent takes the policy-status Lease and so writes every policy's NetworkPolicyStatus,
+// as one agent of a cluster does; by default another node holds it).
 // WEIR_BENCH_AGENT_NODE_FLAGS: extra Node flags for the agent (a CPU profile, say);
 // WEIR_BENCH_AGENT_ARGS: extra arguments of `weir agent` (--favour-memory, say);
 // WEIR_BENCH_AGENT_LOG_DIR: keep each agent's output there, every line with its ms since spawn.
