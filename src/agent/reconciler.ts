@@ -96,7 +96,7 @@ export interface ReconcilerOptions {
 }
 
 /** About three slices for the 130k objects of bench:agent's cluster. */
-export const FIRST_COMPUTE_SLICE = 50_000;
+const FIRST_COMPUTE_SLICE = 50_000;
 
 export interface PassOutcome {
   readonly ok: boolean;
@@ -291,12 +291,10 @@ export class Reconciler {
     for (const b of batches) {
       const n = b.events.length;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
-      for (let from = 0; ; ) {
-        const to = Math.min(n, from + slice);
-        dataplane.markDirty(calc.applyEvents(takeEach(b.events, from, to)));
-        if (to >= n) break;
-        this.#collectGarbage('between slices of the first compute');
-        from = to;
+      // One compute even for an empty batch, as before slices.
+      for (let from = 0; from === 0 || from < n; from += slice) {
+        if (from > 0) this.#collectGarbage('between slices of the first compute');
+        dataplane.markDirty(calc.applyEvents(takeEach(b.events, from, Math.min(n, from + slice))));
       }
       b.events.length = 0;
       events += n;
