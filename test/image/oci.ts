@@ -105,7 +105,11 @@ async function extractLayer(layout: string, layer: Descriptor, diffId: string, r
   let stderr = '';
   tar.stderr.on('data', (c: Buffer) => (stderr += c));
   const exited = new Promise<number | null>((resolve) => tar.on('close', resolve));
-  await pipeline(createReadStream(path), tee(compressed), createGunzip(), tee(plain), tar.stdin);
+  // A failed pipeline hides why: tar's exit and stderr go with it (a premature close of tar's
+  // stdin failed one CI rehearsal, cause unknown).
+  await pipeline(createReadStream(path), tee(compressed), createGunzip(), tee(plain), tar.stdin).catch(async (err: unknown) => {
+    throw new Error(`unpacking layer ${layer.digest}: ${String(err)}; tar exited ${await exited}: ${stderr}`);
+  });
   const code = await exited;
   if (code !== 0) throw new Error(`tar -x of layer ${layer.digest} exited ${code}: ${stderr}`);
   if (`sha256:${compressed.digest('hex')}` !== layer.digest) throw new Error(`layer blob does not match its digest ${layer.digest}`);
