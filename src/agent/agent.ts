@@ -122,6 +122,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     tidyDelayMs: cfg.tidyDelayMs,
     // Exposed by --expose-gc, one of the image's Node flags (cli/node-flags.ts); absent otherwise.
     collectGarbage: (globalThis as { gc?: () => void }).gc,
+    firstComputeSlice: cfg.firstComputeSlice,
     onPass: (outcome) => {
       if (outcome.ok && !wrote) {
         wrote = true;

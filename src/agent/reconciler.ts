@@ -88,15 +88,12 @@ export interface ReconcilerOptions {
    *  further: at 100k pods the start's peak RSS was 301-304 MB, 278-282 MB with the first and
    *  the last, for about 0.1 s more before enforcement. */
   readonly collectGarbage?: () => void;
-  /** Events per compute of the first full state when collectGarbage is given (default
-   *  FIRST_COMPUTE_SLICE): the compute promotes garbage as it goes, and whether V8 collects any
-   *  of it before the compute ends decided a peak of 282-289 or 311-317 MB at 100k pods; in
-   *  slices, 252-254 MB (284 in one start of eight), for about 0.2 s more of compute. */
+  /** Events per compute of the first full state when collectGarbage is given (absent: one
+   *  compute): the compute promotes garbage as it goes, and whether V8 collects any of it
+   *  before the compute ends decided a peak of 282-289 or 311-317 MB at 100k pods; in slices
+   *  of 50,000, 252-254 MB (284 in one start of eight), for about 0.2 s more of compute. */
   readonly firstComputeSlice?: number;
 }
-
-/** About three slices for the 130k objects of bench:agent's cluster. */
-const FIRST_COMPUTE_SLICE = 50_000;
 
 export interface PassOutcome {
   readonly ok: boolean;
@@ -287,7 +284,7 @@ export class Reconciler {
     // space it leaves instead of new pages, and then each slice's before the next.
     const first = !this.#synced && batches.some((b) => b.synced);
     if (first) this.#collectGarbage('before the first compute');
-    const slice = first && this.#o.collectGarbage ? Math.max(1, this.#o.firstComputeSlice ?? FIRST_COMPUTE_SLICE) : Number.POSITIVE_INFINITY;
+    const slice = first && this.#o.collectGarbage && this.#o.firstComputeSlice ? Math.max(1, this.#o.firstComputeSlice) : Number.POSITIVE_INFINITY;
     for (const b of batches) {
       const n = b.events.length;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });

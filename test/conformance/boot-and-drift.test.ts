@@ -1,6 +1,7 @@
 // Conformance with real packets: a node fails closed before its agent's first sync, a restarted
-// agent keeps its predecessor's rules until it has the real state, and a deleted hook is
-// repaired within 10 s whenever it happens (not only when a resync is due).
+// agent keeps its predecessor's rules until it has the real state, a first full state computed
+// in slices enforces what one compute does, and a deleted hook is repaired within 10 s whenever
+// it happens (not only when a resync is due).
 
 import assert from 'node:assert/strict';
 import { execa } from 'execa';
@@ -8,7 +9,8 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { openProbeClient } from '../../src/sim/prober.ts';
-import { A1, A2, B1, Conformance, G1, np, type Cell } from './harness.ts';
+import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, type Cell } from './harness.ts';
+import { and, egress, from, ingress, or, tcp, v } from './predicates.ts';
 
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 const NODE_A_PODS = [A1, B1, G1];
@@ -68,6 +70,46 @@ describe('fail closed at boot, and drift repaired in seconds', () => {
     } finally {
       await c.stopAgent('node-a');
       c.startAgent('node-a');
+    }
+    await c.settle();
+  });
+
+  test('agents that compute their first full state one object at a time enforce every policy from their first write', async () => {
+    await c.reset();
+    const web = { matchLabels: { app: 'web' } };
+    await c.setPolicies(
+      // AND: db pods of team b's namespaces, on a1's named port only.
+      np('alpha', 'a1-in', { podSelector: web, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } }, podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 'http' }] }] }),
+      // OR: every pod of team a's namespaces, or the external host's IPv4 block.
+      np('beta', 'b1-in', { podSelector: web, ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } } }, { ipBlock: { cidr: '172.31.0.0/24' } }] }] }),
+      np('alpha', 'a2-in', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
+      np('gamma', 'g1-out', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ protocol: 'TCP', port: 80 }] }] }),
+    );
+    const policy = and(ingress({ [A1]: and(from(B2), tcp(80)), [B1]: or(from(A1, A2), and(from(EXTERNAL), v(4))), [A2]: (x) => x.source !== EXTERNAL }), egress(G1, tcp(80)));
+    await c.expect(policy, 'computed at once');
+    // Bare nodes, so that every rule a probe meets below was written by a sliced start.
+    const nodes = ['node-a', 'node-b'];
+    for (const node of nodes) {
+      await c.stopAgent(node);
+      await execa('ip', ['netns', 'exec', c.nodeNetns(node), process.execPath, MAIN, 'cleanup'], { reject: true });
+    }
+    await c.expect(() => true, 'bare nodes');
+    const sliced = nodes.map((node) => c.startAgent(node, ['--manifests', c.dir, '--log-level', 'debug', '--resync-interval', '600', '--first-compute-slice', '1']));
+    // Its events: 3 namespaces, 2 nodes, 5 pods, 4 policies and the node's pod interfaces.
+    const firstCompute = sliced.map((agent) => agent.waitFor((r) => r.msg === 'model updated', 15_000, 'the first compute'));
+    try {
+      await c.settle();
+      for (const [i, agent] of sliced.entries()) {
+        const { events } = await firstCompute[i];
+        assert.ok(typeof events === 'number' && events >= 14, `${agent.node}: the first compute saw ${events} events`);
+        assert.equal(agent.count('collected garbage between slices of the first compute'), events - 1, `${agent.node}: the first compute was not sliced`);
+      }
+      await c.expect(policy, 'computed one object at a time');
+    } finally {
+      for (const node of nodes) {
+        await c.stopAgent(node);
+        c.startAgent(node);
+      }
     }
     await c.settle();
   });

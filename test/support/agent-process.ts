@@ -29,6 +29,8 @@ export class AgentProcess {
   lines = 0;
   readonly log: string[] = [];
   readonly errors: string[] = [];
+  /** Every line's message, counted from the start (the log keeps only the last 300 lines). */
+  readonly #counts = new Map<string, number>();
   readonly #waiters = new Set<{ test: (r: LogRecord, line: string) => boolean; resolve: (r: LogRecord) => void }>();
 
   constructor(node: string, netns: string, args: readonly string[]) {
@@ -39,6 +41,11 @@ export class AgentProcess {
     });
     createInterface({ input: this.child.stdout! }).on('line', (l) => this.#onLine(l));
     createInterface({ input: this.child.stderr! }).on('line', (l) => this.#onLine(l));
+  }
+
+  /** How many lines with this message the agent has written. */
+  count(msg: string): number {
+    return this.#counts.get(msg) ?? 0;
   }
 
   get exited(): boolean {
@@ -90,6 +97,7 @@ export class AgentProcess {
       return;
     }
     if ((rec.level ?? 0) >= 50) this.errors.push(line);
+    if (typeof rec.msg === 'string') this.#counts.set(rec.msg, this.count(rec.msg) + 1);
     if ((rec.msg === 'applied changes' || rec.msg === 'resynced dataplane') && typeof rec.revision === 'string') this.revision = rec.revision;
     if (WRITES.has(rec.msg ?? '') && typeof rec.tidyPending === 'number') this.tidyPending = rec.tidyPending;
     for (const w of [...this.#waiters]) {

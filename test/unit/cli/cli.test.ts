@@ -100,6 +100,19 @@ describe('weir CLI', () => {
     );
   });
 
+  test('--first-compute-slice is 50000 objects by default and takes only a whole number of at least 1', () => {
+    const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
+    assert.equal(cfgOf([]).firstComputeSlice, 50_000);
+    assert.equal(cfgOf(['--first-compute-slice', '1']).firstComputeSlice, 1);
+    assert.equal(cfgOf([], { WEIR_FIRST_COMPUTE_SLICE: '20000' }).firstComputeSlice, 20_000);
+    for (const bad of ['0', '2.5']) {
+      assert.throws(
+        () => cfgOf(['--first-compute-slice', bad]),
+        (e: unknown) => e instanceof ConfigError && new RegExp(`first compute slice ${bad} must be a whole number of objects, at least 1`).test(e.message),
+      );
+    }
+  });
+
   test('the audit log is off by default; its flags fill the audit settings, and bad values are named', () => {
     const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
     assert.deepEqual(cfgOf([]).audit, { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10485760, maxFiles: 5, stdout: false });
