@@ -644,7 +644,8 @@ export class Calculator {
           for (const m of part.counts.keys()) this.#addMember(set, m);
         }
       } else {
-        for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
+        if (spec.namedPort) for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
+        else for (const m of this.#cluster.peerAddresses(peer, spec.family)) this.#addMember(set, m);
         this.#indexSet(set, peer, true);
       }
     }

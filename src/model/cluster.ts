@@ -3,7 +3,7 @@
 
 import { LabelIndex } from './label-index.ts';
 import { selectorMatches } from './selector.ts';
-import type { CompiledPolicy, Labels, Namespace, Node, Pod, PodsPeer } from './types.ts';
+import { familyOf, type CompiledPolicy, type Family, type Labels, type Namespace, type Node, type Pod, type PodsPeer } from './types.ts';
 
 /** The API server labels every namespace with its own name; manifests may omit it. */
 export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
@@ -27,6 +27,12 @@ export function isPoliced(pod: Pod): boolean {
 /** How many podsMatching answers are kept at most: a policy's peers in both families. */
 const KEPT_MATCHES = 16;
 
+/** A peer's pods, and the addresses of those eligible by family once asked for. */
+interface Matches {
+  readonly pods: readonly Pod[];
+  addresses?: Record<Family, string[]>;
+}
+
 export class ClusterState {
   readonly pods = new Map<string, Pod>();
   readonly nodes = new Map<string, Node>();
@@ -39,7 +45,7 @@ export class ClusterState {
   readonly #nsIndexed = new Map<string, Labels>();
   readonly #policiesByNs = new Map<string, Set<CompiledPolicy>>();
   /** podsMatching's recent answers by peer key, dropped at any change of pods or namespaces. */
-  readonly #matches = new Map<string, readonly Pod[]>();
+  readonly #matches = new Map<string, Matches>();
 
   /** Clearing a Map allocates a new table even when it is empty: not once per pod of a list. */
   #forgetMatches(): void {
@@ -57,7 +63,7 @@ export class ClusterState {
 
   /** Returns the previous pod with that uid, if any. */
   upsertPod(pod: Pod): Pod | undefined {
-    this.#forgetMatches();
+    // deletePod drops the kept answers.
     const old = this.deletePod(pod.uid);
     this.pods.set(pod.uid, pod);
     let s = this.#podsByNs.get(pod.namespace);
@@ -169,6 +175,25 @@ export class ClusterState {
    * peer's pods in turn; a few only, as a cold start asks for every peer without a change.
    */
   podsMatching(peer: PodsPeer): readonly Pod[] {
+    return this.#matching(peer).pods;
+  }
+
+  /**
+   * The addresses of the peer's pods that are peer-eligible, in one family: an entry per pod
+   * and address (two pods may briefly share one). Both families are read in one walk over the
+   * pods and kept with them, so the second family's set reads no pod.
+   */
+  peerAddresses(peer: PodsPeer, family: Family): readonly string[] {
+    const m = this.#matching(peer);
+    if (!m.addresses) {
+      const addresses: Record<Family, string[]> = { 4: [], 6: [] };
+      for (const pod of m.pods) if (isPeerEligible(pod)) for (const ip of pod.ips) addresses[familyOf(ip)].push(ip);
+      m.addresses = addresses;
+    }
+    return m.addresses[family];
+  }
+
+  #matching(peer: PodsPeer): Matches {
     const known = this.#matches.get(peer.key);
     if (known) return known;
     const pods: Pod[] = [];
@@ -185,8 +210,9 @@ export class ClusterState {
       }
     }
     if (this.#matches.size >= KEPT_MATCHES) this.#matches.clear();
-    this.#matches.set(peer.key, pods);
-    return pods;
+    const m: Matches = { pods };
+    this.#matches.set(peer.key, m);
+    return m;
   }
 
   /** The namespaces a peer's pods may live in (candidates: its selector is still to check),

@@ -54,3 +54,20 @@ test('podsMatching answers anew after every change of pods and namespaces', () =
   assert.deepEqual(names(c, peer), ['c/web'], 'a namespace deleted: its pods keep only their name label');
   assert.deepEqual(names(c, peer), ['c/web'], 'the same answer when nothing changed');
 });
+
+test("peerAddresses gives the peer's eligible pods' addresses of one family, an entry per pod, and answers anew after a pod changes", () => {
+  const c = cluster();
+  const peer = inNs('a', sel());
+  const both = (p: Pod, ips: string[], extra: Partial<Pod> = {}): Pod => ({ ...p, ips, ...extra });
+  c.upsertPod(both(pod('web', 'a', { tier: 'web' }), ['10.0.0.1', 'fd00::1']));
+  c.upsertPod(both(pod('db', 'a', { tier: 'db' }), ['10.0.0.1']));
+  c.upsertPod(both(pod('pending', 'a', {}), ['10.0.0.3', 'fd00::3'], { phase: 'Pending' }));
+  c.upsertPod(both(pod('host', 'a', {}), ['192.168.0.1'], { hostNetwork: true }));
+  const of = (f: 4 | 6) => [...c.peerAddresses(peer, f)].sort();
+  assert.deepEqual(of(4), ['10.0.0.1', '10.0.0.1'], 'two pods sharing an address give it twice; pending and host-network pods none');
+  assert.deepEqual(of(6), ['fd00::1']);
+  c.upsertPod(both(pod('pending', 'a', {}), ['10.0.0.3', 'fd00::3']));
+  assert.deepEqual(of(6), ['fd00::1', 'fd00::3'], 'the pending pod running');
+  c.deletePod('a/web');
+  assert.deepEqual([of(4), of(6)], [['10.0.0.1', '10.0.0.3'], ['fd00::3']], 'a pod deleted');
+});
