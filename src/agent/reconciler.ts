@@ -93,7 +93,14 @@ export interface ReconcilerOptions {
    *  before the compute ends decided a peak of 282-289 or 311-317 MB at 100k pods; in slices
    *  of 50,000, 252-254 MB (284 in one start of eight), for about 0.2 s more of compute. */
   readonly firstComputeSlice?: number;
+  /** Events a first full state needs for those collections to run, unless it is computed in
+   *  slices (default COLLECT_GARBAGE_FROM): each costs 40-50 ms even on a small heap, which a
+   *  small cluster's start-up would wait for to free a few MB. */
+  readonly collectGarbageFrom?: number;
 }
+
+/** At 10k objects the lists leave tens of MB; at 100 the start took 50 ms longer for nothing. */
+const COLLECT_GARBAGE_FROM = 10_000;
 
 export interface PassOutcome {
   readonly ok: boolean;
@@ -143,7 +150,8 @@ export class Reconciler {
   /** Whether a source event reached calc since the last report, for onPass. */
   #modelChanged = false;
   #synced = false;
-  #collectedAfterFirstWrite = false;
+  /** The first full state was large enough to collect after: once its write succeeds. */
+  #collectAfterWrite = false;
   #latestRevision = '';
   #appliedRevision = '';
   #lastError: { code: string; message: string } | null = null;
@@ -280,11 +288,18 @@ export class Reconciler {
     const t0 = this.#clock.now();
     const cpu0 = this.#threadCpuMs();
     let events = 0;
-    // The first full state: the lists' garbage is collected first, so the compute fills the
-    // space it leaves instead of new pages, and then each slice's before the next.
+    // A large first full state, or one in slices (whose point is the collections between
+    // them): the lists' garbage is collected first, so the compute fills the space it leaves
+    // instead of new pages, and then each slice's before the next.
     const first = !this.#synced && batches.some((b) => b.synced);
-    if (first) this.#collectGarbage('before the first compute');
-    const slice = first && this.#o.collectGarbage && this.#o.firstComputeSlice ? Math.max(1, this.#o.firstComputeSlice) : Number.POSITIVE_INFINITY;
+    const size = first ? batches.reduce((n, b) => n + b.events.length, 0) : 0;
+    const sliceSize = Math.max(1, this.#o.firstComputeSlice ?? Number.POSITIVE_INFINITY);
+    const collect = first && this.#o.collectGarbage !== undefined && (size >= (this.#o.collectGarbageFrom ?? COLLECT_GARBAGE_FROM) || size > sliceSize);
+    if (collect) {
+      this.#collectGarbage('before the first compute');
+      this.#collectAfterWrite = true;
+    }
+    const slice = collect ? sliceSize : Number.POSITIVE_INFINITY;
     for (const b of batches) {
       const n = b.events.length;
       for (const e of b.events) metrics.sourceEvents.inc({ kind: e.kind });
@@ -418,8 +433,8 @@ export class Reconciler {
     metrics.policies.set({ state: 'invalid' }, counts.invalid);
     log.info({ resync, tidy, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : tidy ? 'tidied dataplane' : 'applied changes');
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
-    if (!this.#collectedAfterFirstWrite) {
-      this.#collectedAfterFirstWrite = true;
+    if (this.#collectAfterWrite) {
+      this.#collectAfterWrite = false;
       this.#collectGarbage('after the first write');
     }
     this.#askForPeriodic();

@@ -213,10 +213,10 @@ describe('reconcile loop', () => {
     );
   });
 
-  test('a full garbage collection runs before the first full state is computed and after its first successful write, never again', async () => {
+  test('a full garbage collection runs before a large first full state is computed and after its first successful write, never again', async () => {
     const order: string[] = [];
     const calc = recordingComputes(order);
-    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc') });
+    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc'), collectGarbageFrom: 1 });
     const write = dataplane.resync.bind(dataplane);
     dataplane.resync = (d, o) => {
       order.push('write');
@@ -230,6 +230,20 @@ describe('reconcile loop', () => {
     r.onBatch(batch('r3'));
     await clock.advance(1000);
     assert.deepEqual(order, ['compute', 'gc', 'compute', 'write', 'write', 'gc', 'compute']);
+  });
+
+  test('a small first full state is computed and written without a collection', async () => {
+    const order: string[] = [];
+    const calc = recordingComputes(order);
+    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc') });
+    const write = dataplane.resync.bind(dataplane);
+    dataplane.resync = (d, o) => {
+      order.push('write');
+      return write(d, o);
+    };
+    r.onBatch(batch('r1'));
+    await clock.advance(1000);
+    assert.deepEqual(order, ['compute', 'write']);
   });
 
   test('the first full state is computed in slices with a full collection between them, to the dirty state one compute gives', async () => {
