@@ -97,11 +97,7 @@ async function extractLayer(layout: string, layer: Descriptor, diffId: string, r
         done(null, chunk);
       },
     });
-  // --ignore-zeros: tar reads to the end of its input. Without it, tar can exit once a short read
-  // from the pipe holds the end-of-archive blocks, and the bytes after them, still being written,
-  // fail the pipeline with a premature close (seen once in a CI rehearsal). The digests below
-  // need every byte read anyway.
-  const tar = spawn('tar', ['-x', '--ignore-zeros', '-f', '-', '-C', rootfs, '--numeric-owner', '--same-owner', '--preserve-permissions'], { stdio: ['pipe', 'ignore', 'pipe'] });
+  const tar = spawn('tar', ['-x', '-f', '-', '-C', rootfs, '--numeric-owner', '--same-owner', '--preserve-permissions'], { stdio: ['pipe', 'ignore', 'pipe'] });
   let stderr = '';
   tar.stderr.on('data', (c: Buffer) => (stderr += c));
   const exited = new Promise<number | null>((resolve) => tar.on('close', resolve));
