@@ -148,6 +148,15 @@ function recordingComputes(order: string[]) {
   return calc;
 }
 
+/** Notes each resync (every first write is one) of the dataplane in `order`. */
+function recordResyncs(dataplane: FakeDataplane, order: string[]): void {
+  const resync = dataplane.resync.bind(dataplane);
+  dataplane.resync = (d, o) => {
+    order.push('write');
+    return resync(d, o);
+  };
+}
+
 async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors', labels: Record<string, string>): Promise<number> {
   const got = await m[name].get();
   return got.values.find((v) => Object.entries(labels).every(([k, x]) => (v.labels as Record<string, unknown>)[k] === x))?.value ?? 0;
@@ -217,11 +226,7 @@ describe('reconcile loop', () => {
     const order: string[] = [];
     const calc = recordingComputes(order);
     const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc'), collectGarbageFrom: 1 });
-    const write = dataplane.resync.bind(dataplane);
-    dataplane.resync = (d, o) => {
-      order.push('write');
-      return write(d, o);
-    };
+    recordResyncs(dataplane, order);
     dataplane.failWrites = 1;
     r.onBatch(batch('r1', false));
     await clock.advance(100);
@@ -236,11 +241,7 @@ describe('reconcile loop', () => {
     const order: string[] = [];
     const calc = recordingComputes(order);
     const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc') });
-    const write = dataplane.resync.bind(dataplane);
-    dataplane.resync = (d, o) => {
-      order.push('write');
-      return write(d, o);
-    };
+    recordResyncs(dataplane, order);
     r.onBatch(batch('r1'));
     await clock.advance(1000);
     assert.deepEqual(order, ['compute', 'write']);
