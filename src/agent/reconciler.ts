@@ -91,7 +91,7 @@ export interface ReconcilerOptions {
   /** Events per compute of the first full state when collectGarbage is given (absent: one
    *  compute): the compute promotes garbage as it goes, and whether V8 collects any of it
    *  before the compute ends decided a peak of 282-289 or 311-317 MB at 100k pods; in slices
-   *  of 50,000, 252-254 MB (284 in one start of eight), for about 0.2 s more of compute. */
+   *  of 50,000, 252-257 MB (284-290 in two starts of sixteen), for about 0.2 s more of compute. */
   readonly firstComputeSlice?: number;
   /** Events a first full state needs for those collections to run, unless it is computed in
    *  slices (default COLLECT_GARBAGE_FROM): each costs 25-50 ms even on a small heap, which a

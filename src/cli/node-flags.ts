@@ -6,7 +6,8 @@
 // --expose-gc lets the agent ask for a full collection at the moments of a cold start where one
 // pays (agent/reconciler.ts, collectGarbage): before the first compute, between its slices and
 // after the first write. Peak RSS 278-282 MB instead of 301-304 with the first and the last;
-// 252-253 MB with the slices too (instead of 282-289, and 311-317 in some starts).
+// 252-257 MB with the slices too, 284-290 in two starts of sixteen (instead of 282-289, and
+// 311-317 in some starts).
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--expose-gc'];
 
 /**
