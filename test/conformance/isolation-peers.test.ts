@@ -361,6 +361,18 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       await c.expect(allow({ ingress: { [B1]: fromNs('gamma'), [B2]: fromNs('gamma') } }), 'alpha leaves');
     });
 
+    test('a peer set made again after a namespace relabel holds the pods the namespace selects now', async () => {
+      await c.reset();
+      const fromTeamA = np('beta', 'from-team-a', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] });
+      await c.setPolicies(fromTeamA);
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha'), [B2]: fromNs('alpha') } }), 'alpha is team=a');
+      // The set goes with its only policy; the namespace changes while no set follows it.
+      await c.setPolicies();
+      await c.setNamespaceLabels('gamma', { team: 'a' });
+      await c.setPolicies(fromTeamA);
+      await c.expect(allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [B2]: fromNs('alpha', 'gamma') } }), 'the policy back after gamma joined');
+    });
+
     test('pod label changes move pods in and out of a policy target selection', async () => {
       await c.reset();
       await c.setPolicies(np('alpha', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }));
