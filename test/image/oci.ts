@@ -97,12 +97,15 @@ async function extractLayer(layout: string, layer: Descriptor, diffId: string, r
         done(null, chunk);
       },
     });
-  const tar = spawn('tar', ['-x', '-f', '-', '-C', rootfs, '--numeric-owner', '--same-owner', '--preserve-permissions'], { stdio: ['pipe', 'ignore', 'pipe'] });
+  // --ignore-zeros: tar reads its input to the end. Without it, tar may exit (status 0, nothing
+  // on stderr) once it has read the end-of-archive blocks, and the layer's bytes still being
+  // written after them fail the pipeline with a premature close: seen in CI rehearsals, with
+  // this error naming tar's exit. The diff id digest needs every byte read anyway.
+  const tar = spawn('tar', ['-x', '--ignore-zeros', '-f', '-', '-C', rootfs, '--numeric-owner', '--same-owner', '--preserve-permissions'], { stdio: ['pipe', 'ignore', 'pipe'] });
   let stderr = '';
   tar.stderr.on('data', (c: Buffer) => (stderr += c));
   const exited = new Promise<number | null>((resolve) => tar.on('close', resolve));
-  // A failed pipeline hides why: tar's exit and stderr go with it (a premature close of tar's
-  // stdin failed one CI rehearsal, cause unknown).
+  // A failed pipeline hides why: tar's exit and stderr go with it.
   await pipeline(createReadStream(path), tee(compressed), createGunzip(), tee(plain), tar.stdin).catch(async (err: unknown) => {
     throw new Error(`unpacking layer ${layer.digest}: ${String(err)}; tar exited ${await exited}: ${stderr}`);
   });
