@@ -283,7 +283,11 @@ export const NEIGHBOUR_DISCOVERY: readonly number[] = [133, 134, 135, 136];
 /** cali-tw-* (ingress to the pod) or cali-fw-* (egress from it). */
 export function workloadChainRules(w: WorkloadChainInput): Rule[] {
   const { accept } = w.marks;
-  const rules: Rule[] = [{ matches: [], action: { kind: 'jump', chain: w.commonChain } }];
+  const rules: Rule[] = [];
+  // With RETURN a reply must leave the pod's chain itself (a RETURN in the shared chain would
+  // only come back here), and only once dispatch has checked its addresses, as with ACCEPT.
+  if (w.allowAction === 'RETURN') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: { kind: 'return' } });
+  rules.push({ matches: [], action: { kind: 'jump', chain: w.commonChain } });
   // A pod can never block itself (a hairpin through a Service comes back over the bridge).
   // With ACCEPT the egress side ends it; with RETURN both sides must let it pass.
   if (w.direction === 'egress' || w.allowAction === 'RETURN') {
@@ -323,8 +327,8 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
 /**
  * What every workload chain does first, shared in one chain per family so that each pod's
  * chains stay short (the kernel's table, and so every iptables-restore, grows with rules):
- * replies pass (with RETURN the top chain already let them go), INVALID drops, and our mark
- * bits are cleared.
+ * replies pass (with RETURN each workload chain returns them first), INVALID drops, and our
+ * mark bits are cleared.
  */
 export function workloadCommonRules(marks: MarkBits, allowAction: AllowAction, acceptChain: string): Rule[] {
   const rules: Rule[] = [];
@@ -352,8 +356,6 @@ export interface TopChainInput {
 export function topChainRules(t: TopChainInput): Rule[] {
   const allow = allowActionOf(t.allowAction, t.acceptChain);
   const rules: Rule[] = [];
-  // With RETURN, replies leave at once: no later chain may ACCEPT on Weir's behalf.
-  if (t.allowAction === 'RETURN') rules.push({ matches: [{ kind: 'ctstate', states: ['RELATED', 'ESTABLISHED'] }], action: allow });
   if (t.family === 6) {
     // Neighbour discovery is how IPv6 resolves addresses on the bridge. Its sources are
     // link-local (or ::), never a pod address, and conntrack does not track it: it passes

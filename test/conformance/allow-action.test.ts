@@ -3,8 +3,10 @@
 // is still dropped, and replies still pass.
 
 import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
 import { inNs } from '../../src/sim/netns.ts';
-import { A1, B1, Conformance, np, type Cell } from './harness.ts';
+import { A1, A2, B1, Conformance, np, type Cell } from './harness.ts';
+import { spoofIntoEstablishedFlow } from './spoofing.ts';
 
 describe('--allow-action RETURN', () => {
   let c: Conformance;
@@ -30,5 +32,12 @@ describe('--allow-action RETURN', () => {
     } finally {
       for (const r of rules) await inNs(nodeA, r.tool, ['-w', '-D', 'FORWARD', ...r.args]).catch(() => undefined);
     }
+  });
+
+  test("replies are checked as in ACCEPT mode: a pod sending with another pod's address into that pod's established flow is dropped", async () => {
+    await c.reset();
+    const through = await spoofIntoEstablishedFlow(c, A1, B1, [A2, c.cluster.external!.key]);
+    assert.deepEqual(Object.fromEntries(through), { [A2]: 0, [c.cluster.external!.key]: 0 });
+    await c.expect(() => true, 'a1 and b1 themselves are unaffected');
   });
 });

@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { openProbeClient } from '../../src/sim/prober.ts';
 import { A1, A2, B1, Conformance, type Cell, type PodDef } from './harness.ts';
+import { countArrivals, sendUdp, spoofIntoEstablishedFlow, unwatchArrivals, watchArrivals } from './spoofing.ts';
 
 const NEW: PodDef = {
   namespace: 'alpha',
@@ -18,24 +19,6 @@ const NEW: PodDef = {
   ports: [],
 };
 const LATE = 'alpha/late';
-
-/** Counts UDP datagrams that reach a pod's own INPUT from `source` (a rule in the pod's own
- *  namespace, which the test made): the observer sees packets whatever their replies do. */
-async function countArrivals(netns: string, source: string, port: number): Promise<number> {
-  const out = await inNs(netns, 'iptables', ['-w', '-L', 'INPUT', '-v', '-x', '-n']);
-  let total = 0;
-  for (const line of out.split('\n')) {
-    const f = line.trim().split(/\s+/);
-    if (f.length >= 8 && f[2] === 'ACCEPT' && (f[3] === 'udp' || f[3] === '17') && f[7] === source && line.includes(`dpt:${port}`)) total += Number(f[0]);
-  }
-  return total;
-}
-
-/** Sends `n` UDP datagrams from inside `netns`, with source address `from`. */
-async function sendUdp(netns: string, from: string, to: string, port: number, n: number): Promise<void> {
-  const script = `const s=require('node:dgram').createSocket('udp4');s.bind({address:${JSON.stringify(from)}},()=>{let i=0;const t=setInterval(()=>{s.send('spoof',${port},${JSON.stringify(to)});if(++i>=${n}){clearInterval(t);setTimeout(()=>s.close(),50);}},20);});`;
-  await inNs(netns, process.execPath, ['-e', script]);
-}
 
 describe('fail closed for unknown addresses', () => {
   let c: Conformance;
@@ -100,7 +83,7 @@ describe('fail closed for unknown addresses', () => {
     const targets = [c.cluster.endpoint('beta/near')!, c.cluster.endpoint(A2)!, c.cluster.external!];
     const PORT = 7777;
     for (const t of targets) {
-      for (const src of [a1ip, b1ip]) await inNs(t.netns, 'iptables', ['-w', '-I', 'INPUT', '-s', src, '-p', 'udp', '--dport', String(PORT), '-j', 'ACCEPT']);
+      for (const src of [a1ip, b1ip]) await watchArrivals(t.netns, src, PORT);
     }
     // b1 claims a1's address beside its own (a pod with NET_ADMIN could).
     await inNs(b1.netns, 'ip', ['addr', 'add', `${a1ip}/32`, 'dev', 'eth0']);
@@ -117,10 +100,17 @@ describe('fail closed for unknown addresses', () => {
     } finally {
       await inNs(b1.netns, 'ip', ['addr', 'del', `${a1ip}/32`, 'dev', 'eth0']).catch(() => undefined);
       for (const t of targets) {
-        for (const src of [a1ip, b1ip]) await inNs(t.netns, 'iptables', ['-w', '-D', 'INPUT', '-s', src, '-p', 'udp', '--dport', String(PORT), '-j', 'ACCEPT']).catch(() => undefined);
+        for (const src of [a1ip, b1ip]) await unwatchArrivals(t.netns, src, PORT);
       }
     }
     await c.expect(() => true, 'a1 and b1 themselves are unaffected');
     await c.removePod('beta/near');
+  });
+
+  test("a pod sending with another pod's address into that pod's established flow is dropped", async () => {
+    await c.reset();
+    const through = await spoofIntoEstablishedFlow(c, A1, B1, [A2, c.cluster.external!.key]);
+    assert.deepEqual(Object.fromEntries(through), { [A2]: 0, [c.cluster.external!.key]: 0 });
+    await c.expect(() => true, 'a1 and b1 themselves are unaffected');
   });
 });

@@ -65,7 +65,7 @@ test('without source binding a local pod is dispatched by its address alone', ()
   assert.deepEqual(chain(c, 4, names.dispatchBucket('from', '10.244.1.0/28')), [`-s 10.244.1.5/32 -g ${names.fromWorkload(p.uid)}`, '-j DROP']);
 });
 
-test('RETURN mode: replies and allowed packets go back to FORWARD, nothing is ACCEPTed, a pod still reaches itself', () => {
+test('RETURN mode: replies (from their pod chains, once dispatched) and allowed packets go back to FORWARD, nothing is ACCEPTed, a pod still reaches itself', () => {
   const c = calc({ allowAction: 'RETURN' });
   const p = pod('ns', 'a', { ip4: 5, ip6: false });
   c.applyEvents([{ kind: 'Pod', op: 'upsert', object: p }]);
@@ -74,7 +74,9 @@ test('RETURN mode: replies and allowed packets go back to FORWARD, nothing is AC
     all.filter((l) => l.endsWith('-j ACCEPT')),
     [],
   );
-  assert.equal(chain(c, 4, names.forward)[0], '-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN');
+  // Replies return only from the pod's own chain, after dispatch has checked their addresses.
+  assert.ok(!chain(c, 4, names.forward).some((l) => l.includes('--ctstate')), 'no reply leaves before dispatch');
+  for (const own of [names.toWorkload(p.uid), names.fromWorkload(p.uid)]) assert.equal(chain(c, 4, own)[0], '-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN');
   assert.ok(chain(c, 4, names.toWorkload(p.uid)).includes('-s 10.244.1.5/32 -j RETURN'));
   assert.ok(chain(c, 4, names.fromWorkload(p.uid)).includes('-d 10.244.1.5/32 -j RETURN'));
   const accept = calc();
