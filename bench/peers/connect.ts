@@ -12,7 +12,8 @@ import { inParallel } from './api.ts';
 import { buildConnectLoop, connectLatency, connectRate } from './connect-loop.ts';
 import { type Ctx, idle, kernelState, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
-import { phantomPlace, policyObject, type PodDef } from './env.ts';
+import { key, phantomPlace, policyObject, type PodDef } from './env.ts';
+import { type Capture, captureRules, medianRate, repliesFirst, replayRates } from './replay.ts';
 import { dist, percentile, type Value } from './table.ts';
 
 const NS = 'bench';
@@ -85,6 +86,8 @@ export async function benchConnect(ctx: Ctx): Promise<void> {
       sets: {} as Partial<Record<EnforcerName, Value>>,
       settle: {} as Partial<Record<EnforcerName, Value>>,
     };
+    const captures: Record<string, Capture> = {};
+    const replay = ctx.flags.replayRounds > 0 && ctx.flags.replayPolicies.includes(k);
     let failures = '';
     // Rounds alternate the order of the enforcers, so that a slow drift of the machine's load
     // (others' tests) does not always fall on the same one; samples are pooled.
@@ -107,6 +110,7 @@ export async function benchConnect(ctx: Ctx): Promise<void> {
           await quiet(t);
           const settled = await idle(t);
           if (round === 0 && policed) state.settle[spec.name] = { p50: settled.cpuS, text: `(idle ${(settled.ms / 1000).toFixed(0)} s after the first right verdicts)` };
+          if (replay && policed && !captures[spec.name]) captures[spec.name] = captureRules(t);
           const ks = kernelState(t, 'node-a');
           state.rules[spec.name] = { p50: ks.rules };
           state.sets[spec.name] = { p50: ks.sets, text: `(${ks.members} members)` };
@@ -153,5 +157,41 @@ export async function benchConnect(ctx: Ctx): Promise<void> {
       },
     );
     if (note) ctx.log(`  ${note}`);
+    if (replay) await replayConnect(ctx, bin, section, captures);
+  }
+}
+
+const REPLIES_FIRST = 'weir, replies first';
+
+/** The same rate runs with each enforcer's rules alone (replay.ts), as rows of the section. */
+async function replayConnect(ctx: Ctx, bin: string, section: string, captures: Record<string, Capture>): Promise<void> {
+  const { replayRounds: rounds, inflight, rateMs } = ctx.flags;
+  ctx.log(`  replaying the rules of ${Object.keys(captures).join(' and ')} with no agent running, ${rounds} rounds (load ${ctx.sampleLoad().toFixed(2)})`);
+  const weir = captures.weir;
+  const { rates } = await replayRates(
+    ctx.env,
+    bin,
+    weir ? { ...captures, [REPLIES_FIRST]: repliesFirst(weir) } : captures,
+    { server: { key: key(SERVER), ip: SERVER.ips[0] }, clients: { same: key(CLIENT_A), cross: key(CLIENT_B) }, denied: key(OTHER_A), port: PORT },
+    { rounds, inflight, rateMs },
+  );
+  for (const [name, r] of Object.entries(rates)) ctx.log(`    ${name}: same node ${r.same.map((x) => x.toFixed(0)).join(' ')}; cross node ${r.cross.map((x) => x.toFixed(0)).join(' ')} conn/s`);
+  const conntrack = rates['conntrack only'];
+  const row = (path: 'same' | 'cross') => ({
+    section,
+    figure: `new connections/s, ${path === 'same' ? 'same' : 'cross'} node, the rules replayed with no agent running (${inflight} in flight, median of ${rounds} interleaved rounds)`,
+    unit: 'conn/s',
+    better: 'higher' as const,
+    values: {
+      none: { ...medianRate(rates['no rules'][path]), text: `(conntrack on, no verdict: ${medianRate(conntrack[path]).p50.toFixed(0)})` },
+      ...Object.fromEntries(Object.keys(captures).map((e) => [e, medianRate(rates[e][path])])),
+    },
+  });
+  ctx.add(row('same'), row('cross'));
+  if (weir) {
+    const gain = (path: 'same' | 'cross') => (medianRate(rates[REPLIES_FIRST][path]).p50 / medianRate(rates.weir[path]).p50).toFixed(3);
+    const note = `${section}: Weir's replayed rules with replies accepted first in its top chain (before its per-packet source and destination checks): ${gain('same')}× Weir's rate on the same node, ${gain('cross')}× across nodes`;
+    ctx.notes.push(note);
+    ctx.log(`  ${note}`);
   }
 }

@@ -17,6 +17,9 @@ export interface Flags {
   readonly rateMs: number;
   readonly inflight: number;
   readonly rounds: number;
+  /** connect: rounds of the rules replayed without agents (replay.ts); 0: none. */
+  readonly replayRounds: number;
+  readonly replayPolicies: readonly number[];
   readonly changes: number;
   readonly churnSeconds: number;
   readonly churnRate: number;

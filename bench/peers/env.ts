@@ -294,18 +294,12 @@ export class Turn {
     }
   }
 
-  /** Starts a long-running helper inside a namespace; resolves once it printed `ready`. */
+  /** A helper of the turn (a server in a pod), killed with it. */
   async spawnHelper(netns: string, argv: readonly string[]): Promise<ChildProcess> {
-    const child = spawn('ip', ['netns', 'exec', netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.#helpers.add(child);
-    child.once('exit', () => this.#helpers.delete(child));
-    let err = '';
-    child.stderr!.on('data', (c) => (err += c));
-    await new Promise<void>((resolve, reject) => {
-      child.stdout!.once('data', () => resolve());
-      child.once('exit', (code) => reject(new Error(`${argv.join(' ')} in ${netns} exited ${code}: ${err}`)));
+    return startHelper(netns, argv, (child) => {
+      this.#helpers.add(child);
+      child.once('exit', () => this.#helpers.delete(child));
     });
-    return child;
   }
 
   /** Runs a command inside a node's namespace (conntrack, iptables-save...). */
@@ -341,3 +335,17 @@ export function loadAverage(): number {
 
 export const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
 export const cacheDir = (...parts: string[]): string => join(REPO_DIR, '.cache/peers', ...parts);
+
+/** Starts a long-running helper inside a namespace (`track` sees it at once, so that it can be
+ *  killed with its owner); resolves once it printed its first line (`ready`). */
+export async function startHelper(netns: string, argv: readonly string[], track: (child: ChildProcess) => void = () => {}): Promise<ChildProcess> {
+  const child = spawn('ip', ['netns', 'exec', netns, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
+  track(child);
+  let err = '';
+  child.stderr!.on('data', (c) => (err += c));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`${argv.join(' ')} in ${netns} exited ${code}: ${err}`)));
+  });
+  return child;
+}

@@ -10,6 +10,9 @@
 //   --rate-ms=3000            connect: length of each new-connections-per-second run
 //   --inflight=4              connect: connects in flight during that run
 //   --rounds=2                connect: turns of each enforcer per policy count (alternating order; pooled)
+//   --replay-rounds=8         connect: rounds of each enforcer's rules replayed in a fresh cluster
+//                             with no agent running, next to a conntrack-only baseline (0: skip)
+//   --replay-policies=1       connect: the policy counts whose rules are replayed
 //   --pods=100,1000,10000     latency: cluster sizes; resources and faults run at the largest
 //                             (at 10k pods kube-router takes ~8 s per change: a third of --changes)
 //   --changes=30              latency: changes of each kind per size
@@ -19,7 +22,7 @@
 //                             through an API server, see conformance.ts)
 //   --weir-dist=DIR           run this build of Weir (e.g. dist) instead of building src/ afresh
 //   --json=FILE               also write every row as JSON
-//   --quick                   --policies=1,100 --connects=500 --rate-ms=1000 --rounds=1 --pods=100
+//   --quick                   --policies=1,100 --connects=500 --rate-ms=1000 --rounds=1 --replay-rounds=2 --pods=100
 //                             --changes=10 --churn-seconds=10
 
 import { writeFileSync } from 'node:fs';
@@ -48,6 +51,8 @@ function parseFlags(argv: string[]): Flags {
       'rate-ms': { type: 'string' },
       inflight: { type: 'string' },
       rounds: { type: 'string' },
+      'replay-rounds': { type: 'string' },
+      'replay-policies': { type: 'string' },
       pods: { type: 'string' },
       changes: { type: 'string' },
       'churn-seconds': { type: 'string' },
@@ -84,6 +89,8 @@ function parseFlags(argv: string[]): Flags {
     rateMs: positive(values['rate-ms'] ?? (q ? '1000' : '3000'), '--rate-ms'),
     inflight: positive(values.inflight ?? '4', '--inflight'),
     rounds: positive(values.rounds ?? (q ? '1' : '2'), '--rounds'),
+    replayRounds: values['replay-rounds'] === '0' ? 0 : positive(values['replay-rounds'] ?? (q ? '2' : '8'), '--replay-rounds'),
+    replayPolicies: ints(values['replay-policies'], '1'),
     pods: ints(values.pods, q ? '100' : '100,1000,10000'),
     changes: positive(values.changes ?? (q ? '10' : '30'), '--changes'),
     churnSeconds: positive(values['churn-seconds'] ?? (q ? '10' : '60'), '--churn-seconds'),
