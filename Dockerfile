@@ -18,7 +18,7 @@ RUN node_modules/node/bin/node scripts/build.ts /app/dist \
 FROM debian:bookworm-slim
 # The packages of image/packages.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends iptables ipset iproute2 tcpdump kmod libstdc++6 \
+    && apt-get install -y --no-install-recommends iptables ipset conntrack iproute2 tcpdump kmod libstdc++6 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/usr/local/bin/node /usr/local/bin/node
 WORKDIR /app

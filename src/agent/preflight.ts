@@ -41,12 +41,14 @@ async function requireTools(runner: CommandRunner): Promise<void> {
   for (const [cmd, args] of [
     ['ipset', ['version']],
     ['iptables-restore', ['--version']],
+    // Deletes the tracked flows of addresses pods gave up (dataplane/conntrack.ts).
+    ['conntrack', ['--version']],
   ] as const) {
     const r = await runner.run(cmd, args).catch((err: unknown) => ({ exitCode: -1, stdout: '', stderr: String(err) }));
     if (r.exitCode !== 0) missing.push(`${cmd}: ${r.stderr.trim().split('\n').pop() || `exit ${r.exitCode}`}`);
   }
   if (missing.length > 0) {
-    throw new PreconditionError(`Weir needs iptables and ipset, run as root (CAP_NET_ADMIN):\n  - ${missing.join('\n  - ')}`);
+    throw new PreconditionError(`Weir needs iptables, ipset and conntrack, run as root (CAP_NET_ADMIN):\n  - ${missing.join('\n  - ')}`);
   }
 }
 

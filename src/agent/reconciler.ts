@@ -31,6 +31,8 @@ export interface DataplanePort {
    *  (the hook, the top and dispatch chains: traffic of pods Weir does not know yet is dropped);
    *  true if it wrote. */
   guard(desired: DesiredDataplane): Promise<boolean>;
+  /** Deletes the tracked connections of these addresses; resolves with how many went. */
+  forgetFlows(addresses: readonly string[]): Promise<number>;
 }
 
 /** Monotonic time: intervals here must not jump with the wall clock. */
@@ -168,6 +170,8 @@ export class Reconciler {
   /** Since when a write has been wanted without one succeeding (null: nothing owed). */
   #owedSince: number | null = null;
   #writeStartedAt: number | null = null;
+  /** Addresses local pods gave up whose tracked connections are still to be deleted. */
+  readonly #released = new Set<string>();
   /** When the last source batch arrived (null: none yet). */
   #lastBatchAt: number | null = null;
   #idleWaiters: (() => void)[] = [];
@@ -314,6 +318,7 @@ export class Reconciler {
       if (n > 0) this.#modelChanged = true;
       if (b.synced) this.#synced = true;
     }
+    for (const a of calc.takeReleasedAddresses()) this.#released.add(a);
     const changes = calc.takePolicyChanges();
     // One at a time: a first batch of more than about 120k policies passes the engine's limit
     // on a call's arguments.
@@ -433,6 +438,7 @@ export class Reconciler {
     metrics.policies.set({ state: 'valid' }, counts.valid);
     metrics.policies.set({ state: 'invalid' }, counts.invalid);
     log.info({ resync, tidy, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : tidy ? 'tidied dataplane' : 'applied changes');
+    await this.#forgetReleasedFlows();
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     if (this.#collectAfterWrite) {
       this.#collectAfterWrite = false;
@@ -440,6 +446,24 @@ export class Reconciler {
     }
     this.#askForPeriodic();
     return 'ok';
+  }
+
+  /** After a write no rule dispatches them: the flows of addresses local pods gave up go. A
+   *  failure keeps them for the next write (a change's, or the periodic resync's). */
+  async #forgetReleasedFlows(): Promise<void> {
+    if (this.#released.size === 0) return;
+    const { dataplane, log, metrics } = this.#o;
+    const addresses = [...this.#released];
+    const t0 = this.#clock.now();
+    try {
+      const entries = await dataplane.forgetFlows(addresses);
+      for (const a of addresses) this.#released.delete(a);
+      log.debug({ addresses, entries, ms: round(this.#clock.now() - t0) }, 'forgot the tracked connections of released pod addresses');
+    } catch (err) {
+      const code = codeOf(err);
+      metrics.errors.inc({ reason: code });
+      log.warn({ err, code, addresses }, 'could not delete the tracked connections of released pod addresses; will retry after the next write');
+    }
   }
 
   /** Asks the pacer for the next periodic pass: the resync or the hook check, whichever is due first. */

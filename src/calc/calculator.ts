@@ -151,6 +151,8 @@ export class Calculator {
   readonly #chains = { 4: new Map<string, readonly Rule[]>(), 6: new Map<string, readonly Rule[]>() };
   readonly #workloads = new Map<string, Workload>();
   readonly #workloadsByNs = new Map<string, Set<string>>();
+  /** Addresses local pods gave up since the last takeReleasedAddresses: address -> the pod's uid. */
+  readonly #released = new Map<string, string>();
   /** Local workloads selecting each policy key (in any direction it isolates). */
   readonly #policyRefs = new Map<string, number>();
   readonly #active = new Map<string, ActivePolicy>();
@@ -236,6 +238,18 @@ export class Calculator {
    *  in order, so the agent can report invalid ones once per change. */
   takePolicyChanges(): { key: string; policy: CompiledPolicy | null }[] {
     return this.#policyChanges.splice(0);
+  }
+
+  /**
+   * Addresses a local pod gave up since the last call (deleted, no longer policed, or given a
+   * new address), sorted; one that went back to the same pod is not among them. The kernel
+   * still tracks their connections, and would let a pod that gets the address next carry on
+   * with them as established, past its own policies: the dataplane forgets those flows.
+   */
+  takeReleasedAddresses(): string[] {
+    const out = [...this.#released.keys()].sort();
+    this.#released.clear();
+    return out;
   }
 
   /** Every policy in the cluster, sorted by key: O(policies), for `weir render` and tests. */
@@ -815,9 +829,11 @@ export class Calculator {
         if (m.size === 0) this.#blockPods.delete(block);
       }
       this.#dirtyBlocks.add(block);
+      this.#released.set(ip, uid);
     }
     for (const ip of after) {
       if (before.includes(ip)) continue;
+      if (this.#released.get(ip) === uid) this.#released.delete(ip);
       const block = dispatchBlock(ip);
       let m = this.#blockPods.get(block);
       if (!m) this.#blockPods.set(block, (m = new Map()));

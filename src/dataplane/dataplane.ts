@@ -9,6 +9,7 @@ import { PreconditionError } from '../errors.ts';
 import type { Names } from '../calc/names.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
+import { forgetFlows } from './conntrack.ts';
 import { createIpset, parseIpsetTerse, type Ipset } from './ipset.ts';
 import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
@@ -134,6 +135,9 @@ export interface Dataplane {
    *  resync's to compare), or (--ipvs auto) kube-ipvs0 came or went. It reads beside a running write; a difference
    *  is read again once no write runs before it counts. */
   hookIntact(): Promise<boolean>;
+  /** Deletes the tracked connections of addresses local pods gave up (conntrack.ts), once no
+   *  rule dispatches them; resolves with how many entries went. */
+  forgetFlows(addresses: readonly string[]): Promise<number>;
   status(): DataplaneStatus;
 }
 
@@ -470,6 +474,11 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       // meanwhile can make the kernel and the record differ for a moment, so a difference is
       // confirmed by reading again with no write running before it is called drift.
       return (await hookMatches()) || serial(hookMatches);
+    },
+    async forgetFlows(addresses) {
+      let deleted = 0;
+      for (const a of addresses) deleted += await forgetFlows(config.runner, a);
+      return deleted;
     },
     status() {
       let members = 0;

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { openProbeClient } from '../../src/sim/prober.ts';
-import { A1, A2, B1, Conformance, type Cell, type PodDef } from './harness.ts';
+import { A1, A2, B1, Conformance, np, type Cell, type PodDef } from './harness.ts';
 import { countArrivals, sendUdp, spoofIntoEstablishedFlow, unwatchArrivals, watchArrivals } from './spoofing.ts';
 
 const NEW: PodDef = {
@@ -105,6 +105,27 @@ describe('fail closed for unknown addresses', () => {
     }
     await c.expect(() => true, 'a1 and b1 themselves are unaffected');
     await c.removePod('beta/near');
+  });
+
+  test("a new pod given a deleted pod's address inherits none of its flows", async () => {
+    await c.reset();
+    const ip = '10.244.1.71';
+    const gone: PodDef = { namespace: 'alpha', name: 'gone', node: 'node-a', ips: [ip], labels: { app: 'gone' }, ports: [] };
+    const heir: PodDef = { ...gone, name: 'heir', labels: { app: 'heir' } };
+    // The heir admits nobody: whatever reaches it came through an old flow.
+    await c.setPolicies(np('alpha', 'isolate-heir', { podSelector: { matchLabels: { app: 'heir' } } }));
+    await c.addPod(gone);
+    const senders = [B1, A2].map((k) => c.cluster.endpoint(k)!); // same node, other node
+    const SOURCE_PORT = 40124;
+    for (const s of senders) await sendUdp(s.netns, s.ips[0], ip, 80, 1, { fromPort: SOURCE_PORT, awaitReply: true });
+    await c.removePod('alpha/gone');
+    await c.addPod(heir);
+    const h = c.cluster.endpoint('alpha/heir')!;
+    for (const s of senders) await watchArrivals(h.netns, s.ips[0], 80);
+    for (const s of senders) await sendUdp(s.netns, s.ips[0], ip, 80, 5, { fromPort: SOURCE_PORT });
+    await new Promise((r) => setTimeout(r, 200));
+    const arrived = Object.fromEntries(await Promise.all(senders.map(async (s) => [s.key, await countArrivals(h.netns, s.ips[0], 80)] as const)));
+    assert.deepEqual(arrived, { [B1]: 0, [A2]: 0 });
   });
 
   test("a pod sending with another pod's address into that pod's established flow is dropped", async () => {

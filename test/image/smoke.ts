@@ -20,6 +20,7 @@ export const AGENT_PROGRAMS: readonly (readonly string[])[] = [
   ...['iptables', 'ip6tables'].flatMap((t) => ['nft', 'legacy'].flatMap((b) => ['save', 'restore'].map((op) => [`${t}-${b}-${op}`, '--version']))),
   ['iptables-restore', '--version'],
   ['ipset', 'version'],
+  ['conntrack', '--version'],
   ['ip', '-V'],
   ['nsenter', '--version'],
   ['modprobe', '--version'],

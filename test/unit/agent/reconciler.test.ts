@@ -95,6 +95,17 @@ class FakeDataplane implements DataplanePort {
     if (this.guardDoes === 'throw') throw new Error('iptables-restore: cannot write the skeleton');
     return this.guardDoes;
   }
+  /** The addresses of each forgetFlows call, and how many calls fail first. */
+  forgotten: string[][] = [];
+  failForgets = 0;
+  async forgetFlows(addresses: readonly string[]) {
+    if (this.failForgets > 0) {
+      this.failForgets--;
+      throw new Error('conntrack: Operation not permitted');
+    }
+    this.forgotten.push([...addresses]);
+    return addresses.length;
+  }
   writes(kind?: 'apply' | 'tidy' | 'resync') {
     return this.calls.filter((c) => (kind ? c.kind === kind : c.kind === 'apply' || c.kind === 'tidy' || c.kind === 'resync'));
   }
@@ -416,6 +427,31 @@ describe('reconcile loop', () => {
       ],
     );
     await r.stop();
+  });
+
+  test("a local pod's released addresses have their tracked flows deleted after the write that stops dispatching them; a failure retries after the next write", async () => {
+    const { clock, dataplane, r } = setup();
+    const gone = pod('ns', 'gone', { ip4: 5 });
+    const podBatch = (revision: string, events: SourceBatch['events']): SourceBatch => ({ events, synced: true, revision });
+    r.onBatch(podBatch('r1', [{ kind: 'Pod', op: 'upsert', object: gone }]));
+    await clock.advance(100);
+    assert.deepEqual(dataplane.forgotten, [], 'a new pod releases nothing');
+    const order: string[] = [];
+    for (const step of ['apply', 'forgetFlows'] as const) {
+      const real = dataplane[step].bind(dataplane) as (...a: unknown[]) => Promise<unknown>;
+      (dataplane as unknown as Record<string, unknown>)[step] = (...a: unknown[]) => {
+        order.push(step);
+        return real(...a);
+      };
+    }
+    dataplane.failForgets = 1;
+    r.onBatch(podBatch('r2', [{ kind: 'Pod', op: 'delete', uid: gone.uid }]));
+    await clock.advance(100);
+    assert.deepEqual(dataplane.forgotten, [], 'the first attempt failed');
+    r.onBatch(batch('r3'));
+    await clock.advance(100);
+    assert.deepEqual(order, ['apply', 'forgetFlows', 'apply', 'forgetFlows'], 'each attempt follows a write');
+    assert.deepEqual(dataplane.forgotten, [['10.244.1.5', 'fd00::5']]);
   });
 });
 

@@ -111,3 +111,31 @@ test('ACCEPT mode: every ACCEPT (in mangle, it ends only mangle) leaves the acce
     [133, 134, 135, 136].map((t) => `-p ipv6-icmp -m icmp6 --icmpv6-type ${t} -g ${names.accept}`),
   );
 });
+
+test('addresses a local pod gives up are released once, for the dataplane to forget their flows; a pod that keeps its address releases nothing', () => {
+  const c = calc();
+  const gone = pod('ns', 'gone', { ip4: 5 });
+  const moved = pod('ns', 'moved', { ip4: 6, ip6: false });
+  const remote = pod('ns', 'remote', { ip4: 7, nodeName: 'node-b' });
+  const done = pod('ns', 'done', { ip4: 8, ip6: false });
+  c.applyEvents([gone, moved, remote, done].map((object) => ({ kind: 'Pod', op: 'upsert', object })));
+  assert.deepEqual(c.takeReleasedAddresses(), [], 'new pods release nothing');
+  // The same address handed to another pod in the same batch still releases it: the flows
+  // belong to the pod that left.
+  const heir = pod('ns', 'heir', { ip4: 5, ip6: false });
+  c.applyEvents([
+    { kind: 'Pod', op: 'delete', uid: gone.uid },
+    { kind: 'Pod', op: 'upsert', object: heir },
+    { kind: 'Pod', op: 'upsert', object: { ...moved, ips: ['10.244.1.9'] } },
+    { kind: 'Pod', op: 'delete', uid: remote.uid },
+    { kind: 'Pod', op: 'upsert', object: { ...done, phase: 'Succeeded' } },
+  ]);
+  assert.deepEqual(c.takeReleasedAddresses(), ['10.244.1.5', '10.244.1.6', '10.244.1.8', 'fd00::5']);
+  assert.deepEqual(c.takeReleasedAddresses(), [], 'taken once');
+  // Deleted and back in one batch (a relist), with the same address: nothing was released.
+  c.applyEvents([
+    { kind: 'Pod', op: 'delete', uid: heir.uid },
+    { kind: 'Pod', op: 'upsert', object: heir },
+  ]);
+  assert.deepEqual(c.takeReleasedAddresses(), []);
+});
