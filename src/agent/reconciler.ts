@@ -57,6 +57,8 @@ export const DEFAULT_TIDY_DELAY_MS = 1_000;
 /** Every this many periodic resyncs, one reads every set member back; the others read set
  *  sizes only (at 100k pods a full read takes about a second, and the loop waits for it). */
 export const FULL_READ_EVERY = 10;
+/** Tries at deleting a released address's tracked connections, each after a write. */
+export const FORGET_ATTEMPTS = 3;
 /** Arrival times kept for the event-to-enforced histogram while writes fail: the oldest ones
  *  (the longest waits); later batches of the same write are not observed. */
 export const MAX_UNAPPLIED = 1_000;
@@ -170,8 +172,9 @@ export class Reconciler {
   /** Since when a write has been wanted without one succeeding (null: nothing owed). */
   #owedSince: number | null = null;
   #writeStartedAt: number | null = null;
-  /** Addresses local pods gave up whose tracked connections are still to be deleted. */
-  readonly #released = new Set<string>();
+  /** Addresses local pods gave up whose tracked connections are still to be deleted, with the
+   *  failed tries so far. */
+  readonly #released = new Map<string, number>();
   /** When the last source batch arrived (null: none yet). */
   #lastBatchAt: number | null = null;
   #idleWaiters: (() => void)[] = [];
@@ -318,7 +321,7 @@ export class Reconciler {
       if (n > 0) this.#modelChanged = true;
       if (b.synced) this.#synced = true;
     }
-    for (const a of calc.takeReleasedAddresses()) this.#released.add(a);
+    for (const a of calc.takeReleasedAddresses()) this.#released.set(a, 0);
     const changes = calc.takePolicyChanges();
     // One at a time: a first batch of more than about 120k policies passes the engine's limit
     // on a call's arguments.
@@ -449,20 +452,35 @@ export class Reconciler {
   }
 
   /** After a write no rule dispatches them: the flows of addresses local pods gave up go. A
-   *  failure keeps them for the next write (a change's, or the periodic resync's). */
+   *  failure keeps them for the next write (a change's, or the periodic resync's), up to
+   *  FORGET_ATTEMPTS tries, so that a broken conntrack cannot make every write retry more. */
   async #forgetReleasedFlows(): Promise<void> {
     if (this.#released.size === 0) return;
     const { dataplane, log, metrics } = this.#o;
-    const addresses = [...this.#released];
+    const addresses = [...this.#released.keys()];
     const t0 = this.#clock.now();
     try {
       const entries = await dataplane.forgetFlows(addresses);
-      for (const a of addresses) this.#released.delete(a);
+      this.#released.clear();
       log.debug({ addresses, entries, ms: round(this.#clock.now() - t0) }, 'forgot the tracked connections of released pod addresses');
     } catch (err) {
       const code = codeOf(err);
       metrics.errors.inc({ reason: code });
-      log.warn({ err, code, addresses }, 'could not delete the tracked connections of released pod addresses; will retry after the next write');
+      const abandoned: string[] = [];
+      for (const a of addresses) {
+        const tries = (this.#released.get(a) ?? 0) + 1;
+        if (tries < FORGET_ATTEMPTS) this.#released.set(a, tries);
+        else {
+          this.#released.delete(a);
+          abandoned.push(a);
+        }
+      }
+      if (abandoned.length > 0)
+        log.error(
+          { err, code, addresses: abandoned },
+          `could not delete the tracked connections of released pod addresses in ${FORGET_ATTEMPTS} tries; a pod given one of them may carry on its flows`,
+        );
+      else log.warn({ err, code, addresses }, 'could not delete the tracked connections of released pod addresses; will retry after the next write');
     }
   }
 

@@ -829,7 +829,7 @@ export class Calculator {
         if (m.size === 0) this.#blockPods.delete(block);
       }
       this.#dirtyBlocks.add(block);
-      this.#released.set(ip, uid);
+      if (this.#cfg.families.includes(familyOf(ip))) this.#released.set(ip, uid);
     }
     for (const ip of after) {
       if (before.includes(ip)) continue;

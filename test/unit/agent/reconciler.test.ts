@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { FULL_READ_EVERY, MAX_UNAPPLIED, Reconciler, type Clock, type DataplanePort, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
+import { FORGET_ATTEMPTS, FULL_READ_EVERY, MAX_UNAPPLIED, Reconciler, type Clock, type DataplanePort, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
 import type { DesiredDataplane, Dirty } from '../../../src/calc/index.ts';
 import { RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
@@ -452,6 +452,18 @@ describe('reconcile loop', () => {
     await clock.advance(100);
     assert.deepEqual(order, ['apply', 'forgetFlows', 'apply', 'forgetFlows'], 'each attempt follows a write');
     assert.deepEqual(dataplane.forgotten, [['10.244.1.5', 'fd00::5']]);
+    // A conntrack that keeps failing is given up on after FORGET_ATTEMPTS writes.
+    order.length = 0;
+    dataplane.failForgets = FORGET_ATTEMPTS + 1;
+    r.onBatch(podBatch('r4', [{ kind: 'Pod', op: 'upsert', object: gone }]));
+    await clock.advance(100);
+    r.onBatch(podBatch('r5', [{ kind: 'Pod', op: 'delete', uid: gone.uid }]));
+    for (let i = 0; i < FORGET_ATTEMPTS + 1; i++) {
+      await clock.advance(100);
+      r.onBatch(batch(`r${6 + i}`, true, `p${i}`));
+    }
+    await clock.advance(100);
+    assert.equal(order.filter((s) => s === 'forgetFlows').length, FORGET_ATTEMPTS);
   });
 });
 
