@@ -172,9 +172,12 @@ export class Reconciler {
   /** Since when a write has been wanted without one succeeding (null: nothing owed). */
   #owedSince: number | null = null;
   #writeStartedAt: number | null = null;
-  /** Addresses local pods gave up whose tracked connections are still to be deleted, with the
-   *  failed tries so far. */
-  readonly #released = new Map<string, number>();
+  /** Addresses local pods gave up, waiting for the write that stops dispatching them. */
+  readonly #released = new Set<string>();
+  /** Addresses written out of dispatch whose tracked connections are still to be deleted,
+   *  with the failed tries so far; and the deletion running beside the loop, if any. */
+  readonly #toForget = new Map<string, number>();
+  #forgetting: Promise<void> | null = null;
   /** When the last source batch arrived (null: none yet). */
   #lastBatchAt: number | null = null;
   #idleWaiters: (() => void)[] = [];
@@ -212,6 +215,7 @@ export class Reconciler {
     this.#stopped = true;
     await this.#pacer.stop();
     await this.#hookCheck;
+    await this.#forgetting;
   }
 
   onBatch(batch: SourceBatch<CalcEvent>): void {
@@ -257,7 +261,7 @@ export class Reconciler {
   }
 
   #isIdle(): boolean {
-    return !this.#pacer.busy() && this.#hookCheck === null && (!this.#synced ? true : this.#queue.length === 0 && !this.#needResync);
+    return !this.#pacer.busy() && this.#hookCheck === null && this.#forgetting === null && (!this.#synced ? true : this.#queue.length === 0 && !this.#needResync);
   }
 
   #wakeIdleWaiters(): void {
@@ -321,7 +325,7 @@ export class Reconciler {
       if (n > 0) this.#modelChanged = true;
       if (b.synced) this.#synced = true;
     }
-    for (const a of calc.takeReleasedAddresses()) this.#released.set(a, 0);
+    for (const a of calc.takeReleasedAddresses()) this.#released.add(a);
     const changes = calc.takePolicyChanges();
     // One at a time: a first batch of more than about 120k policies passes the engine's limit
     // on a call's arguments.
@@ -441,7 +445,9 @@ export class Reconciler {
     metrics.policies.set({ state: 'valid' }, counts.valid);
     metrics.policies.set({ state: 'invalid' }, counts.invalid);
     log.info({ resync, tidy, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : tidy ? 'tidied dataplane' : 'applied changes');
-    await this.#forgetReleasedFlows();
+    for (const a of this.#released) this.#toForget.set(a, 0);
+    this.#released.clear();
+    this.#startForgetting();
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     if (this.#collectAfterWrite) {
       this.#collectAfterWrite = false;
@@ -451,37 +457,52 @@ export class Reconciler {
     return 'ok';
   }
 
-  /** After a write no rule dispatches them: the flows of addresses local pods gave up go. A
-   *  failure keeps them for the next write (a change's, or the periodic resync's), up to
-   *  FORGET_ATTEMPTS tries, so that a broken conntrack cannot make every write retry more. */
-  async #forgetReleasedFlows(): Promise<void> {
-    if (this.#released.size === 0) return;
+  /**
+   * Deletes the tracked connections of addresses no rule dispatches any more, beside the loop:
+   * each address costs two walks of the kernel's whole table (about 60 ms at 10k tracked flows,
+   * 250-350 ms at 50k), which must not hold up the next change's write. Addresses written out
+   * meanwhile go in the next round. A failure waits for the next write, FORGET_ATTEMPTS tries
+   * in all, so that a broken conntrack cannot make every write retry more.
+   */
+  #startForgetting(): void {
+    if (this.#forgetting !== null || this.#toForget.size === 0 || this.#stopped) return;
     const { dataplane, log, metrics } = this.#o;
-    const addresses = [...this.#released.keys()];
+    const addresses = [...this.#toForget.keys()];
     const t0 = this.#clock.now();
-    try {
-      const entries = await dataplane.forgetFlows(addresses);
-      this.#released.clear();
-      log.debug({ addresses, entries, ms: round(this.#clock.now() - t0) }, 'forgot the tracked connections of released pod addresses');
-    } catch (err) {
-      const code = codeOf(err);
-      metrics.errors.inc({ reason: code });
-      const abandoned: string[] = [];
-      for (const a of addresses) {
-        const tries = (this.#released.get(a) ?? 0) + 1;
-        if (tries < FORGET_ATTEMPTS) this.#released.set(a, tries);
-        else {
-          this.#released.delete(a);
-          abandoned.push(a);
-        }
-      }
-      if (abandoned.length > 0)
-        log.error(
-          { err, code, addresses: abandoned },
-          `could not delete the tracked connections of released pod addresses in ${FORGET_ATTEMPTS} tries; a pod given one of them may carry on its flows`,
-        );
-      else log.warn({ err, code, addresses }, 'could not delete the tracked connections of released pod addresses; will retry after the next write');
-    }
+    let again = false;
+    this.#forgetting = dataplane
+      .forgetFlows(addresses)
+      .then(
+        (entries) => {
+          for (const a of addresses) this.#toForget.delete(a);
+          log.debug({ addresses, entries, ms: round(this.#clock.now() - t0) }, 'forgot the tracked connections of released pod addresses');
+          again = true;
+        },
+        (err: unknown) => {
+          const code = codeOf(err);
+          metrics.errors.inc({ reason: code });
+          const abandoned: string[] = [];
+          for (const a of addresses) {
+            const tries = (this.#toForget.get(a) ?? 0) + 1;
+            if (tries < FORGET_ATTEMPTS) this.#toForget.set(a, tries);
+            else {
+              this.#toForget.delete(a);
+              abandoned.push(a);
+            }
+          }
+          if (abandoned.length > 0)
+            log.error(
+              { err, code, addresses: abandoned },
+              `could not delete the tracked connections of released pod addresses in ${FORGET_ATTEMPTS} tries; a pod given one of them may carry on its flows`,
+            );
+          else log.warn({ err, code, addresses }, 'could not delete the tracked connections of released pod addresses; will retry after the next write');
+        },
+      )
+      .finally(() => {
+        this.#forgetting = null;
+        if (again) this.#startForgetting();
+        this.#wakeIdleWaiters();
+      });
   }
 
   /** Asks the pacer for the next periodic pass: the resync or the hook check, whichever is due first. */

@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { openProbeClient } from '../../src/sim/prober.ts';
 import { A1, A2, B1, Conformance, np, type Cell, type PodDef } from './harness.ts';
+import { flowsTo } from '../support/conntrack.ts';
 import { countArrivals, sendUdp, spoofIntoEstablishedFlow, unwatchArrivals, watchArrivals } from './spoofing.ts';
 
 const NEW: PodDef = {
@@ -118,7 +119,14 @@ describe('fail closed for unknown addresses', () => {
     const senders = [B1, A2].map((k) => c.cluster.endpoint(k)!); // same node, other node
     const SOURCE_PORT = 40124;
     for (const s of senders) await sendUdp(s.netns, s.ips[0], ip, 80, 1, { fromPort: SOURCE_PORT, awaitReply: true });
+    const nodeA = c.nodeNetns('node-a');
+    assert.equal(await flowsTo(nodeA, ip), senders.length, 'both flows are tracked on node-a');
     await c.removePod('alpha/gone');
+    // The agent deletes them beside its loop, after the write that stops dispatching the address.
+    for (let i = 0; (await flowsTo(nodeA, ip)) > 0; i++) {
+      assert.ok(i < 100, "node-a still tracks the deleted pod's flows 5 s after its removal was written");
+      await new Promise((r) => setTimeout(r, 50));
+    }
     await c.addPod(heir);
     const h = c.cluster.endpoint('alpha/heir')!;
     for (const s of senders) await watchArrivals(h.netns, s.ips[0], 80);

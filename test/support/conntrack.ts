@@ -17,3 +17,9 @@ export async function forgetProbeFlows(cluster: Pick<Cluster, 'nodes' | 'ports'>
     ),
   );
 }
+
+/** How many tracked flows in a namespace have `ip` as their reply source (flows to it). */
+export async function flowsTo(netns: string, ip: string): Promise<number> {
+  const r = await execa('ip', ['netns', 'exec', netns, 'conntrack', '-L', '-f', ip.includes(':') ? 'ipv6' : 'ipv4', '--reply-src', ip], { reject: false });
+  return r.stdout.split('\n').filter((l) => l.trim()).length;
+}

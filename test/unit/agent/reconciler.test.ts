@@ -98,7 +98,10 @@ class FakeDataplane implements DataplanePort {
   /** The addresses of each forgetFlows call, and how many calls fail first. */
   forgotten: string[][] = [];
   failForgets = 0;
+  /** Fake time a deletion takes (the real one walks the kernel's table twice per address). */
+  forgetMs = 0;
   async forgetFlows(addresses: readonly string[]) {
+    if (this.forgetMs > 0) await new Promise<void>((resolve) => this.#clock.setTimeout(resolve, this.forgetMs));
     if (this.failForgets > 0) {
       this.failForgets--;
       throw new Error('conntrack: Operation not permitted');
@@ -464,6 +467,25 @@ describe('reconcile loop', () => {
     }
     await clock.advance(100);
     assert.equal(order.filter((s) => s === 'forgetFlows').length, FORGET_ATTEMPTS);
+  });
+
+  test("deleting a released address's tracked connections runs beside the loop: the next change is written without waiting for it", async () => {
+    const { clock, dataplane, r } = setup();
+    const gone = pod('ns', 'gone', { ip4: 5, ip6: false });
+    const later = pod('ns', 'later', { ip4: 6, ip6: false });
+    r.onBatch({ events: [{ kind: 'Pod', op: 'upsert', object: gone }], synced: true, revision: 'r1' });
+    await clock.advance(100);
+    dataplane.forgetMs = 1_000;
+    r.onBatch({ events: [{ kind: 'Pod', op: 'delete', uid: gone.uid }], synced: true, revision: 'r2' });
+    await clock.advance(100);
+    const writesBefore = dataplane.writes().length;
+    r.onBatch({ events: [{ kind: 'Pod', op: 'upsert', object: later }], synced: true, revision: 'r3' });
+    await clock.advance(100);
+    assert.equal(dataplane.writes().length, writesBefore + 1, 'the change was written while the deletion ran');
+    assert.deepEqual(dataplane.forgotten, [], 'the deletion is still running');
+    await clock.advance(1_000);
+    assert.deepEqual(dataplane.forgotten, [['10.244.1.5']]);
+    await r.whenIdle();
   });
 });
 
