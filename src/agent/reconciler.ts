@@ -172,8 +172,6 @@ export class Reconciler {
   /** Since when a write has been wanted without one succeeding (null: nothing owed). */
   #owedSince: number | null = null;
   #writeStartedAt: number | null = null;
-  /** Addresses local pods gave up, waiting for the write that stops dispatching them. */
-  readonly #released = new Set<string>();
   /** Addresses written out of dispatch whose tracked connections are still to be deleted,
    *  with the failed tries so far; and the deletion running beside the loop, if any. */
   readonly #toForget = new Map<string, number>();
@@ -325,7 +323,6 @@ export class Reconciler {
       if (n > 0) this.#modelChanged = true;
       if (b.synced) this.#synced = true;
     }
-    for (const a of calc.takeReleasedAddresses()) this.#released.add(a);
     const changes = calc.takePolicyChanges();
     // One at a time: a first batch of more than about 120k policies passes the engine's limit
     // on a call's arguments.
@@ -445,8 +442,9 @@ export class Reconciler {
     metrics.policies.set({ state: 'valid' }, counts.valid);
     metrics.policies.set({ state: 'invalid' }, counts.invalid);
     log.info({ resync, tidy, ms: round(ms), revision, stats, ...st }, resync ? 'resynced dataplane' : tidy ? 'tidied dataplane' : 'applied changes');
-    for (const a of this.#released) this.#toForget.set(a, 0);
-    this.#released.clear();
+    // calc keeps what local pods gave up until a write has stopped dispatching it: the loop
+    // computes only while no write runs, so that is everything computed before this write.
+    for (const a of calc.takeReleasedAddresses()) this.#toForget.set(a, 0);
     this.#startForgetting();
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     if (this.#collectAfterWrite) {

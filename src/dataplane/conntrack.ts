@@ -7,8 +7,8 @@ import { CommandError } from '../errors.ts';
 import { familyOf } from '../model/types.ts';
 import type { CommandRunner } from './runner.ts';
 
-/** conntrack -D exits 1 when nothing matched; that, and only that, prints this. */
-const NOTHING_DELETED = /\b0 flow entries have been deleted/;
+/** What conntrack -D says on success; it exits 1 when the count is 0. */
+const DELETED = /\b(\d+) flow entries have been deleted/;
 
 /**
  * Deletes every entry with `address` as its original source (the pod's own flows) or its reply
@@ -21,9 +21,9 @@ export async function forgetFlows(runner: CommandRunner, address: string): Promi
   for (const match of ['--orig-src', '--reply-src']) {
     const args = ['-D', '-f', familyOf(address) === 6 ? 'ipv6' : 'ipv4', match, address];
     const r = await runner.run('conntrack', args);
-    if (r.exitCode === 1 && NOTHING_DELETED.test(r.stderr)) continue;
-    if (r.exitCode !== 0) throw new CommandError('WEIR_COMMAND_FAILED', 'conntrack', args, r.exitCode, r.stderr);
-    deleted += Number(/(\d+) flow entries have been deleted/.exec(r.stderr)?.[1] ?? 0);
+    const count = DELETED.exec(r.stderr)?.[1];
+    if (count === undefined || r.exitCode !== (count === '0' ? 1 : 0)) throw new CommandError('WEIR_COMMAND_FAILED', 'conntrack', args, r.exitCode, r.stderr);
+    deleted += Number(count);
   }
   return deleted;
 }
