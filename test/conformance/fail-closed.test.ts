@@ -113,12 +113,16 @@ describe('fail closed for unknown addresses', () => {
     const ip = '10.244.1.71';
     const gone: PodDef = { namespace: 'alpha', name: 'gone', node: 'node-a', ips: [ip], labels: { app: 'gone' }, ports: [] };
     const heir: PodDef = { ...gone, name: 'heir', labels: { app: 'heir' } };
-    // The heir admits nobody: whatever reaches it came through an old flow.
-    await c.setPolicies(np('alpha', 'isolate-heir', { podSelector: { matchLabels: { app: 'heir' } } }));
+    // The heir may neither receive nor send: whatever passes went through an old flow.
+    await c.setPolicies(np('alpha', 'isolate-heir', { podSelector: { matchLabels: { app: 'heir' } }, policyTypes: ['Ingress', 'Egress'] }));
     await c.addPod(gone);
     const senders = [B1, A2].map((k) => c.cluster.endpoint(k)!); // same node, other node
     const SOURCE_PORT = 40124;
     for (const s of senders) await sendUdp(s.netns, s.ips[0], ip, 80, 1, { fromPort: SOURCE_PORT, awaitReply: true });
+    // And a flow the deleted pod opened itself (its address as the original source).
+    const a2 = senders[1];
+    const OWN_PORT = 40125;
+    await sendUdp(c.cluster.endpoint('alpha/gone')!.netns, ip, a2.ips[0], 80, 1, { fromPort: OWN_PORT, awaitReply: true });
     const nodeA = c.nodeNetns('node-a');
     assert.equal(await flowsTo(nodeA, ip), senders.length, 'both flows are tracked on node-a');
     await c.removePod('alpha/gone');
@@ -134,6 +138,14 @@ describe('fail closed for unknown addresses', () => {
     await new Promise((r) => setTimeout(r, 200));
     const arrived = Object.fromEntries(await Promise.all(senders.map(async (s) => [s.key, await countArrivals(h.netns, s.ips[0], 80)] as const)));
     assert.deepEqual(arrived, { [B1]: 0, [A2]: 0 });
+    await watchArrivals(a2.netns, ip, 80);
+    try {
+      await sendUdp(h.netns, ip, a2.ips[0], 80, 5, { fromPort: OWN_PORT });
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(await countArrivals(a2.netns, ip, 80), 0, "the heir sent through the deleted pod's own flow");
+    } finally {
+      await unwatchArrivals(a2.netns, ip, 80);
+    }
   });
 
   test("a pod sending with another pod's address into that pod's established flow is dropped", async () => {
