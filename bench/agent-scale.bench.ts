@@ -39,7 +39,8 @@ import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
 import { bridgeApiServer, type Bridge } from '../test/integration/bridge.ts';
 import { startControlPlane, type ControlPlane } from '../test/integration/controlplane.ts';
 import { Api, ApiError, type KubeObject } from './peers/api.ts';
-import { NetnsProcess, usageOf, type Usage } from './peers/enforcers.ts';
+import { NetnsProcess } from './peers/enforcers.ts';
+import { type Usage, usageOf } from './peers/usage.ts';
 import { makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));

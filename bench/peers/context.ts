@@ -4,7 +4,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type EnforcerName, type EnforcerSpec, usageOf } from './enforcers.ts';
+import type { EnforcerName, EnforcerSpec } from './enforcers.ts';
+import { usageOf } from './usage.ts';
 import { type BenchEnv, loadAverage, type Turn } from './env.ts';
 import { renderTable, type Row } from './table.ts';
 

@@ -7,11 +7,12 @@
 // and memory read from /proc, and a kill by its own PID.
 
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { NODE_FLAGS } from '../../src/cli/node-flags.ts';
+import { type Usage, usageOf } from './usage.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export type EnforcerName = 'none' | 'kube-router' | 'weir';
@@ -70,31 +71,6 @@ async function buildWeir(log: (s: string) => void): Promise<string> {
   const r = spawnSync(process.execPath, [join(REPO, 'scripts/build.ts'), out], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`scripts/build.ts failed:\n${(r.stdout + r.stderr).split('\n').slice(0, 10).join('\n')}`);
   return out;
-}
-
-export interface Usage {
-  /** CPU seconds: the process and its waited-for children (iptables-restore, ipset...). */
-  readonly cpuS: number;
-  readonly rssMB: number;
-  /** Peak RSS of the process (VmHWM). */
-  readonly hwmMB: number;
-}
-
-const TICK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
-
-/** CPU and memory of a live process from /proc; null once it is gone. */
-export function usageOf(pid: number): Usage | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime, stime, cutime, cstime are fields 14-17 of stat: 11-14 after "(comm) ".
-    const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? 0);
-    return { cpuS: ticks / TICK, rssMB: kb('VmRSS') / 1024, hwmMB: kb('VmHWM') / 1024 };
-  } catch {
-    return null;
-  }
 }
 
 /**
