@@ -1,8 +1,9 @@
 // Section 3: memory and CPU of each enforcer on each node (read from /proc for the process and
 // every process it started: RSS, and CPU time, iptables-restore and ipset included; the row
-// gives the larger node), at rest once every node and the API server are idle, and during churn: pod label changes through the API at a fixed rate (default 100/s for
-// 60 s), each moving a phantom pod in or out of a policy's peer set. After the churn, one more
-// change is timed from its write to its enforcement: the backlog an enforcer carries.
+// gives the larger node), at rest once every node and the API server are idle, and during
+// churn: pod label changes through the API at a fixed rate (default 100/s for 60 s), each
+// moving a phantom pod in or out of a policy's peer set. After the churn, one more change is
+// timed from its write to its enforcement: the backlog an enforcer carries.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildConnectLoop } from './connect-loop.ts';
