@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EnforcerName, EnforcerSpec } from './enforcers.ts';
-import { usageOf } from './usage.ts';
+import { usagesOf } from './usage.ts';
 import { type BenchEnv, loadAverage, type Turn } from './env.ts';
 import { renderTable, type Row } from './table.ts';
 
@@ -92,7 +92,9 @@ export function apiServerPid(env: BenchEnv): number {
  *  CPU seconds they spent until then and how long it took. */
 export async function idle(t: Turn, timeoutMs = 180_000): Promise<{ cpuS: number; ms: number }> {
   const api = apiServerPid(t.env);
-  const cpu = () => [...t.procs.values()].reduce((s, p) => s + (p.usage()?.cpuS ?? 0), 0) + (usageOf(api)?.cpuS ?? 0);
+  // One reading of /proc for every process a second.
+  const pids = [...[...t.procs.values()].filter((p) => !p.exited).map((p) => p.pid), api];
+  const cpu = () => [...usagesOf(pids).values()].reduce((s, u) => s + u.cpuS, 0);
   const t0 = performance.now();
   const c0 = cpu();
   let quietSeconds = 0;

@@ -10,7 +10,7 @@ import { buildConnectLoop } from './connect-loop.ts';
 import { OTHER_A, PORT, SERVER, setPolicyCount } from './connect.ts';
 import { type Ctx, idle, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
-import type { Usage } from './usage.ts';
+import { type Usage, usagesOf } from './usage.ts';
 import { key, type Turn } from './env.ts';
 import { firstAllowed } from './latency.ts';
 import { podCount, scalePods, scaleTo } from './scale.ts';
@@ -106,7 +106,8 @@ export async function benchResources(ctx: Ctx): Promise<void> {
       let sampling = true;
       const sampler = (async () => {
         while (sampling) {
-          for (const n of nodes) peak.set(n, Math.max(peak.get(n)!, t.procs.get(n)?.usage()?.rssMB ?? 0));
+          const now = usagesOf(nodes.map((n) => t.procs.get(n)!.pid));
+          for (const n of nodes) peak.set(n, Math.max(peak.get(n)!, now.get(t.procs.get(n)!.pid)?.rssMB ?? 0));
           await sleep(500);
         }
       })();

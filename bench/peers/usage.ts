@@ -46,10 +46,11 @@ function statusKb(pid: number, key: string): number {
   }
 }
 
-/** CPU and memory of a live process and its descendants; null once it is gone. A command that
- *  ends while /proc is read may be counted twice or not at all in one reading; the next one
- *  counts it once, in its parent, so figures taken as differences stay right over time. */
-export function usageOf(pid: number): Usage | null {
+/** CPU and memory of live processes, each with its descendants, from one reading of /proc; a
+ *  process that is gone has no entry. A command that ends while /proc is read may be counted
+ *  twice or not at all in one reading; the next one counts it once, in its parent, so figures
+ *  taken as differences stay right over time. */
+export function usagesOf(pids: readonly number[]): Map<number, Usage> {
   const stats = new Map<number, Stat>();
   const children = new Map<number, number[]>();
   for (const d of readdirSync('/proc')) {
@@ -61,14 +62,23 @@ export function usageOf(pid: number): Usage | null {
     if (list === undefined) children.set(s.ppid, [Number(d)]);
     else list.push(Number(d));
   }
-  if (!stats.has(pid)) return null;
-  let ticks = 0;
-  let rssKb = 0;
-  for (const queue = [pid]; queue.length > 0; ) {
-    const p = queue.pop()!;
-    ticks += stats.get(p)!.ticks;
-    rssKb += statusKb(p, 'VmRSS');
-    queue.push(...(children.get(p) ?? []));
+  const out = new Map<number, Usage>();
+  for (const pid of pids) {
+    if (!stats.has(pid)) continue;
+    let ticks = 0;
+    let rssKb = 0;
+    for (const queue = [pid]; queue.length > 0; ) {
+      const p = queue.pop()!;
+      ticks += stats.get(p)!.ticks;
+      rssKb += statusKb(p, 'VmRSS');
+      queue.push(...(children.get(p) ?? []));
+    }
+    out.set(pid, { cpuS: ticks / TICK, rssMB: rssKb / 1024, hwmMB: statusKb(pid, 'VmHWM') / 1024 });
   }
-  return { cpuS: ticks / TICK, rssMB: rssKb / 1024, hwmMB: statusKb(pid, 'VmHWM') / 1024 };
+  return out;
+}
+
+/** usagesOf for one process; null once it is gone. */
+export function usageOf(pid: number): Usage | null {
+  return usagesOf([pid]).get(pid) ?? null;
 }
