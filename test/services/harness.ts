@@ -13,9 +13,10 @@ import { EXTERNAL_KEY, type Endpoint } from '../../src/sim/cluster.ts';
 import type { ProbeProto, ProbeResult } from '../../src/sim/probe-protocol.ts';
 import { openProbeClient, type ProbeClient } from '../../src/sim/prober.ts';
 import { familyOf, type Family } from '../../src/model/types.ts';
-import { basePods, NODES } from '../conformance/harness.ts';
+import { basePods, NODES, type PodDef } from '../conformance/harness.ts';
 import { buildControlPlane } from '../integration/controlplane.ts';
 import { KubeIntegration, policyObject } from '../integration/kube-harness.ts';
+import { forgetProbeFlows } from '../support/conntrack.ts';
 import { KubeProxy, type IptablesBackend, type ProxyMode } from './kube-proxy.ts';
 
 export { policyObject };
@@ -67,6 +68,8 @@ export class Services {
   readonly dir: string;
   readonly #clients = new Map<string, ProbeClient>();
   readonly #ports = new Set<number>([SERVICE_PORT, TARGET_PORT]);
+  /** Pods beside the base cast, added by a test. */
+  readonly #added = new Map<string, PodDef>();
 
   private constructor(k: KubeIntegration, opts: ServicesOptions, dir: string) {
     this.k = k;
@@ -149,7 +152,7 @@ export class Services {
   /** Creates (or replaces) a Service and its EndpointSlices, one per family of the backends. */
   async service(def: ServiceDef): Promise<ServiceIPs> {
     const pods = def.backends.map((key) => {
-      const p = basePods().find((b) => `${b.namespace}/${b.name}` === key);
+      const p = basePods().find((b) => `${b.namespace}/${b.name}` === key) ?? this.#added.get(key);
       if (!p) throw new Error(`no pod ${key}`);
       return p;
     });
@@ -198,6 +201,27 @@ export class Services {
     const clusterIPs: Partial<Record<Family, string>> = {};
     for (const ip of got.spec.clusterIPs) clusterIPs[familyOf(ip)] = ip;
     return { clusterIPs };
+  }
+
+  /** A pod beside the base cast: its namespace on the node, then its API object, Running. */
+  async addPod(def: PodDef): Promise<void> {
+    const key = `${def.namespace}/${def.name}`;
+    await this.cluster.addPod({ namespace: def.namespace, name: def.name, node: def.node, ips: def.ips });
+    this.#added.set(key, def);
+    await this.k.createPod(def);
+  }
+
+  /** Deletes an added pod's API object (as a kubelet confirms a deletion), then its namespace. */
+  async removePod(key: string): Promise<void> {
+    const def = this.#added.get(key);
+    if (!def) throw new Error(`no added pod ${key}`);
+    await this.k.kubectl(['delete', 'pod', def.name, '-n', def.namespace, '--grace-period=0', '--force']);
+    this.#added.delete(key);
+    await this.cluster.removePod(key);
+  }
+
+  async removeAddedPods(): Promise<void> {
+    for (const key of [...this.#added.keys()]) await this.removePod(key);
   }
 
   /** Replaces every NetworkPolicy with these (policyObject shapes). */
@@ -250,9 +274,7 @@ export class Services {
   /** Forgets the UDP flows of every port the tests use, in every node (kube-proxy's NAT
    *  flows would otherwise carry a later probe from the same source port as ESTABLISHED). */
   async forgetFlows(): Promise<void> {
-    await Promise.all(
-      this.cluster.nodes.flatMap((n) => [...this.#ports].map((port) => execa('ip', ['netns', 'exec', n.netns, 'conntrack', '-D', '-p', 'udp', '--orig-port-dst', String(port)], { reject: false }))),
-    );
+    await forgetProbeFlows({ nodes: this.cluster.nodes, ports: [...this.#ports] });
   }
 
   endpoint(key: string): Endpoint {

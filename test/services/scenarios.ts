@@ -9,7 +9,9 @@ import { execa } from 'execa';
 import { EXTERNAL_KEY } from '../../src/sim/cluster.ts';
 import type { ProbeProto } from '../../src/sim/probe-protocol.ts';
 import type { Family } from '../../src/model/types.ts';
-import { A1, A2, B1, B2, basePods, G1 } from '../conformance/harness.ts';
+import { A1, A2, B1, B2, basePods, G1, type PodDef } from '../conformance/harness.ts';
+import { countArrivals, sendUdp, unwatchArrivals, watchArrivals } from '../conformance/spoofing.ts';
+import { flowsTo } from '../support/conntrack.ts';
 import { EXTERNAL_IPS, GATEWAYS, NODE_IPS, policyObject, type ReachCase, SERVICE_PORT, Services, type ServicesOptions, TARGET_PORT } from './harness.ts';
 import { chainRules, hookIndex, iptablesSave, kubeLines, kubeProxyTable, timeWaitPeers } from './inspect.ts';
 
@@ -18,6 +20,8 @@ const ip = (key: string, f: Family): string | undefined =>
     .find((p) => `${p.namespace}/${p.name}` === key)
     ?.ips.find((a) => (f === 4 ? !a.includes(':') : a.includes(':')));
 const FAMILIES: readonly Family[] = [4, 6];
+const ip4 = (ep: { readonly ips: readonly string[] }): string => ep.ips.find((a) => !a.includes(':'))!;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const WEB_NODEPORT = 30080;
 const LOCAL_NODEPORT = 30081;
 /** The agents' default --hook-check-interval. */
@@ -94,6 +98,58 @@ export function servicesSuite(opts: ServicesOptions): void {
         ]),
       );
       await s.expectReach('a1 isolated both ways', cases);
+    });
+
+    test('a pod given a deleted backend’s address inherits none of the flows that reached the old pod through a Service', async () => {
+      // A flow through a Service is tracked with the ClusterIP as its original destination: the
+      // backend's address is only its reply source. The EndpointSlice still lists the address
+      // afterwards, as it may for a while after a real deletion.
+      const ip = '10.244.1.72';
+      const gone: PodDef = { namespace: 'alpha', name: 'gone', node: 'node-a', ips: [ip], labels: { app: 'gone' }, ports: [] };
+      const heir: PodDef = { ...gone, name: 'heir', labels: { app: 'heir' } };
+      // The heir may neither receive nor send: whatever passes went through an old flow.
+      await s.setPolicies(policyObject('alpha', 'isolate-heir', { podSelector: { matchLabels: { app: 'heir' } }, policyTypes: ['Ingress', 'Egress'] }));
+      await s.addPod(gone);
+      const senders = [B1, A2].map((k) => s.endpoint(k)); // same node, other node
+      const a2 = senders[1];
+      try {
+        const goneIP = (await s.service({ namespace: 'alpha', name: 'gone', backends: ['alpha/gone'] })).clusterIPs[4]!;
+        await s.expectReach('gone behind its Service', [{ from: B1, ip: goneIP, port: SERVICE_PORT, proto: 'udp', expect: 'alpha/gone', why: 'b1 via Service gone' }]);
+        await s.forgetFlows();
+        const SOURCE_PORT = 40126;
+        for (const e of senders) await sendUdp(e.netns, ip4(e), goneIP, SERVICE_PORT, 1, { fromPort: SOURCE_PORT, awaitReply: true });
+        // And a flow gone opened itself, through db's Service to a2.
+        const OWN_PORT = 40127;
+        await sendUdp(s.endpoint('alpha/gone').netns, ip, svc.db[4]!, SERVICE_PORT, 1, { fromPort: OWN_PORT, awaitReply: true });
+        const nodeA = s.netns('node-a');
+        assert.equal(await flowsTo(nodeA, ip), senders.length, 'node-a tracks both flows to gone');
+        await s.removePod('alpha/gone');
+        // The agent deletes them beside its loop, after the write that stops dispatching the address.
+        for (let i = 0; (await flowsTo(nodeA, ip)) > 0; i++) {
+          assert.ok(i < 100, "node-a still tracks the deleted pod's flows 5 s after its removal was applied");
+          await sleep(50);
+        }
+        await s.addPod(heir);
+        // Until node-a dispatches the heir's address, it drops everything to and from it, old
+        // flows too: wait for its dispatch rule, so that what follows tests the heir's own chains.
+        for (let i = 0; !(await iptablesSave(nodeA, opts.backend, 4, 'mangle')).split('\n').some((l) => l.includes(`-d ${ip}/32`) && l.includes('-g cali-tw-')); i++) {
+          assert.ok(i < 100, 'node-a does not dispatch the heir 5 s after its creation');
+          await sleep(50);
+        }
+        const h = s.endpoint('alpha/heir');
+        for (const e of senders) await watchArrivals(h.netns, ip4(e), TARGET_PORT);
+        for (const e of senders) await sendUdp(e.netns, ip4(e), goneIP, SERVICE_PORT, 5, { fromPort: SOURCE_PORT });
+        await watchArrivals(a2.netns, ip, TARGET_PORT);
+        await sendUdp(h.netns, ip, svc.db[4]!, SERVICE_PORT, 5, { fromPort: OWN_PORT });
+        await sleep(200);
+        const arrived = Object.fromEntries(await Promise.all(senders.map(async (e) => [`${e.key} -> heir`, await countArrivals(h.netns, ip4(e), TARGET_PORT)] as const)));
+        arrived[`heir -> ${A2}`] = await countArrivals(a2.netns, ip, TARGET_PORT);
+        assert.deepEqual(arrived, { [`${B1} -> heir`]: 0, [`${A2} -> heir`]: 0, [`heir -> ${A2}`]: 0 });
+      } finally {
+        await unwatchArrivals(a2.netns, ip, TARGET_PORT);
+        await s.k.kubectl(['delete', 'service/gone', 'endpointslice/gone-ipv4', '-n', 'alpha', '--ignore-not-found']);
+        await s.removeAddedPods();
+      }
     });
 
     describe('NodePort from the external host', () => {
