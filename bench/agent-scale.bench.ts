@@ -26,7 +26,7 @@
 // WEIR_BENCH_AGENT_LOG_DIR: keep each agent's output there, every line with its ms since spawn.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { createWriteStream, readdirSync, readFileSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, readdirSync, readFileSync, type WriteStream } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -77,6 +77,8 @@ const AGENT_NODE_FLAGS = words(process.env.WEIR_BENCH_AGENT_NODE_FLAGS);
 const AGENT_ARGS = words(process.env.WEIR_BENCH_AGENT_ARGS);
 /** A directory to keep every agent's output in (agent-1.log, ...), e.g. with --trace-gc above. */
 const AGENT_LOG_DIR = process.env.WEIR_BENCH_AGENT_LOG_DIR;
+// Made now: a missing directory would otherwise end the run at the first start, after populating.
+if (AGENT_LOG_DIR) mkdirSync(AGENT_LOG_DIR, { recursive: true });
 let agentsStarted = 0;
 const CONCURRENCY = Math.max(1, Math.round(num(flags.concurrency, undefined, 32)));
 const REST_S = num(flags['rest-s'], undefined, 30);
