@@ -16,6 +16,7 @@ import type { Source } from '../sources/types.ts';
 import type { ModelEvent } from '../model/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
+import { v8Collector } from './gc.ts';
 import { preflight } from './preflight.ts';
 import { Reconciler } from './reconciler.ts';
 import { startReporting, type Reporting } from './reporting.ts';
@@ -120,8 +121,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     resyncIntervalMs: cfg.resyncIntervalMs,
     hookCheckIntervalMs: cfg.hookCheckIntervalMs,
     tidyDelayMs: cfg.tidyDelayMs,
-    // Exposed by --expose-gc, one of the image's Node flags (cli/node-flags.ts); absent otherwise.
-    collectGarbage: (globalThis as { gc?: () => void }).gc,
+    collectGarbage: v8Collector(),
     firstComputeSlice: cfg.firstComputeSlice,
     onPass: (outcome) => {
       if (outcome.ok && !wrote) {

@@ -236,10 +236,10 @@ describe('reconcile loop', () => {
     );
   });
 
-  test('a full garbage collection runs before a large first full state is computed and after its first successful write, never again', async () => {
+  test('a full garbage collection runs before a large first full state is computed, a compacting one after its first successful write, never again', async () => {
     const order: string[] = [];
     const calc = recordingComputes(order);
-    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc'), collectGarbageFrom: 1 });
+    const { clock, dataplane, r } = setup({ calc, collectGarbage: (compact) => order.push(compact ? 'gc compact' : 'gc'), collectGarbageFrom: 1 });
     recordResyncs(dataplane, order);
     dataplane.failWrites = 1;
     r.onBatch(batch('r1', false));
@@ -248,7 +248,7 @@ describe('reconcile loop', () => {
     await clock.advance(1000);
     r.onBatch(batch('r3'));
     await clock.advance(1000);
-    assert.deepEqual(order, ['compute', 'gc', 'compute', 'write', 'write', 'gc', 'compute']);
+    assert.deepEqual(order, ['compute', 'gc', 'compute', 'write', 'write', 'gc compact', 'compute']);
   });
 
   test('a small first full state is computed and written without a collection', async () => {
@@ -271,7 +271,7 @@ describe('reconcile loop', () => {
     assert.equal(events.length, 5);
     const order: string[] = [];
     const calc = recordingComputes(order);
-    const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc'), firstComputeSlice: 2 });
+    const { clock, dataplane, r } = setup({ calc, collectGarbage: (compact) => order.push(compact ? 'gc compact' : 'gc'), firstComputeSlice: 2 });
     // What the real dataplane is told, kept only through dirty reports.
     const mirror = new Mirror();
     dataplane.markDirty = (d) => mirror.update(calc.desired, d);
@@ -279,7 +279,7 @@ describe('reconcile loop', () => {
     await clock.advance(1000);
     r.onBatch(batch('r2'));
     await clock.advance(1000);
-    assert.deepEqual(order, ['gc', 'compute', 'gc', 'compute', 'gc', 'compute', 'gc', 'compute'], 'slices of 2, 2 and 1 events; later batches whole');
+    assert.deepEqual(order, ['gc', 'compute', 'gc', 'compute', 'gc', 'compute', 'gc compact', 'compute'], 'slices of 2, 2 and 1 events; later batches whole');
     const one = newCalc();
     one.applyEvents(events);
     one.applyEvents(batch('r2').events);
