@@ -16,7 +16,7 @@ import type { Source } from '../sources/types.ts';
 import type { ModelEvent } from '../model/types.ts';
 import type { AgentConfig } from './config.ts';
 import { markBits } from './config.ts';
-import { v8Collector } from './gc.ts';
+import { listHeapGuard, v8Collector } from './gc.ts';
 import { preflight } from './preflight.ts';
 import { Reconciler } from './reconciler.ts';
 import { startReporting, type Reporting } from './reporting.ts';
@@ -202,6 +202,7 @@ function loadKubeConfig(cfg: AgentConfig): KubeConfig {
 }
 
 function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logger, metrics: Metrics): Source {
+  const collect = v8Collector();
   return createKubeSource({
     kubeConfig,
     nodeName: cfg.nodeName,
@@ -212,5 +213,6 @@ function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logg
       if (e.type === 'restart' || e.type === 'watchdog' || e.type === 'relist') metrics.watchRestarts.inc({ kind: e.kind, reason: e.type });
       if (e.type === 'error') log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
     },
+    afterListItem: collect && listHeapGuard(collect),
   });
 }

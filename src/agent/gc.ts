@@ -1,5 +1,7 @@
 // The agent's way to V8's collector, for the few moments of a cold start where a collection
-// pays (agent/reconciler.ts, collectGarbage).
+// pays (agent/reconciler.ts, collectGarbage; the kube source's lists).
+
+import v8 from 'node:v8';
 
 interface GcOptions {
   readonly type: 'major';
@@ -17,4 +19,42 @@ export function v8Collector(): ((compact: boolean) => void) | undefined {
   const gc = (globalThis as { gc?: (options?: GcOptions) => void }).gc;
   if (gc === undefined) return undefined;
   return (compact) => gc({ type: 'major', execution: 'sync', ...(compact ? { flavor: 'last-resort' } : {}) });
+}
+
+export interface ListHeapGuardOptions {
+  /** Objects between two looks at the heap. */
+  readonly every: number;
+  /** Growth of V8's heap in use, since the lowest seen, that gets a full collection. */
+  readonly growthBytes: number;
+  /** V8's heap in use, in bytes. */
+  readonly heapUsed: () => number;
+}
+
+/** At 100k pods the first lists leave about 85 MB live; V8 normally collects on its own on the way. */
+const LIST_HEAP_GUARD: ListHeapGuardOptions = {
+  every: 2_000,
+  growthBytes: 64 * 2 ** 20,
+  heapUsed: () => v8.getHeapStatistics().used_heap_size,
+};
+
+/**
+ * Called after each object a list takes in: every `every` objects, a full collection when
+ * V8's heap in use has grown by `growthBytes` since the lowest it was seen at (what V8's own
+ * collections bring it down to). In one start of five or six at 100k pods V8 ran no full
+ * collection of its own while the lists arrived, and its pages grew to 245 MB instead of
+ * about 144 (a peak RSS of 390-408 MB), while the lists took 6.5-7.4 s instead of 4-5.
+ */
+export function listHeapGuard(collect: (compact: boolean) => void, options: Partial<ListHeapGuardOptions> = {}): () => void {
+  const opts = { ...LIST_HEAP_GUARD, ...options };
+  let seen = 0;
+  let low = Number.POSITIVE_INFINITY;
+  return () => {
+    if (++seen % opts.every !== 0) return;
+    const used = opts.heapUsed();
+    if (used < low) low = used;
+    else if (used - low > opts.growthBytes) {
+      collect(false);
+      low = opts.heapUsed();
+    }
+  };
 }

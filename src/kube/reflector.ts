@@ -114,6 +114,8 @@ export interface ReflectorDeps<K extends string = string> {
   /** Monotonic milliseconds, for the watchdog. */
   readonly now: () => number;
   readonly onWatchEvent: (e: WatchEvent<K>) => void;
+  /** Called after each object a list takes in (the agent bounds its heap with it). */
+  readonly afterListItem?: () => void;
 }
 
 export interface ReflectorSink<T> {
@@ -135,7 +137,7 @@ const WATCHDOG = 'watchdog';
 const RELIST = 'relist';
 
 export function createReflector<K extends string, T>(res: Collection<K>, codec: Codec<T>, deps: ReflectorDeps<K>, sink: ReflectorSink<T>): Reflector {
-  const { client, log, timings, random, now } = deps;
+  const { client, log, timings, random, now, afterListItem } = deps;
   const kind = res.kind;
   const pick = ([min, max]: readonly [number, number]): number => min + (max - min) * random();
   /** By name (RawRef.key): at most one object holds a name at a time, whatever its uid, and
@@ -220,9 +222,11 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
       const body = await client.list({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs, protobuf: res.protobuf }, (item) => {
         const c = convert(item, badNow);
-        if (c === null) return;
-        if (!direct) fresh.push(c);
-        else if (put(c)) changes++;
+        if (c !== null) {
+          if (!direct) fresh.push(c);
+          else if (put(c)) changes++;
+        }
+        afterListItem?.();
       });
       const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
       if (!isRecord(body) || !Array.isArray(body.items)) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');

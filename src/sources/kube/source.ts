@@ -37,6 +37,8 @@ export interface KubeSourceOptions {
   readonly random?: () => number;
   /** Monotonic milliseconds, for the watchdog. */
   readonly now?: () => number;
+  /** Called after each object a list takes in (the agent bounds its heap with it). */
+  readonly afterListItem?: () => void;
 }
 
 /** Resolves after `ms`, or as soon as `signal` aborts. */
@@ -126,6 +128,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
         random,
         now: opts.now ?? (() => performance.now()),
         onWatchEvent: opts.onWatchEvent ?? (() => {}),
+        afterListItem: opts.afterListItem,
       };
       const ready = new Promise<void>((resolve) => (started = resolve));
       for (const res of resources) {

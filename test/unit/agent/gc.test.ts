@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { v8Collector } from '../../../src/agent/gc.ts';
+import { listHeapGuard, v8Collector } from '../../../src/agent/gc.ts';
 
 const GC = fileURLToPath(new URL('../../../src/agent/gc.ts', import.meta.url));
 
@@ -31,4 +31,56 @@ test('the compacting collection gives back pages a plain full collection keeps c
   const { plain, compacted } = JSON.parse(stdout) as { plain: number; compacted: number };
   const mb = (n: number) => `${(n / 2 ** 20).toFixed(0)} MB`;
   assert.ok(compacted < plain * 0.4, `V8's heap after a plain collection ${mb(plain)}, after a compacting one ${mb(compacted)}`);
+});
+
+/** A heap that grows by `step` per object and falls to `after` at each collection. */
+function guarded(step: number, growthBytes: number, every = 10) {
+  let used = 100;
+  const collections: number[] = [];
+  let objects = 0;
+  const guard = listHeapGuard(
+    () => {
+      collections.push(objects);
+      used = 100;
+    },
+    { every, growthBytes, heapUsed: () => used },
+  );
+  return {
+    take(n: number, stepNow = step) {
+      for (let i = 0; i < n; i++) {
+        objects++;
+        used += stepNow;
+        guard();
+      }
+    },
+    set used(v: number) {
+      used = v;
+    },
+    collections,
+  };
+}
+
+test('a list that grows the heap by the allowance since its lowest gets a full collection, and the count starts again after it', () => {
+  const g = guarded(1, 50);
+  g.take(200);
+  // Looked at every 10 objects: the lowest is 110 at object 10, and 170 at object 70 is 60
+  // over it; after the collection the lowest is 100, and 160 at object 130 is 60 over it.
+  assert.deepEqual(g.collections, [70, 130, 190]);
+});
+
+test('a heap that V8 keeps down by its own collections gets none from the guard', () => {
+  const g = guarded(1, 50);
+  for (let i = 0; i < 20; i++) {
+    g.take(40);
+    g.used = 100; // V8 collected on its own
+  }
+  assert.deepEqual(g.collections, []);
+});
+
+test('the heap is looked at only every so many objects', () => {
+  const g = guarded(100, 50, 1000);
+  g.take(999);
+  assert.deepEqual(g.collections, []);
+  g.take(1001);
+  assert.deepEqual(g.collections, [2000]);
 });

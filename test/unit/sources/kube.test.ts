@@ -52,7 +52,7 @@ async function until(cond: () => boolean, what: string, timeoutMs = 3000): Promi
 }
 
 /** A fake API server holding a small cluster, and a kube source for node-a pointed at it. */
-async function harness(opts: { timings?: Partial<KubeTimings>; seed?: (api: FakeApiServer) => void } = {}) {
+async function harness(opts: { timings?: Partial<KubeTimings>; seed?: (api: FakeApiServer) => void; afterListItem?: () => void } = {}) {
   const api = new FakeApiServer();
   await api.start();
   cleanups.push(() => api.close());
@@ -79,6 +79,7 @@ async function harness(opts: { timings?: Partial<KubeTimings>; seed?: (api: Fake
       await new Promise((r) => setImmediate(r));
     },
     random: () => RANDOM,
+    afterListItem: opts.afterListItem,
   });
   let stopped = false;
   const stop = async () => {
@@ -407,6 +408,23 @@ test('lists are paginated with limit and continue, and every page counts; the fi
   assert.equal(lists[0].query.get('resourceVersion'), '0');
   assert.ok(lists.slice(1).every((r) => (r.query.get('continue') ?? '') !== '' && r.query.get('resourceVersion') === null));
   assert.deepEqual(firstBatchPods(h), PAGED);
+});
+
+test('every object a list reads is announced, one that does not convert too, on every page', async () => {
+  let items = 0;
+  const h = await harness({
+    timings: { pageSize: 2 },
+    seed: (api) => {
+      seedPaged(api);
+      const broken = pod('default', 'broken');
+      (broken.metadata.labels as Record<string, unknown>).port = 8080; // does not convert
+      api.set('Pod', broken);
+    },
+    afterListItem: () => items++,
+  });
+  await h.start();
+  // The namespace and every pod, the one skipped included; no Node or policy was seeded.
+  assert.equal(items, 1 + PAGED.length + 1);
 });
 
 test('a list answer cut off halfway is a failed list, retried, never a shorter list', async () => {
