@@ -40,9 +40,9 @@ const LIST_HEAP_GUARD: ListHeapGuardOptions = {
 /**
  * Called after each object a list takes in: every `every` objects, a full collection when
  * V8's heap in use has grown by `growthBytes` since the lowest it was seen at (what V8's own
- * collections bring it down to). In one start of five or six at 100k pods V8 ran no full
- * collection of its own while the lists arrived, and its pages grew to 245 MB instead of
- * about 144 (a peak RSS of 390-408 MB), while the lists took 6.5-7.4 s instead of 4-5.
+ * collections bring it down to). In one cold start of five or six at 100k pods V8's pages
+ * grew to 245 MB while the lists arrived instead of about 144, with about 80 more minor
+ * collections (a peak RSS of 390-408 MB); V8's own heuristics did not stop it.
  */
 export function listHeapGuard(collect: (compact: boolean) => void, options: Partial<ListHeapGuardOptions> = {}): () => void {
   const opts = { ...LIST_HEAP_GUARD, ...options };
