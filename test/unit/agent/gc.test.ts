@@ -22,6 +22,26 @@ collect(true);
 console.log(JSON.stringify({ plain, compacted: process.memoryUsage().heapTotal, kept: keep.length }));
 `;
 
+// A heap compacted by the collector, then grown by about 40 MB: prints the full collections
+// V8 ran of its own during that growth.
+const GROWTH = `
+import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { v8Collector } from ${JSON.stringify(GC)};
+const collect = v8Collector();
+const keep = [];
+for (let i = 0; i < 1_500_000; i++) keep.push({ a: i, b: 'x' + i });
+collect(true);
+let full = 0;
+new PerformanceObserver((l) => {
+  for (const e of l.getEntries()) if (e.detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR || e.detail?.kind === constants.NODE_PERFORMANCE_GC_INCREMENTAL) full++;
+}).observe({ entryTypes: ['gc'] });
+for (let i = 0; i < 400_000; i++) {
+  keep.push({ i, s: 'y' + i });
+  for (let j = 0; j < 5; j++) ({ j });
+}
+setTimeout(() => console.log(JSON.stringify({ full, kept: keep.length })), 100);
+`;
+
 test('without --expose-gc there is no collector to call', () => {
   assert.equal(v8Collector(), undefined);
 });
@@ -83,4 +103,10 @@ test('the heap is looked at only every so many objects', () => {
   assert.deepEqual(g.collections, []);
   g.take(1001);
   assert.deepEqual(g.collections, [2000]);
+});
+
+test('after the compacting collection the heap may grow as usual: no full collection of V8’s own while it does', async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, ['--max-semi-space-size=2', '--expose-gc', '--input-type=module', '-e', GROWTH]);
+  const { full } = JSON.parse(stdout) as { full: number };
+  assert.equal(full, 0, `V8 ran ${full} full collections while the compacted heap grew`);
 });
