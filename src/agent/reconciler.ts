@@ -92,8 +92,9 @@ export interface ReconcilerOptions {
    *  further: at 100k pods the start's peak RSS was 301-304 MB, 278-282 MB with the first and
    *  the last, for about 0.1 s more before enforcement. The last one is asked to compact
    *  (`compact`): a plain one left V8 holding 143 MB of pages for 110 MB in use, since V8
-   *  never shrinks its heap by itself at rest; compacted, 113-114 MB, and RSS at rest 199-205
-   *  MB instead of 233-236, for 0.33-0.40 s of collection instead of 0.12-0.15 (bench:agent). */
+   *  never shrinks its heap by itself at rest; compacted (then collected plainly, agent/gc.ts),
+   *  112-118 MB, and RSS at rest 202-205 MB instead of 233-236, for 0.42-0.49 s of collection
+   *  instead of 0.12-0.15 (bench:agent). */
   readonly collectGarbage?: (compact: boolean) => void;
   /** Events per compute of the first full state when collectGarbage is given (absent: one
    *  compute): the compute promotes garbage as it goes, and whether V8 collects any of it
