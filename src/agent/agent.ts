@@ -47,9 +47,11 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
       onFallback: (err) => log.warn({ err }, 'commands are started from the agent itself: each start now pauses its event loop for a fork of the whole process'),
     });
   const metrics = deps.metrics ?? createMetrics();
+  const collectGarbage = v8Collector();
   // Construction does no I/O, so a wrong source configuration is reported before anything runs.
   const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg);
-  const clusterSource = deps.source ?? (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
+  const clusterSource =
+    deps.source ?? (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics, collectGarbage) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
   const names = makeNames(cfg.chainPrefix);
   const lockRetry = { attempts: cfg.lockRetries, delayMs: cfg.lockRetryDelayMs, waitSeconds: cfg.lockWaitSeconds };
   // Every retry on the xtables lock is counted (iptables.ts logs it).
@@ -121,7 +123,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     resyncIntervalMs: cfg.resyncIntervalMs,
     hookCheckIntervalMs: cfg.hookCheckIntervalMs,
     tidyDelayMs: cfg.tidyDelayMs,
-    collectGarbage: v8Collector(),
+    collectGarbage,
     firstComputeSlice: cfg.firstComputeSlice,
     onPass: (outcome) => {
       if (outcome.ok && !wrote) {
@@ -201,8 +203,7 @@ function loadKubeConfig(cfg: AgentConfig): KubeConfig {
   return kubeConfig;
 }
 
-function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logger, metrics: Metrics): Source {
-  const collect = v8Collector();
+function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logger, metrics: Metrics, collect: ((compact: boolean) => void) | undefined): Source {
   return createKubeSource({
     kubeConfig,
     nodeName: cfg.nodeName,
@@ -213,6 +214,6 @@ function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logg
       if (e.type === 'restart' || e.type === 'watchdog' || e.type === 'relist') metrics.watchRestarts.inc({ kind: e.kind, reason: e.type });
       if (e.type === 'error') log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
     },
-    afterListItem: collect && listHeapGuard(collect),
+    startList: collect && listHeapGuard(collect),
   });
 }

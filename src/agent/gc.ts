@@ -47,23 +47,27 @@ const LIST_HEAP_GUARD: ListHeapGuardOptions = {
 };
 
 /**
- * Called after each object a list takes in: every `every` objects, a full collection when
- * V8's heap in use has grown by `growthBytes` since the lowest it was seen at (what V8's own
- * collections bring it down to). In one cold start of five or six at 100k pods V8's pages
- * grew to 245 MB while the lists arrived instead of about 144, with about 80 more minor
- * collections (a peak RSS of 390-408 MB); V8's own heuristics did not stop it.
+ * Made as each list starts; what it returns is called after each object the list takes in:
+ * every `every` objects, a full collection when V8's heap in use has grown by `growthBytes`
+ * since the lowest this list saw it at (what V8's own collections bring it down to). Each list
+ * starts afresh, so a relist at rest is measured from the heap it found, not from an empty
+ * one. In one cold start of five or six at 100k pods V8's pages grew to 245 MB while the lists
+ * arrived instead of about 144, with about 80 more minor collections (a peak RSS of 390-408
+ * MB); V8's own heuristics did not stop it.
  */
-export function listHeapGuard(collect: (compact: boolean) => void, options: Partial<ListHeapGuardOptions> = {}): () => void {
+export function listHeapGuard(collect: (compact: boolean) => void, options: Partial<ListHeapGuardOptions> = {}): () => () => void {
   const opts = { ...LIST_HEAP_GUARD, ...options };
-  let seen = 0;
-  let low = Number.POSITIVE_INFINITY;
   return () => {
-    if (++seen % opts.every !== 0) return;
-    const used = opts.heapUsed();
-    if (used < low) low = used;
-    else if (used - low > opts.growthBytes) {
-      collect(false);
-      low = opts.heapUsed();
-    }
+    let seen = 0;
+    let low = Number.POSITIVE_INFINITY;
+    return () => {
+      if (++seen % opts.every !== 0) return;
+      const used = opts.heapUsed();
+      if (used < low) low = used;
+      else if (used - low > opts.growthBytes) {
+        collect(false);
+        low = opts.heapUsed();
+      }
+    };
   };
 }

@@ -114,8 +114,9 @@ export interface ReflectorDeps<K extends string = string> {
   /** Monotonic milliseconds, for the watchdog. */
   readonly now: () => number;
   readonly onWatchEvent: (e: WatchEvent<K>) => void;
-  /** Called after each object a list takes in (the agent bounds its heap with it). */
-  readonly afterListItem?: () => void;
+  /** Called as each list starts; what it returns is called after each object the list takes
+   *  in (the agent bounds its heap with it). */
+  readonly startList?: () => () => void;
 }
 
 export interface ReflectorSink<T> {
@@ -137,7 +138,7 @@ const WATCHDOG = 'watchdog';
 const RELIST = 'relist';
 
 export function createReflector<K extends string, T>(res: Collection<K>, codec: Codec<T>, deps: ReflectorDeps<K>, sink: ReflectorSink<T>): Reflector {
-  const { client, log, timings, random, now, afterListItem } = deps;
+  const { client, log, timings, random, now, startList } = deps;
   const kind = res.kind;
   const pick = ([min, max]: readonly [number, number]): number => min + (max - min) * random();
   /** By name (RawRef.key): at most one object holds a name at a time, whatever its uid, and
@@ -211,6 +212,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
     const badNow = new Map<string, string>();
     let cont = '';
     let listRv = '';
+    const afterItem = startList?.();
     do {
       const query: Record<string, string> = { limit: String(timings.pageSize) };
       if (cont !== '') query.continue = cont;
@@ -226,7 +228,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
           if (!direct) fresh.push(c);
           else if (put(c)) changes++;
         }
-        afterListItem?.();
+        afterItem?.();
       });
       const md = isRecord(body) && isRecord(body.metadata) ? body.metadata : {};
       if (!isRecord(body) || !Array.isArray(body.items)) throw new KubeApiError('GET', res.path, 200, '', 'the list response has no items');

@@ -37,8 +37,9 @@ export interface KubeSourceOptions {
   readonly random?: () => number;
   /** Monotonic milliseconds, for the watchdog. */
   readonly now?: () => number;
-  /** Called after each object a list takes in (the agent bounds its heap with it). */
-  readonly afterListItem?: () => void;
+  /** Called as each list starts; what it returns is called after each object the list takes
+   *  in (the agent bounds its heap with it). */
+  readonly startList?: () => () => void;
 }
 
 /** Resolves after `ms`, or as soon as `signal` aborts. */
@@ -128,7 +129,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
         random,
         now: opts.now ?? (() => performance.now()),
         onWatchEvent: opts.onWatchEvent ?? (() => {}),
-        afterListItem: opts.afterListItem,
+        startList: opts.startList,
       };
       const ready = new Promise<void>((resolve) => (started = resolve));
       for (const res of resources) {

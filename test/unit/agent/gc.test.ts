@@ -53,23 +53,27 @@ test('the compacting collection gives back pages a plain full collection keeps c
   assert.ok(compacted < plain * 0.4, `V8's heap after a plain collection ${mb(plain)}, after a compacting one ${mb(compacted)}`);
 });
 
-/** A heap that grows by `step` per object and falls to `after` at each collection. */
+/** A heap that grows by `step` per object and falls to 100 at each collection. */
 function guarded(step: number, growthBytes: number, every = 10) {
   let used = 100;
   const collections: number[] = [];
   let objects = 0;
-  const guard = listHeapGuard(
+  const startList = listHeapGuard(
     () => {
       collections.push(objects);
       used = 100;
     },
     { every, growthBytes, heapUsed: () => used },
   );
+  let guard = startList();
   return {
-    take(n: number, stepNow = step) {
+    newList() {
+      guard = startList();
+    },
+    take(n: number) {
       for (let i = 0; i < n; i++) {
         objects++;
-        used += stepNow;
+        used += step;
         guard();
       }
     },
@@ -94,6 +98,15 @@ test('a heap that V8 keeps down by its own collections gets none from the guard'
     g.take(40);
     g.used = 100; // V8 collected on its own
   }
+  assert.deepEqual(g.collections, []);
+});
+
+test('each list starts afresh: a relist finding the heap already grown gets no collection for what it found', () => {
+  const g = guarded(1, 50);
+  g.take(40);
+  g.used = 300; // what the first list left, V8 having collected on its own
+  g.newList();
+  g.take(40);
   assert.deepEqual(g.collections, []);
 });
 

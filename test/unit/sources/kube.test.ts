@@ -52,7 +52,7 @@ async function until(cond: () => boolean, what: string, timeoutMs = 3000): Promi
 }
 
 /** A fake API server holding a small cluster, and a kube source for node-a pointed at it. */
-async function harness(opts: { timings?: Partial<KubeTimings>; seed?: (api: FakeApiServer) => void; afterListItem?: () => void } = {}) {
+async function harness(opts: { timings?: Partial<KubeTimings>; seed?: (api: FakeApiServer) => void; startList?: () => () => void } = {}) {
   const api = new FakeApiServer();
   await api.start();
   cleanups.push(() => api.close());
@@ -79,7 +79,7 @@ async function harness(opts: { timings?: Partial<KubeTimings>; seed?: (api: Fake
       await new Promise((r) => setImmediate(r));
     },
     random: () => RANDOM,
-    afterListItem: opts.afterListItem,
+    startList: opts.startList,
   });
   let stopped = false;
   const stop = async () => {
@@ -420,7 +420,7 @@ test('every object a list reads is announced, one that does not convert too, on 
       (broken.metadata.labels as Record<string, unknown>).port = 8080; // does not convert
       api.set('Pod', broken);
     },
-    afterListItem: () => items++,
+    startList: () => () => items++,
   });
   await h.start();
   // The namespace and every pod, the one skipped included; no Node or policy was seeded.
