@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { aggregateCidrs, canonicalCidr, canonicalIp, cidrContains, cidrCovers, formatCidr, isValidIp, parseCidr, parseIp } from '../../../src/model/cidr.ts';
+import { aggregateCidrs, canonicalCidr, canonicalIp, cidrContains, cidrCovers, formatCidr, formatIp, isValidIp, parseCidr, parseIp } from '../../../src/model/cidr.ts';
 import type { Cidr } from '../../../src/model/cidr.ts';
 import { rng } from '../../support/rng.ts';
 
@@ -136,6 +136,25 @@ describe('canonicalIp', () => {
       assert.deepEqual(a, b, `${text} -> ${canon}`);
       assert.equal(canonicalIp(canon), canon);
       assert.ok(!canon.includes(':::'), canon);
+    }
+  });
+
+  it('reads every spelling of an address as the full parser does: any "::", case and leading zeros', () => {
+    const rnd = rng(13);
+    for (let n = 0; n < 3000; n++) {
+      const groups = Array.from({ length: 8 }, () => (rnd() < 0.5 ? 0 : Math.floor(rnd() * 65536)));
+      const spelled = groups.map((g) => {
+        const hex = rnd() < 0.3 ? g.toString(16).padStart(4, '0') : g.toString(16);
+        return rnd() < 0.3 ? hex.toUpperCase() : hex;
+      });
+      // Any run of zero groups (or none) may be the one "::" stands for.
+      const zeroRuns: [number, number][] = [];
+      for (let i = 0; i < 8; i++) for (let j = i; j < 8 && groups[j] === 0; j++) zeroRuns.push([i, j + 1]);
+      const run = zeroRuns.length > 0 && rnd() < 0.7 ? zeroRuns[Math.floor(rnd() * zeroRuns.length)] : undefined;
+      const text = run === undefined ? spelled.join(':') : `${spelled.slice(0, run[0]).join(':')}::${spelled.slice(run[1]).join(':')}`;
+      const full = parseIp(text);
+      assert.ok(!('error' in full), `${text}: ${'error' in full ? full.error : ''}`);
+      assert.equal(canonicalIp(text), formatIp(6, full.value), text);
     }
   });
 });
