@@ -213,7 +213,14 @@ function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logg
       if (e.type === 'event' || e.type === 'bookmark') metrics.watchEvents.inc({ kind: e.kind, type: e.type });
       if (e.type === 'restart' || e.type === 'watchdog' || e.type === 'relist') metrics.watchRestarts.inc({ kind: e.kind, reason: e.type });
       if (e.type === 'error') log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
+      if (e.type === 'listed') log.debug({ kind: e.kind }, `${e.kind} listed: ${e.detail}`);
     },
-    startList: collect && listHeapGuard(collect),
+    startList:
+      collect &&
+      listHeapGuard(collect, {
+        onCollect: (before, after, ms) => log.debug({ heapUsedMB: [mb(before), mb(after)], ms: Math.round(ms) }, 'collected garbage while lists arrive'),
+      }),
   });
 }
+
+const mb = (bytes: number): number => Math.round(bytes / 2 ** 20);

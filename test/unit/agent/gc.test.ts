@@ -57,13 +57,14 @@ test('the compacting collection gives back pages a plain full collection keeps c
 function guarded(step: number, growthBytes: number, every = 10) {
   let used = 100;
   const collections: number[] = [];
+  const reported: [number, number][] = [];
   let objects = 0;
   const startList = listHeapGuard(
     () => {
       collections.push(objects);
       used = 100;
     },
-    { every, growthBytes, heapUsed: () => used },
+    { every, growthBytes, heapUsed: () => used, onCollect: (before, after) => reported.push([before, after]) },
   );
   let guard = startList();
   return {
@@ -81,6 +82,7 @@ function guarded(step: number, growthBytes: number, every = 10) {
       used = v;
     },
     collections,
+    reported,
   };
 }
 
@@ -90,6 +92,12 @@ test('a list that grows the heap by the allowance since its lowest gets a full c
   // Looked at every 10 objects: the lowest is 110 at object 10, and 170 at object 70 is 60
   // over it; after the collection the lowest is 100, and 160 at object 130 is 60 over it.
   assert.deepEqual(g.collections, [70, 130, 190]);
+  // Each is reported with the heap it found and the heap it left, for the agent's debug log.
+  assert.deepEqual(g.reported, [
+    [170, 100],
+    [160, 100],
+    [160, 100],
+  ]);
 });
 
 test('a heap that V8 keeps down by its own collections gets none from the guard', () => {
