@@ -36,33 +36,52 @@ function kubectl(k: KubeIntegration, args: string[], input?: string): Promise<nu
   });
 }
 
-async function measure(k: KubeIntegration, label: string, change: (i: number) => [string[], string?]): Promise<void> {
+/** Prints both figures of one kind of change; returns its API write -> enforced p99 (ms). */
+async function measure(k: KubeIntegration, label: string, change: (i: number) => [string[], string?]): Promise<number> {
   const agent = k.agents.find((a) => a.node === 'node-a')!;
   const fromKubectl: number[] = [];
   const fromApi: number[] = [];
+  /** Per sample: the agent's write (ms of its line) and what else it logged meanwhile. */
+  const seen: string[] = [];
   for (let i = 0; i < CHANGES; i++) {
     const [args, input] = change(i);
     const applied = agent.waitFor(changed, 10_000, `${label} #${i}`);
+    const before = agent.lines;
     const t0 = performance.now();
     const exited = await kubectl(k, args, input);
-    await applied;
+    const write = await applied;
     const t1 = performance.now();
     fromKubectl.push(t1 - t0);
     fromApi.push(t1 - exited);
+    const others = agent.log
+      .slice(agent.log.length - (agent.lines - before))
+      .map((l) => (JSON.parse(l) as LogRecord).msg)
+      .filter((m) => m !== 'applied changes');
+    seen.push(`agent write ${Number(write.ms).toFixed(1)} ms${others.length > 0 ? `; meanwhile: ${others.join(', ')}` : ''}`);
     await new Promise((r) => setTimeout(r, 30)); // let the next change be a change of its own
   }
   const f = (x: number) => x.toFixed(1).padStart(7);
   console.log(
     `${label.padEnd(22)} kubectl->enforced p50 ${f(pct(fromKubectl, 50))} p99 ${f(pct(fromKubectl, 99))}   API write->enforced p50 ${f(pct(fromApi, 50))} p99 ${f(pct(fromApi, 99))}  (ms, n=${CHANGES})`,
   );
+  const slowest = fromApi
+    .map((ms, i) => ({ ms, i }))
+    .sort((a, b) => b.ms - a.ms)
+    .slice(0, 3);
+  for (const { ms, i } of slowest) console.log(`  slow: #${i} API write->enforced ${ms.toFixed(1)} ms (${seen[i]})`);
+  return pct(fromApi, 99);
 }
+
+const TARGET_P99_MS = 50;
 
 let kubectlPath = '';
 
 async function main(): Promise<void> {
   kubectlPath = join(await buildControlPlane(), 'kubectl');
   console.log('starting a real control plane, a simulated two-node cluster and one agent per node...');
-  const k = await KubeIntegration.start();
+  // The shipped resync interval (the test harness's agents resync every 5 s, to exercise repair).
+  const k = await KubeIntegration.start({ args: ['--resync-interval', '30'] });
+  const p99: [string, number][] = [];
   try {
     // Warm kubectl's discovery cache.
     await kubectl(k, ['get', 'networkpolicies', '-A']);
@@ -73,13 +92,15 @@ async function main(): Promise<void> {
           ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 1000 + (i % 500) }] }],
         }),
       );
-    await measure(k, 'policy apply', (i) => [['apply', '-f', '-'], policy(i)]);
+    p99.push(['policy apply', await measure(k, 'policy apply', (i) => [['apply', '-f', '-'], policy(i)])]);
     // a2 moves in and out of the peer set of the policy above: a set member change on node-a.
-    await measure(k, 'pod label change', (i) => [['label', 'pod', 'a2', '-n', 'alpha', `app=${i % 2 ? 'db' : 'cache'}`, '--overwrite']]);
+    p99.push(['pod label change', await measure(k, 'pod label change', (i) => [['label', 'pod', 'a2', '-n', 'alpha', `app=${i % 2 ? 'db' : 'cache'}`, '--overwrite']])]);
   } finally {
     await k.stop();
   }
-  console.log('target: p99 < 100 ms');
+  const worst = Math.max(...p99.map(([, ms]) => ms));
+  const figures = p99.map(([label, ms]) => `${label} ${ms.toFixed(1)}`).join(', ');
+  console.log(`target (issue 10): API write -> enforced p99 < ${TARGET_P99_MS} ms: ${figures} ms  -> ${worst < TARGET_P99_MS ? 'met' : 'NOT met'}`);
 }
 
 main().catch((err: unknown) => {
