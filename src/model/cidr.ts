@@ -86,8 +86,14 @@ function parseHexGroup(s: string): number {
   return n;
 }
 
-/** Colon-hex groups (one "::" at most, optional trailing dotted quad) to 8 groups, or a reason. */
+/** Colon-hex groups (one "::" at most, optional trailing dotted quad) to 8 groups, or a reason.
+ *  Plain text (every pod address the API server sends) takes the one-pass reader. */
 function parseV6(s: string): number[] | string {
+  return plainV6Groups(s) ?? readV6(s);
+}
+
+/** parseV6 for any text: split into parts, with a reason for whatever is refused. */
+function readV6(s: string): number[] | string {
   if (s.includes('%')) return 'zone indexes ("%...") are not allowed';
   const dc = s.indexOf('::');
   if (dc >= 0 && s.indexOf('::', dc + 1) >= 0) return '"::" may appear only once';
@@ -129,7 +135,7 @@ function parseV6(s: string): number[] | string {
 
 /** The 8 groups of IPv6 text made of hex groups and at most one "::", read in one pass without
  *  substrings (a cold start reads every pod's address); undefined for anything else, which
- *  parseV6 then reads, or refuses with its reason. */
+ *  readV6 then reads, or refuses with its reason. */
 function plainV6Groups(s: string): number[] | undefined {
   const g: number[] = [];
   let gap = -1;
@@ -248,7 +254,7 @@ export function canonicalIp(text: string): string | null {
   // almost always canonical already, and that is checked without BigInt arithmetic.
   if (CANONICAL_V4.test(text)) return text;
   if (text.includes(':')) {
-    const g = plainV6Groups(text) ?? parseV6(text);
+    const g = parseV6(text);
     return typeof g === 'string' ? null : formatIpv6Groups(g);
   }
   const ip = parseIp(text);

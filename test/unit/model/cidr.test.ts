@@ -139,7 +139,7 @@ describe('canonicalIp', () => {
     }
   });
 
-  it('reads every spelling of an address as the full parser does: any "::", case and leading zeros', () => {
+  it('reads every spelling of an address as the address it spells: any "::", case and leading zeros', () => {
     const rnd = rng(13);
     for (let n = 0; n < 3000; n++) {
       const groups = Array.from({ length: 8 }, () => (rnd() < 0.5 ? 0 : Math.floor(rnd() * 65536)));
@@ -152,9 +152,10 @@ describe('canonicalIp', () => {
       for (let i = 0; i < 8; i++) for (let j = i; j < 8 && groups[j] === 0; j++) zeroRuns.push([i, j + 1]);
       const run = zeroRuns.length > 0 && rnd() < 0.7 ? zeroRuns[Math.floor(rnd() * zeroRuns.length)] : undefined;
       const text = run === undefined ? spelled.join(':') : `${spelled.slice(0, run[0]).join(':')}::${spelled.slice(run[1]).join(':')}`;
-      const full = parseIp(text);
-      assert.ok(!('error' in full), `${text}: ${'error' in full ? full.error : ''}`);
-      assert.equal(canonicalIp(text), formatIp(6, full.value), text);
+      // The address as generated, not as any parser of cidr.ts reads it.
+      const value = groups.reduce((v, g) => (v << 16n) | BigInt(g), 0n);
+      assert.deepEqual(parseIp(text), { family: 6, value }, text);
+      assert.equal(canonicalIp(text), formatIp(6, value), text);
     }
   });
 });
