@@ -45,18 +45,22 @@ async function measure(k: KubeIntegration, label: string, change: (i: number) =>
   const seen: string[] = [];
   for (let i = 0; i < CHANGES; i++) {
     const [args, input] = change(i);
-    const applied = agent.waitFor(changed, 10_000, `${label} #${i}`);
-    const before = agent.lines;
+    const others: string[] = [];
+    const applied = agent.waitFor(
+      (r) => {
+        if (changed(r)) return true;
+        others.push(String(r.msg));
+        return false;
+      },
+      10_000,
+      `${label} #${i}`,
+    );
     const t0 = performance.now();
     const exited = await kubectl(k, args, input);
     const write = await applied;
     const t1 = performance.now();
     fromKubectl.push(t1 - t0);
     fromApi.push(t1 - exited);
-    const others = agent.log
-      .slice(agent.log.length - (agent.lines - before))
-      .map((l) => (JSON.parse(l) as LogRecord).msg)
-      .filter((m) => m !== 'applied changes');
     seen.push(`agent write ${Number(write.ms).toFixed(1)} ms${others.length > 0 ? `; meanwhile: ${others.join(', ')}` : ''}`);
     await new Promise((r) => setTimeout(r, 30)); // let the next change be a change of its own
   }
