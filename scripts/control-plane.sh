@@ -19,7 +19,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 module_dir="$repo/hack/controlplane"
-cache_root=${WEIR_CONTROLPLANE_CACHE:-$repo/.cache/controlplane}
+cache_root=${WEIR_CONTROLPLANE_CACHE:-${WEIR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}/controlplane}
 export PATH="$PATH:/usr/local/go/bin"
 
 # Fixed, not chosen per run: only addresses inside the API objects, never routed anywhere

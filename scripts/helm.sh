@@ -15,7 +15,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 module_dir="$repo/hack/helm"
-cache_root=${WEIR_HELM_CACHE:-$repo/.cache/helm}
+cache_root=${WEIR_HELM_CACHE:-${WEIR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}/helm}
 export PATH="$PATH:/usr/local/go/bin"
 
 log() { echo "helm: $*" >&2; }

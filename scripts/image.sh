@@ -19,7 +19,7 @@ set -euo pipefail
 umask 022
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cache_root=${WEIR_IMAGE_CACHE:-$repo/.cache/image}
+cache_root=${WEIR_IMAGE_CACHE:-${WEIR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}/image}
 suite=bookworm
 node_bin=$repo/node_modules/node/bin/node
 

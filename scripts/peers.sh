@@ -15,7 +15,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 version=v2.11.1
 tarball=${WEIR_PEERS_SRC:-$repo/../shared/peers/kube-router-$version.tar.gz}
-cache_root=${WEIR_PEERS_CACHE:-$repo/.cache/peers}
+cache_root=${WEIR_PEERS_CACHE:-${WEIR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}/peers}
 bin="$cache_root/kube-router-$version/bin"
 export PATH="$PATH:/usr/local/go/bin"
 # Bumped whenever the build commands below change, so a cached binary of an older recipe is rebuilt.
