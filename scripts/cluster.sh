@@ -12,15 +12,18 @@
 #   cluster.sh load-image ARCHIVE NAME   import an OCI archive as NAME into every node
 #   cluster.sh node-exec NODE CMD...     run CMD inside NODE (its network, mount and PID
 #                                        namespaces): what a shell on that node would run
-#   cluster.sh restart NODE DAEMON       kill DAEMON (flanneld, kube-proxy, kubelet,
-#                                        containerd) on NODE and start it again
+#   cluster.sh e2e-binary                the path of the upstream e2e NetworkPolicy specs' binary
+#   cluster.sh restart NODE DAEMON       kill DAEMON (flanneld or kube-proxy) on NODE and
+#                                        start it again
 #
 # Layout (docs/real-cluster.md): the control plane (etcd, kube-apiserver, controller-manager,
 # scheduler) lives in the network namespace weirc-cp, on 172.30.0.1 of the bridge weirc-ul;
 # node N lives in network, mount and PID namespaces of its own (netns weirc-node-N, address
 # 172.30.0.1N) with its containerd, kubelet, flanneld and kube-proxy. Nothing is added to the
 # machine's own network namespace but one loopback listener (socat) that forwards the admin
-# kubeconfig's 127.0.0.1:PORT to the API server through a UNIX socket.
+# kubeconfig's 127.0.0.1:PORT to the API server through a UNIX socket. WEIR_CLUSTER_NAME
+# (default weirc) names the namespaces, cgroups and state directory, so that clusters of
+# other names can run beside it.
 set -Eeuo pipefail
 # A failing command names itself: up must say why it stopped.
 trap 'log "failed (line $LINENO): $BASH_COMMAND"' ERR
@@ -28,14 +31,17 @@ trap 'log "failed (line $LINENO): $BASH_COMMAND"' ERR
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache_base=${WEIR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}
 cache_root=${WEIR_CLUSTER_CACHE:-$cache_base/cluster}
-state=${WEIR_CLUSTER_DIR:-/var/tmp/weir-cluster}
+# Several clusters may run side by side, each under its own name (netns, cgroups, state).
+cluster=${WEIR_CLUSTER_NAME:-weirc}
+[[ $cluster =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "cluster: WEIR_CLUSTER_NAME must be 1-8 lower-case letters and digits" >&2; exit 1; }
+state=${WEIR_CLUSTER_DIR:-/var/tmp/weir-cluster-$cluster}
 nodes=${WEIR_CLUSTER_NODES:-2}
 proxy_mode=${WEIR_CLUSTER_PROXY_MODE:-iptables}
 ready_timeout_s=${WEIR_CLUSTER_READY_TIMEOUT:-240}
 export PATH="$PATH:/usr/local/go/bin"
 
-cp_ns=weirc-cp
-bridge=weirc-ul
+cp_ns=$cluster-cp
+bridge=$cluster-ul
 cp_ip=172.30.0.1
 pod_cidr=10.244.0.0/16
 service_cidr=10.96.0.0/16
@@ -46,8 +52,9 @@ agnhost_image=registry.k8s.io/e2e-test-images/agnhost:2.59
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+weir_image() { echo "weir:$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/weir/Chart.yaml")"; }
 node_name() { echo "node-$1"; }
-node_ns() { echo "weirc-node-$1"; }
+node_ns() { echo "$cluster-node-$1"; }
 node_ip() { echo "172.30.0.1$1"; }
 node_dir() { echo "$state/node-$1"; }
 
@@ -383,11 +390,11 @@ start_control_plane() {
 
 apiserver_ready() { [ "$(kubectl get --raw /readyz 2>/dev/null)" = ok ]; }
 
-# kubectl inside weirc-cp, where 127.0.0.1:6443 is the API server.
+# kubectl inside the control plane's namespace, where 127.0.0.1:6443 is the API server.
 kubectl() { ip netns exec "$cp_ns" "$(cp_bin)/kubectl" --kubeconfig "$state/kubeconfigs/admin" --request-timeout=10s "$@"; }
 
 # The admin kubeconfig names 127.0.0.1:PORT of this machine: a socat listener there hands each
-# connection through a UNIX socket (which crosses namespaces) to one in weirc-cp.
+# connection through a UNIX socket (which crosses namespaces) to one in the control plane's.
 start_forwarder() {
   local port
   spawn_cp forward-cp socat "UNIX-LISTEN:$state/apiserver.sock,fork,mode=600,unlink-early" "TCP:$cp_ip:6443"
@@ -452,18 +459,34 @@ node_init_script() {
   echo "exec tini -s -- sleep infinity"
 }
 
-# The mount points the node binds over must exist on the machine; those made here are listed
-# so that down removes them again.
+# The mount points the nodes bind over must exist on the machine. Those made here are listed
+# in a registry that every cluster of this machine shares, and removed by the last cluster to
+# go down: removing a directory that another cluster's nodes mount over would unmount it there.
+registry=/run/weir-clusters
+
 make_mount_points() {
   local mp
+  mkdir -p "$registry"
+  touch "$registry/$cluster"
   for mp in /var/lib/kubelet /var/lib/containerd /var/lib/cni /etc/cni/net.d; do
     [ -d "$mp" ] && continue
     mkdir -p "$mp"
-    echo "$mp" >>"$state/made-dirs"
+    echo "$mp" >>"$registry/made-dirs"
   done
 }
 
-cgroup_root() { echo "/weirc-$(node_name "$1")"; }
+remove_mount_points() {
+  local mp
+  rm -f "$registry/$cluster"
+  [ -d "$registry" ] || return 0
+  [ -z "$(find "$registry" -mindepth 1 -maxdepth 1 ! -name made-dirs)" ] || return 0
+  if [ -f "$registry/made-dirs" ]; then
+    while read -r mp; do rmdir "$mp" 2>/dev/null || true; done <"$registry/made-dirs"
+  fi
+  rm -rf "$registry"
+}
+
+cgroup_root() { echo "/$cluster-$(node_name "$1")"; }
 
 make_cgroups() {
   local i=$1 mp opts root
@@ -586,7 +609,7 @@ start_node() {
   wait_for "node $name's mounts" node_mounted "$i"
   spawn_node "$i" containerd containerd --config "$d/containerd.toml"
   wait_for "containerd on $name (log $state.logs/containerd-$name.log)" in_node "$i" ctr -a /run/containerd/containerd.sock version
-  for img in "$b"/images/*.tar; do
+  for img in "$b"/images/*.tar "$state/weir-image.tar"; do
     in_node "$i" ctr -a /run/containerd/containerd.sock -n k8s.io images import --no-unpack "$img" >/dev/null ||
       die "importing $img into $name failed"
   done
@@ -630,6 +653,8 @@ cmd_up() {
   echo "{\"Network\": \"$pod_cidr\", \"Backend\": {\"Type\": \"vxlan\"}}" >"$state/net-conf.json"
   ln -sf /usr/lib/cni/* "$state/cni-bin/"
   ln -sf "$(bin)/flannel" "$state/cni-bin/flannel"
+  # Weir's image, under the name the chart gives it.
+  skopeo copy --quiet "oci-archive:$("$repo/scripts/image.sh" build)" "docker-archive:$state/weir-image.tar:$(weir_image)" >/dev/null
   make_network
   make_mount_points
   start_control_plane
@@ -671,9 +696,7 @@ cmd_down() {
   ip netns delete "$cp_ns" 2>/dev/null || true
   sleep 0.2
   remove_cgroups
-  if [ -f "$state/made-dirs" ]; then
-    while read -r mp; do rmdir "$mp" 2>/dev/null || true; done <"$state/made-dirs"
-  fi
+  remove_mount_points
   # containerd's overlay snapshots and kubelet's volumes may still be mounted below the state.
   { grep " $state/" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r | while read -r mp; do umount -l "$mp" 2>/dev/null || true; done
   # The logs outlive the cluster, for the failure that brought it down.
@@ -737,6 +760,7 @@ case "${1:-}" in
   status) cmd_status ;;
   load-image) cmd_load_image "${2:?usage: cluster.sh load-image ARCHIVE NAME}" "${3:?usage: cluster.sh load-image ARCHIVE NAME}" ;;
   node-exec) i=$(node_index "${2:?usage: cluster.sh node-exec NODE CMD...}"); shift 2; in_node "$i" "$@" ;;
+  e2e-binary) echo "$(bin)/e2e-netpol.test" ;;
   restart) cmd_restart "${2:?usage: cluster.sh restart NODE DAEMON}" "${3:?usage: cluster.sh restart NODE DAEMON}" ;;
-  *) die "usage: cluster.sh build | up | down | status | load-image ARCHIVE NAME | node-exec NODE CMD... | restart NODE DAEMON" ;;
+  *) die "usage: cluster.sh build | up | down | status | load-image ARCHIVE NAME | node-exec NODE CMD... | e2e-binary | restart NODE DAEMON" ;;
 esac
