@@ -123,17 +123,20 @@ export async function eventually<T>(what: string, fn: () => Promise<T>, good: (v
   throw new Error(`${what}: not reached; last ${JSON.stringify(last)?.slice(0, 1500)} ${err ? String(err) : ''}`);
 }
 
-/** A pod serving TCP on port 80 (as the e2e suite's servers do), pinned to a node. */
-export function agnhostPod(name: string, ns: string, node: string, labels: Record<string, string>): object {
+/** A pod serving TCP on port 80 (as the e2e suite's servers do), and UDP on 81 if asked,
+ *  pinned to a node. */
+export function agnhostPod(name: string, ns: string, node: string, labels: Record<string, string>, opts: { udp?: boolean } = {}): object {
+  const serve = (proto: 'tcp' | 'udp', port: number) => ({
+    name: proto,
+    image: AGNHOST,
+    command: ['/agnhost', 'serve-hostname', `--${proto}`, '--http=false', '--port', String(port)],
+    ports: [{ containerPort: port, protocol: proto.toUpperCase() }],
+  });
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name, namespace: ns, labels },
-    spec: {
-      nodeName: node,
-      terminationGracePeriodSeconds: 0,
-      containers: [{ name: 'c', image: AGNHOST, command: ['/agnhost', 'serve-hostname', '--tcp', '--http=false', '--port', '80'], ports: [{ containerPort: 80, name: 'serve' }] }],
-    },
+    spec: { nodeName: node, terminationGracePeriodSeconds: 0, containers: [serve('tcp', 80), ...(opts.udp ? [serve('udp', 81)] : [])] },
   };
 }
 
@@ -153,9 +156,10 @@ export async function runPods(c: RealCluster, ns: string, pods: readonly object[
   return ips;
 }
 
-/** One TCP connection attempt from inside pod `from` (`agnhost connect`): true if it connected. */
-export async function connects(c: RealCluster, ns: string, from: string, ip: string, port = 80, timeoutS = 2): Promise<boolean> {
-  const r = await c.kubectl(['-n', ns, 'exec', from, '--', '/agnhost', 'connect', `${ip}:${port}`, `--timeout=${timeoutS}s`, '--protocol=tcp']);
+/** One connection attempt from inside pod `from` (`agnhost connect`): true if it connected
+ *  (for UDP: if the server answered). */
+export async function connects(c: RealCluster, ns: string, from: string, ip: string, port = 80, timeoutS = 2, protocol: 'tcp' | 'udp' = 'tcp'): Promise<boolean> {
+  const r = await c.kubectl(['-n', ns, 'exec', from, '-c', 'tcp', '--', '/agnhost', 'connect', `${ip}:${port}`, `--timeout=${timeoutS}s`, `--protocol=${protocol}`]);
   if (r.code === 0) return true;
   // agnhost says TIMEOUT or REFUSED on stderr and exits 1; anything else is the harness failing.
   if (/TIMEOUT|REFUSED/.test(r.stderr + r.stdout)) return false;
