@@ -629,6 +629,8 @@ start_node_network() {
 
 has_pod_cidr() { [ -n "$(kubectl get node "$1" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)" ]; }
 
+flannel_ready() { in_node "$1" sh -c 'test -s /run/flannel/subnet.env && iptables -S FLANNEL-FWD && iptables -t nat -S FLANNEL-POSTRTG'; }
+
 node_ready() { [ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; }
 
 cmd_up() {
@@ -664,7 +666,11 @@ cmd_up() {
     start_node "$i"
   done
   for i in $(seq 1 "$nodes"); do start_node_network "$i"; done
-  for i in $(seq 1 "$nodes"); do wait_for "node $(node_name "$i") Ready" node_ready "$(node_name "$i")"; done
+  for i in $(seq 1 "$nodes"); do
+    wait_for "node $(node_name "$i") Ready" node_ready "$(node_name "$i")"
+    # Until flanneld has written the node's subnet and its rules, a pod's network set-up fails.
+    wait_for "flanneld's subnet and rules on $(node_name "$i") (log $state.logs/flanneld-$(node_name "$i").log)" flannel_ready "$i"
+  done
   start_forwarder
   trap - EXIT
   log "up in $((SECONDS - started))s: $nodes nodes Ready"

@@ -5,7 +5,9 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { agnhostPod, clusterUp, connects, eventually, expectConnects, installWeir, NODES, ok, type RealCluster, runPods } from './harness.ts';
+import { join } from 'node:path';
+import { agentsReady, agnhostPod, clusterUp, connects, eventually, expectConnects, installWeir, NODES, ok, type RealCluster, REPO, run, runPods } from './harness.ts';
+import { longestOutage, startProber } from './prober.ts';
 
 const NS = 'checks';
 
@@ -133,6 +135,45 @@ describe('Weir on a real cluster (kubelet, containerd, Flannel, kube-proxy), ins
     await staysDenied(c, 'heir', ips.server!);
     await c.k(['-n', NS, 'delete', 'networkpolicy', 'only-friends']);
     await c.k(['-n', NS, 'delete', 'pod', 'heir', '--grace-period=0']);
+  });
+
+  test('helm upgrade to a rebuilt image rolls the agents while a denied flow never opens and an allowed one never stops for a second', async () => {
+    await c.k(['apply', '-f', '-'], JSON.stringify(denyAllBut('only-friends', { app: 'server' }, { role: 'friend' })));
+    await expectConnects(c, NS, 'stranger', ips.server!, false, 'the policy denies stranger');
+    await expectConnects(c, NS, 'friend', ips.server!, true, 'the policy allows friend');
+    // The image under a new tag: to the kubelet and the runtime, a new image.
+    const archive = ok('image.sh build', await run(join(REPO, 'scripts/image.sh'), ['build']))
+      .trim()
+      .split('\n')
+      .pop()!;
+    await c.loadImage(archive, 'weir:0.1.0-rebuilt');
+    const target = `${ips.server}:80`;
+    const friend = await startProber(c, 'node-1', ips.friend!, [target]);
+    const stranger = await startProber(c, 'node-1', ips.stranger!, [target]);
+    try {
+      await new Promise((r) => setTimeout(r, 2000));
+      const from = Date.now();
+      ok('helm upgrade', await c.helm(['upgrade', 'weir', join(REPO, 'charts/weir'), '-n', 'kube-system', '--reuse-values', '--set', 'image.tag=0.1.0-rebuilt', '--wait', '--timeout', '180s']));
+      ok('rollout', await c.kubectl(['-n', 'kube-system', 'rollout', 'status', 'daemonset/weir', '--timeout=180s']));
+      const images = await c.k(['-n', 'kube-system', 'get', 'pods', '-l', 'app.kubernetes.io/name=weir', '-o', 'jsonpath={.items[*].spec.containers[0].image}']);
+      assert.deepEqual(
+        images.split(' '),
+        NODES.map(() => 'weir:0.1.0-rebuilt'),
+        'every agent runs the rebuilt image',
+      );
+      await agentsReady(c);
+      await new Promise((r) => setTimeout(r, 2000));
+      const to = Date.now();
+      const opened = stranger.attempts.filter((a) => a.connected);
+      assert.deepEqual(opened, [], 'the denied flow connected during the upgrade');
+      assert.ok(stranger.attempts.length > (to - from) / 200, `the stranger's prober ran (${stranger.attempts.length} attempts)`);
+      const outage = longestOutage(friend.attempts, target, from, to);
+      assert.ok(outage < 1000, `the allowed flow stopped for ${outage} ms during the upgrade`);
+    } finally {
+      await friend.stop();
+      await stranger.stop();
+    }
+    await c.k(['-n', NS, 'delete', 'networkpolicy', 'only-friends']);
   });
 
   test('helm uninstall and the documented cleanup leave every node as it was before the install', async () => {

@@ -59,6 +59,8 @@ export async function e2eBinary(): Promise<string> {
 
 export interface RealCluster {
   readonly kubeconfig: string;
+  /** The environment that names this cluster to scripts/cluster.sh. */
+  readonly env: NodeJS.ProcessEnv;
   kubectl(args: readonly string[], input?: string): Promise<Run>;
   /** kubectl that must succeed: resolves to its stdout. */
   k(args: readonly string[], input?: string): Promise<string>;
@@ -67,6 +69,8 @@ export interface RealCluster {
   onNode(node: string, args: readonly string[]): Promise<Run>;
   /** Kills a node daemon (flanneld, kube-proxy) and starts it again. */
   restart(node: string, daemon: string): Promise<void>;
+  /** Imports an OCI image archive into every node's containerd as `name`. */
+  loadImage(archive: string, name: string): Promise<void>;
   down(): Promise<void>;
 }
 
@@ -80,11 +84,13 @@ export async function clusterUp(): Promise<RealCluster> {
   const kubectl = (args: readonly string[], input?: string) => run(kubectlBin, ['--request-timeout=30s', ...args], { input, env });
   const cluster: RealCluster = {
     kubeconfig,
+    env: clusterEnv,
     kubectl,
     k: async (args, input) => ok(`kubectl ${args.join(' ')}`, await kubectl(args, input)),
     helm: (args) => run(helmBin, args, { env }),
     onNode: (node, args) => clusterSh(['node-exec', node, ...args]),
     restart: async (node, daemon) => void (await script(['restart', node, daemon])),
+    loadImage: async (archive, name) => void (await script(['load-image', archive, name])),
     down: async () => void (await script(['down'], true)),
   };
   await cluster.k(['apply', '-f', join(REPO, 'crds')]);
@@ -94,6 +100,11 @@ export async function clusterUp(): Promise<RealCluster> {
 /** `helm install weir charts/weir`, waiting until every agent is ready. */
 export async function installWeir(c: RealCluster, extra: readonly string[] = []): Promise<void> {
   ok('helm install', await c.helm(['install', 'weir', join(REPO, 'charts/weir'), '-n', 'kube-system', '--wait', '--timeout', '180s', ...extra]));
+  await agentsReady(c);
+}
+
+/** Waits until every node's NodePolicyStatus says Ready and Programmed. */
+export async function agentsReady(c: RealCluster): Promise<void> {
   await eventually(
     'every node reports Ready and Programmed',
     () => c.k(['get', 'nodepolicystatuses', '-o', 'json']),
