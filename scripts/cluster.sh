@@ -189,18 +189,9 @@ cmd_build() {
 
 # --- processes ----------------------------------------------------------------------------
 
-# Each daemon is recorded as "name pid starttime" in $state/pids: a reused PID has another
-# start time (field 22 of /proc/PID/stat).
-proc_start() {
-  local stat rest
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  rest=${stat##*) }
-  # shellcheck disable=SC2086
-  set -- $rest
-  case $1 in Z | X | x) return 1 ;; esac
-  echo "${20}"
-}
-alive() { local now; now=$(proc_start "$1") && [ "$now" = "$2" ]; }
+# Each daemon is recorded as "name pid starttime" in $state/pids.
+# shellcheck source=scripts/lib/procs.sh
+. "$repo/scripts/lib/procs.sh"
 record() { sed -i "/^$1 /d" "$state/pids" 2>/dev/null || true; echo "$1 $2 $(proc_start "$2" || echo gone)" >>"$state/pids"; }
 pid_of() { awk -v n="$1" '$1 == n { print $2 }' "$state/pids" 2>/dev/null || true; }
 running() {

@@ -177,26 +177,8 @@ free_port() {
   done
 }
 
-# A process of this control plane is its PID and its start time (field 22 of /proc/PID/stat,
-# clock ticks since boot): a reused PID has another start time. Not the command line: that is
-# this script's own until the forked child execs, and reads empty for milliseconds while a
-# binary that is not in the page cache is being exec'd (a fresh machine's first start took
-# that for etcd's exit). Prints the start time of a live PID; fails for a zombie or no process.
-proc_start() {
-  local stat rest
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  rest=${stat##*) }
-  # shellcheck disable=SC2086
-  set -- $rest
-  case $1 in Z | X | x) return 1 ;; esac
-  echo "${20}"
-}
-
-# True while the process recorded as PID with start time START still runs.
-alive() {
-  local now
-  now=$(proc_start "$1") && [ "$now" = "$2" ]
-}
+# shellcheck source=scripts/lib/procs.sh
+. "$repo/scripts/lib/procs.sh"
 
 pid_of() { awk -v n="$1" '$1 == n { print $2 }' "$2/pids" 2>/dev/null || true; }
 start_of() { awk -v n="$1" '$1 == n { print $3 }' "$2/pids" 2>/dev/null || true; }

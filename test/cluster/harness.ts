@@ -4,42 +4,17 @@
 // attempt from one pod to another made inside the pod (`agnhost connect`, as the upstream
 // e2e suite probes).
 
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { eventually } from '../support/eventually.ts';
+import { ok, type Run, run } from '../support/run.ts';
 
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const CLUSTER_SH = join(REPO, 'scripts/cluster.sh');
 export const AGNHOST = 'registry.k8s.io/e2e-test-images/agnhost:2.59';
 export const NODES = ['node-1', 'node-2'] as const;
 
-export interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs a command to completion; never rejects on a non-zero exit (tests assert on it). */
-export function run(command: string, args: readonly string[], opts: { input?: string; env?: NodeJS.ProcessEnv; passStderr?: boolean } = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], env: opts.env ?? process.env });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.stderr.on('data', (b: Buffer) => {
-      err.push(b);
-      if (opts.passStderr) process.stderr.write(b);
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
-    child.stdin.end(opts.input ?? '');
-  });
-}
-
-export function ok(what: string, r: Run): string {
-  if (r.code !== 0) throw new Error(`${what} exited ${r.code}:\n${r.stderr}${r.stdout}`);
-  return r.stdout;
-}
+export { eventually, ok, type Run, run };
 
 /** Each test process has a cluster of its own name, apart from any a developer keeps up. */
 const clusterEnv = { ...process.env, WEIR_CLUSTER_NAME: process.env.WEIR_CLUSTER_NAME ?? `t${process.pid % 1_000_000}` };
@@ -115,23 +90,6 @@ export async function agentsReady(c: RealCluster): Promise<void> {
     },
     120_000,
   );
-}
-
-/** Polls `fn` until `good` holds of its result; throws with the last result or error. */
-export async function eventually<T>(what: string, fn: () => Promise<T>, good: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T | undefined;
-  let err: unknown;
-  while (Date.now() < deadline) {
-    try {
-      last = await fn();
-      if (good(last)) return last;
-    } catch (e) {
-      err = e;
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${what}: not reached; last ${JSON.stringify(last)?.slice(0, 1500)} ${err ? String(err) : ''}`);
 }
 
 /** A pod serving TCP on port 80 (as the e2e suite's servers do), and UDP on 81 if asked,

@@ -2,7 +2,6 @@
 // parsed, and a simulated cluster on a real API server where the chart is installed and its
 // DaemonSet's pods are run by hand as a kubelet would (helm-kubelet.ts).
 
-import { spawn } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,39 +14,14 @@ import { type Bridge, bridgeApiServer } from './bridge.ts';
 import { type ControlPlane, startControlPlane } from './controlplane.ts';
 import { ContainerProcess, containerScript, daemonSetPod, type Obj } from './helm-kubelet.ts';
 import { podObject } from './kube-harness.ts';
+import { ok, type Run, run } from '../support/run.ts';
 
 export type { Cell, Obj };
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export const CHART = join(REPO, 'charts/weir');
 const HELM_SCRIPT = join(REPO, 'scripts/helm.sh');
 
-export interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs a command to completion; never rejects on a non-zero exit (tests assert on it). */
-export function run(command: string, args: readonly string[], opts: { input?: string; passStderr?: boolean } = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout.on('data', (b: Buffer) => out.push(b));
-    child.stderr.on('data', (b: Buffer) => {
-      err.push(b);
-      if (opts.passStderr) process.stderr.write(b);
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
-    child.stdin.end(opts.input ?? '');
-  });
-}
-
-function ok(what: string, r: Run): string {
-  if (r.code !== 0) throw new Error(`${what} exited ${r.code}:\n${r.stderr}${r.stdout}`);
-  return r.stdout;
-}
+export { ok, type Run, run };
 
 let helmPath: Promise<string> | undefined;
 

@@ -1,0 +1,32 @@
+// Running a command to completion from a test, its output kept for the assertions.
+
+import { spawn } from 'node:child_process';
+
+export interface Run {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs a command to completion; never rejects on a non-zero exit (tests assert on it). */
+export function run(command: string, args: readonly string[], opts: { input?: string; env?: NodeJS.ProcessEnv; passStderr?: boolean } = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], env: opts.env ?? process.env });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (b: Buffer) => out.push(b));
+    child.stderr.on('data', (b: Buffer) => {
+      err.push(b);
+      if (opts.passStderr) process.stderr.write(b);
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+    child.stdin.end(opts.input ?? '');
+  });
+}
+
+/** The command's stdout; throws with its output if it failed. */
+export function ok(what: string, r: Run): string {
+  if (r.code !== 0) throw new Error(`${what} exited ${r.code}:\n${r.stderr}${r.stdout}`);
+  return r.stdout;
+}
