@@ -7,7 +7,8 @@
 #   cluster.sh up        bring the cluster up; the last line printed is an admin kubeconfig's
 #                        path, once every node is Ready
 #   cluster.sh down      remove every process, network namespace, mount and cgroup up made
-#                        (also after a failed up)
+#                        (also after a failed up); the daemons' logs stay in $state.logs
+#   cluster.sh purge     down, and remove those logs
 #   cluster.sh status    say what runs
 #   cluster.sh load-image ARCHIVE NAME   import an OCI archive as NAME into every node
 #   cluster.sh node-exec NODE CMD...     run CMD inside NODE (its network, mount and PID
@@ -754,10 +755,11 @@ case "${1:-}" in
   build) cmd_build ;;
   up) cmd_up ;;
   down) cmd_down ;;
+  purge) cmd_down quiet && rm -rf "$state.logs" ;;
   status) cmd_status ;;
   load-image) cmd_load_image "${2:?usage: cluster.sh load-image ARCHIVE NAME}" "${3:?usage: cluster.sh load-image ARCHIVE NAME}" ;;
   node-exec) i=$(node_index "${2:?usage: cluster.sh node-exec NODE CMD...}"); shift 2; in_node "$i" "$@" ;;
   e2e-binary) echo "$(bin)/e2e-netpol.test" ;;
   restart) cmd_restart "${2:?usage: cluster.sh restart NODE DAEMON}" "${3:?usage: cluster.sh restart NODE DAEMON}" ;;
-  *) die "usage: cluster.sh build | up | down | status | load-image ARCHIVE NAME | node-exec NODE CMD... | e2e-binary | restart NODE DAEMON" ;;
+  *) die "usage: cluster.sh build | up | down | purge | status | load-image ARCHIVE NAME | node-exec NODE CMD... | e2e-binary | restart NODE DAEMON" ;;
 esac

@@ -66,7 +66,7 @@ export async function clusterUp(): Promise<RealCluster> {
     onNode: (node, args) => clusterSh(['node-exec', node, ...args]),
     restart: async (node, daemon) => void (await script(['restart', node, daemon])),
     loadImage: async (archive, name) => void (await script(['load-image', archive, name])),
-    down: async () => void (await script(['down'], true)),
+    down: async () => void (await script(['purge'], true)),
   };
   await cluster.k(['apply', '-f', join(REPO, 'crds')]);
   return cluster;
