@@ -67,9 +67,10 @@ cp_bin() { "$repo/scripts/control-plane.sh" build; }
 
 stamp_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
-# go_build DIR MODULE_DIR MODFILE LOG PKG...: one go build, with the release's version stamps.
+# go_build WHAT MODULE_DIR MODFILE LOG GO_ARGS...: `go GO_ARGS` in MODULE_DIR with MODFILE, the
+# release's version stamps and no cgo unless cgo=1; WHAT names it in the progress lines.
 go_build() {
-  local out=$1 mod_dir=$2 modfile=$3 build_log=$4 version minor ldflags="-s -w" pkg started
+  local what=$1 mod_dir=$2 modfile=$3 build_log=$4 version minor ldflags="-s -w" pkg started
   shift 4
   version=$(k8s_version)
   minor=${version#v1.}
@@ -78,11 +79,11 @@ go_build() {
     ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
   done
   started=$SECONDS
-  if ! (cd "$mod_dir" && CGO_ENABLED=${cgo:-0} go "${@:1:1}" -modfile="$modfile" -trimpath -ldflags="$ldflags" "${@:2}") >>"$build_log" 2>&1; then
+  if ! (cd "$mod_dir" && CGO_ENABLED=${cgo:-0} go "$1" -modfile="$modfile" -trimpath -ldflags="$ldflags" "${@:2}") >>"$build_log" 2>&1; then
     tail -n 40 "$build_log" >&2
-    die "go ${*} failed after $((SECONDS - started))s (log: $build_log)"
+    die "go $* failed after $((SECONDS - started))s (log: $build_log)"
   fi
-  log "go ${*: -1} built in $((SECONDS - started))s"
+  log "built $what in $((SECONDS - started))s"
 }
 
 # fresh NAME STAMP FILE...: true when every FILE is built and NAME's stamp equals STAMP.
@@ -99,23 +100,21 @@ build_go_tools() {
   local cp="$repo/hack/controlplane" e2e="$repo/hack/e2e" fl="$repo/hack/flannel"
   stamp=$(stamp_of "$cp/cluster.mod" "$cp/cluster.sum")
   if ! fresh cluster "$stamp" kubelet kube-controller-manager kube-scheduler agnhost; then
-    log "building kubelet, kube-controller-manager, kube-scheduler and agnhost $(k8s_version) (cold: about 6 minutes; log $build_log)"
-    go_build "$b" "$cp" cluster.mod "$build_log" build -o "$b/" k8s.io/kubernetes/cmd/kubelet \
+    log "building kubelet, kube-controller-manager, kube-scheduler and agnhost $(k8s_version) (log $build_log)"
+    go_build "kubelet, kube-controller-manager, kube-scheduler and agnhost" "$cp" cluster.mod "$build_log" build -o "$b/" k8s.io/kubernetes/cmd/kubelet \
       k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/test/images/agnhost
     echo "$stamp" >"$b/cluster.stamp"
   fi
   stamp=$(stamp_of "$e2e/go.mod" "$e2e/go.sum" "$e2e"/*.go)
   if ! fresh e2e "$stamp" e2e-netpol.test; then
-    log "building the upstream e2e NetworkPolicy specs (log $build_log)"
-    go_build "$b" "$e2e" go.mod "$build_log" test -c -o "$b/e2e-netpol.test" .
+    go_build "the upstream e2e NetworkPolicy specs" "$e2e" go.mod "$build_log" test -c -o "$b/e2e-netpol.test" .
     echo "$stamp" >"$b/e2e.stamp"
   fi
   stamp=$(stamp_of "$fl/go.mod" "$fl/go.sum" "$fl/cni.mod" "$fl/cni.sum")
   if ! fresh flannel "$stamp" flanneld flannel; then
-    log "building flanneld and Flannel's CNI plugin (log $build_log)"
     # flanneld's udp backend is cgo, as in Flannel's own builds.
-    cgo=1 go_build "$b" "$fl" go.mod "$build_log" build -o "$b/flanneld" github.com/flannel-io/flannel
-    go_build "$b" "$fl" cni.mod "$build_log" build -o "$b/flannel" github.com/containernetworking/plugins/plugins/meta/flannel
+    cgo=1 go_build flanneld "$fl" go.mod "$build_log" build -o "$b/flanneld" github.com/flannel-io/flannel
+    go_build "Flannel's CNI plugin" "$fl" cni.mod "$build_log" build -o "$b/flannel" github.com/containernetworking/plugins/plugins/meta/flannel
     echo "$stamp" >"$b/flannel.stamp"
   fi
 }
