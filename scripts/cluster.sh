@@ -61,7 +61,11 @@ node_dir() { echo "$state/node-$1"; }
 
 k8s_version() { sed -n 's#^[[:space:]]*\(require \)\{0,1\}k8s\.io/kubernetes \(v1\.[0-9]*\.[0-9]*\).*#\2#p' "$repo/hack/controlplane/cluster.mod" | head -n1; }
 bin() { echo "$cache_root/$(k8s_version)/bin"; }
-cp_bin() { "$repo/scripts/control-plane.sh" build; }
+# kube-apiserver, kubectl and kube-proxy come from scripts/control-plane.sh; asked once per run.
+cp_bin() {
+  [ -n "${cp_bin_dir:-}" ] || cp_bin_dir=$("$repo/scripts/control-plane.sh" build)
+  echo "$cp_bin_dir"
+}
 
 # --- builds ---------------------------------------------------------------------------------
 
@@ -179,12 +183,13 @@ cmd_build() {
   mkdir -p "$(bin)"
   (
     flock 9
-    cp_bin >/dev/null
+    "$repo/scripts/control-plane.sh" build >/dev/null
     build_go_tools
     build_images
     "$repo/scripts/helm.sh" build >/dev/null
     "$repo/scripts/image.sh" build >/dev/null
   ) 9>"$cache_root/build.lock"
+  cp_bin_dir=$("$repo/scripts/control-plane.sh" build)
 }
 
 # --- processes ----------------------------------------------------------------------------
