@@ -21,11 +21,12 @@ const clusterEnv = { ...process.env, WEIR_CLUSTER_NAME: process.env.WEIR_CLUSTER
 const clusterSh = (args: readonly string[], passStderr = false) => run(CLUSTER_SH, args, { env: clusterEnv, passStderr });
 const script = async (args: readonly string[], passStderr = false) => ok(`scripts/cluster.sh ${args.join(' ')}`, await clusterSh(args, passStderr));
 
-/** The path of a binary that `scripts/cluster.sh build` (or control-plane.sh, helm.sh) made. */
-async function tool(scriptName: string, name: string): Promise<string> {
-  const dir = (await run(join(REPO, 'scripts', scriptName), ['build'])).stdout.trim().split('\n').pop() ?? '';
-  return name === '' ? dir : join(dir, name);
-}
+/** What `scripts/NAME build` prints last: its binary, or the directory of its binaries. */
+const built = async (scriptName: string) =>
+  ok(`scripts/${scriptName} build`, await run(join(REPO, 'scripts', scriptName), ['build']))
+    .trim()
+    .split('\n')
+    .pop() ?? '';
 
 /** The upstream e2e NetworkPolicy specs' binary (scripts/cluster.sh build makes it). */
 export async function e2eBinary(): Promise<string> {
@@ -53,8 +54,8 @@ export interface RealCluster {
 export async function clusterUp(): Promise<RealCluster> {
   const out = await script(['up'], true);
   const kubeconfig = out.trim().split('\n').pop() ?? '';
-  const kubectlBin = await tool('control-plane.sh', 'kubectl');
-  const helmBin = await tool('helm.sh', '');
+  const kubectlBin = join(await built('control-plane.sh'), 'kubectl');
+  const helmBin = await built('helm.sh');
   const env = { ...process.env, KUBECONFIG: kubeconfig };
   const kubectl = (args: readonly string[], input?: string) => run(kubectlBin, ['--request-timeout=30s', ...args], { input, env });
   const cluster: RealCluster = {
