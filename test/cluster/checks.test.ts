@@ -38,6 +38,42 @@ const denyAllBut = (name: string, podLabel: Record<string, string>, from: Record
   spec: { podSelector: { matchLabels: podLabel }, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: from } }] }] },
 });
 
+/** Every process of the agent container on a node, as that node's containerd counts them
+ *  (the task's cgroup): its program and the kernel's seccomp mode (0 none, 2 filter). */
+async function agentProcesses(c: RealCluster, node: string): Promise<{ pid: string; program: string; seccomp: string }[]> {
+  const id = (
+    await c.k([
+      '-n',
+      'kube-system',
+      'get',
+      'pods',
+      '-l',
+      'app.kubernetes.io/name=weir',
+      '--field-selector',
+      `spec.nodeName=${node}`,
+      '-o',
+      'jsonpath={.items[0].status.containerStatuses[0].containerID}',
+    ])
+  ).replace('containerd://', '');
+  assert.match(id, /^[0-9a-f]{64}$/, `the agent container on ${node}`);
+  const pids = ok('ctr tasks ps', await c.onNode(node, ['ctr', '-a', '/run/containerd/containerd.sock', '-n', 'k8s.io', 'tasks', 'ps', id]))
+    .split('\n')
+    .slice(1)
+    .map((l) => l.trim().split(/\s+/)[0]!)
+    .filter((p) => /^\d+$/.test(p));
+  // One read of them all; a command the fork server ran may have exited in between.
+  const read = 'for p in "$@"; do s=$(cat /proc/$p/status 2>/dev/null) && e=$(readlink /proc/$p/exe) && printf "%s %s %s\\n" "$p" "$(basename "$e")" "$(echo "$s" | sed -n "s/^Seccomp:\\t//p")"; done';
+  const out = ok('read /proc/PID/status', await c.onNode(node, ['sh', '-c', read, 'sh', ...pids]));
+  return out
+    .trim()
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => {
+      const [pid, program, seccomp] = l.split(' ') as [string, string, string];
+      return { pid, program, seccomp };
+    });
+}
+
 /** A denied flow stays denied: `times` attempts, each of which must time out. */
 async function staysDenied(c: RealCluster, from: string, ip: string, times = 3): Promise<void> {
   for (let i = 0; i < times; i++) assert.equal(await connects(c, NS, from, ip, 80, 1), false, `${from} → ${ip} connected (attempt ${i + 1})`);
@@ -62,6 +98,42 @@ describe('Weir on a real cluster (kubelet, containerd, Flannel, kube-proxy), ins
 
   after(async () => {
     await c?.down();
+  });
+
+  // The chart asks for the runtime's default seccomp filter (containerd's): every process the
+  // agent starts inherits it. What is refused under it fails silently (EPERM or ENOSYS), so the
+  // audit reader (tcpdump on NFLOG, which drops to its own user) is proven by a line it wrote;
+  // the fork server, iptables-restore, ipset, conntrack and nsenter by the checks below.
+  test('the agents run under seccomp RuntimeDefault, every process of their containers, and their audit log still writes', async () => {
+    for (const node of NODES) {
+      const procs = await agentProcesses(c, node);
+      assert.deepEqual(
+        procs.filter((p) => p.seccomp !== '2'),
+        [],
+        `processes of the agent on ${node} without a seccomp filter`,
+      );
+      // The agent, its fork server (sh is dash) and the audit reader.
+      const programs = new Set(procs.map((p) => p.program));
+      for (const program of ['node', 'dash', 'tcpdump']) assert.ok(programs.has(program), `no ${program} among the agent's processes on ${node}: ${[...programs].join(', ')}`);
+    }
+    const policy = denyAllBut('audited', { app: 'server' }, { role: 'friend' });
+    await c.k(['apply', '-f', '-'], JSON.stringify({ ...policy, metadata: { ...policy.metadata, annotations: { 'weir.dev/audit': 'all' } } }));
+    await expectConnects(c, NS, 'stranger', ips.server!, false, 'the audited policy denies stranger');
+    // The server's node logs the drop (ingress is policed where the pod lives).
+    await eventually(
+      "node-2's audit log names the drop",
+      async () => (await c.onNode('node-2', ['cat', '/var/log/weir/audit.log'])).stdout,
+      (log) =>
+        log
+          .split('\n')
+          .filter((l) => l !== '')
+          .some((l) => {
+            const e = JSON.parse(l) as { verdict: string; src: { pod: string }; dst: { pod: string } };
+            return e.verdict === 'deny' && e.src.pod === 'stranger' && e.dst.pod === 'server';
+          }),
+      20_000,
+    );
+    await c.k(['-n', NS, 'delete', 'networkpolicy', 'audited']);
   });
 
   test('a policy applied with kubectl isolates a pod the kubelet made, and deleting it opens the pod again', async () => {

@@ -5,14 +5,14 @@
 // chart's crds/ equal to crds/. helm.test.ts installs it on a real API server.
 
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { defaultConfig } from '../../src/agent/config.ts';
 import { FLAGS, parse, toConfig } from '../../src/cli/flags.ts';
 import { parseHostPort } from '../../src/metrics/server.ts';
-import { CHART, find, helm, type Obj, parseDocs, REPO, render, run } from './helm-harness.ts';
+import { CHART, find, helm, type Obj, ok, parseDocs, REPO, render, run } from './helm-harness.ts';
 import { containerArgv, containerEnv, daemonSetPod } from './helm-kubelet.ts';
 
 const ALL_ON = join(CHART, 'ci/all-on-values.yaml');
@@ -84,6 +84,7 @@ describe('charts/weir rendered by helm', () => {
       privileged: false,
       readOnlyRootFilesystem: true,
       capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SETUID', 'SETGID'] },
+      seccompProfile: { type: 'RuntimeDefault' },
     });
     assert.equal(ds.spec.template.metadata.annotations, undefined, 'no AppArmor exception: source binding mounts nothing');
     const volumes = Object.fromEntries(pod.volumes.map((v: Obj) => [v.name, v.hostPath ?? v]));
@@ -116,6 +117,7 @@ describe('charts/weir rendered by helm', () => {
       allowPrivilegeEscalation: false,
       readOnlyRootFilesystem: true,
       capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SETUID', 'SETGID'] },
+      seccompProfile: { type: 'RuntimeDefault' },
     });
     assert.ok(!c.volumeMounts.some((m: Obj) => m.name === 'netns'));
     assert.ok(!find(docs, 'DaemonSet')!.spec.template.spec.volumes.some((v: Obj) => v.name === 'netns'));
@@ -133,14 +135,139 @@ describe('charts/weir rendered by helm', () => {
   });
 
   test('the audit log directory is the host path given, mounted at the same path, and the file is in it', async () => {
-    const docs = await render(['--set', 'audit.hostPath=/srv/weir/audit', '--set', 'audit.file=conn.log']);
+    const docs = await render(['--set', 'audit.hostPath=/var/log/weir/audit/', '--set', 'audit.file=conn.log']);
     const c = agentContainer(docs);
-    assert.deepEqual(find(docs, 'DaemonSet')!.spec.template.spec.volumes.find((v: Obj) => v.name === 'audit-log').hostPath, { path: '/srv/weir/audit', type: 'DirectoryOrCreate' });
+    assert.deepEqual(find(docs, 'DaemonSet')!.spec.template.spec.volumes.find((v: Obj) => v.name === 'audit-log').hostPath, { path: '/var/log/weir/audit', type: 'DirectoryOrCreate' });
     assert.deepEqual(
       c.volumeMounts.find((m: Obj) => m.name === 'audit-log'),
-      { name: 'audit-log', mountPath: '/srv/weir/audit' },
+      { name: 'audit-log', mountPath: '/var/log/weir/audit' },
     );
-    assert.equal(agentConfig(docs).config.audit.file, '/srv/weir/audit/conn.log');
+    assert.equal(agentConfig(docs).config.audit.file, '/var/log/weir/audit/conn.log');
+  });
+
+  test('the audit host path, mounted read-write into a root container, is a directory under /var/log and nowhere else', async () => {
+    for (const path of ['/var/log/weir', '/var/log/weir/', '/var/log/a/b', '/var/log/.weir', '/var/log/..weir', '/var/log/weir..']) {
+      const r = await helm(['template', 'weir', CHART, '--set-string', `audit.hostPath=${path}`]);
+      assert.equal(r.code, 0, `${path}: ${r.stderr}`);
+    }
+    // /var/log itself would hand the agent every log of the host; a dot segment, an empty one
+    // or a blank could lead out of it or be read differently by the kubelet.
+    for (const path of [
+      '/var/log',
+      '/var/log/',
+      '/etc/weir',
+      '/',
+      '/var/logs/weir',
+      'var/log/weir',
+      '/var/log/../../etc',
+      '/var/log/weir/..',
+      '/var/log/./weir',
+      '/var/log/.',
+      '/var/log//weir',
+      '/var/log/a b',
+      '/srv/weir',
+    ]) {
+      for (const cmd of [
+        ['template', 'weir'],
+        ['lint', '--strict'],
+      ]) {
+        const r = await helm([...cmd, CHART, '--set-string', `audit.hostPath=${path}`]);
+        assert.notEqual(r.code, 0, `helm ${cmd[0]} accepted ${path}`);
+        assert.match(r.stdout + r.stderr, /at '\/audit\/hostPath': '.*' does not match pattern/, path);
+      }
+    }
+  });
+
+  test('seccomp RuntimeDefault by default; another profile, or none, when asked; a Localhost profile must be named', async () => {
+    assert.deepEqual(agentContainer(await render()).securityContext.seccompProfile, { type: 'RuntimeDefault' });
+    assert.deepEqual(agentContainer(await render(['--set', 'seccompProfile.type=Unconfined'])).securityContext.seccompProfile, { type: 'Unconfined' });
+    assert.deepEqual(agentContainer(await render(['--set', 'seccompProfile.type=Localhost', '--set', 'seccompProfile.localhostProfile=profiles/weir.json'])).securityContext.seccompProfile, {
+      type: 'Localhost',
+      localhostProfile: 'profiles/weir.json',
+    });
+    // null removes the default: the kubelet's own default then applies.
+    assert.equal(agentContainer(await render(['--set', 'seccompProfile=null'])).securityContext.seccompProfile, undefined);
+    const cases: [string[], RegExp][] = [
+      [['--set', 'seccompProfile.type=Localhost'], /at '\/seccompProfile': missing property 'localhostProfile'/],
+      [['--set', 'seccompProfile.type=runtime/default'], /at '\/seccompProfile\/type': value must be one of 'RuntimeDefault', 'Unconfined', 'Localhost'/],
+      [['--set', 'seccompProfile.localhostProfile=weir.json'], /at '\/seccompProfile\/localhostProfile': false schema/],
+      [['--set', 'seccompProfile.profile=weir.json'], /at '\/seccompProfile': additional properties 'profile' not allowed/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await helm(['template', 'weir', CHART, ...args]);
+      assert.notEqual(r.code, 0, args.join(' '));
+      assert.match(r.stderr, message);
+    }
+  });
+
+  test("AppArmor: no profile by default (the runtime's default applies), the one given on Kubernetes 1.30 or newer, none before", async () => {
+    const byDefault = await render();
+    assert.equal(agentContainer(byDefault).securityContext.appArmorProfile, undefined);
+    assert.deepEqual(
+      byDefault.filter((d) => Object.keys(d.spec?.template?.metadata?.annotations ?? {}).some((a) => a.includes('apparmor'))),
+      [],
+    );
+    const set = ['--set', 'appArmorProfile.type=Localhost', '--set', 'appArmorProfile.localhostProfile=weir-agent'];
+    assert.deepEqual(agentContainer(await render([...set, '--kube-version', '1.30.0'])).securityContext.appArmorProfile, { type: 'Localhost', localhostProfile: 'weir-agent' });
+    assert.equal(agentContainer(await render([...set, '--kube-version', '1.29.0'])).securityContext.appArmorProfile, undefined);
+    const r = await helm(['template', 'weir', CHART, '--set', 'appArmorProfile.type=Localhost']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /at '\/appArmorProfile': missing property 'localhostProfile'/);
+  });
+
+  test('image.digest: the image is repository@digest, the tag ignored; anything but sha256:<64 hex> is refused', async () => {
+    const digest = `sha256:${'0123456789abcdef'.repeat(4)}`;
+    const c = agentContainer(await render(['--set', 'image.repository=registry.example/weir', '--set', 'image.tag=0.1.0', '--set', `image.digest=${digest}`]));
+    assert.equal(c.image, `registry.example/weir@${digest}`);
+    assert.equal(agentContainer(await render(['--set', 'image.digest='])).image, 'weir:0.1.0');
+    for (const bad of ['0123456789abcdef', `sha256:${'0123456789ABCDEF'.repeat(4)}`, `sha256:${'0'.repeat(63)}`, `sha512:${'0'.repeat(64)}`, `weir@sha256:${'0'.repeat(64)}`]) {
+      const r = await helm(['template', 'weir', CHART, '--set-string', `image.digest=${bad}`]);
+      assert.notEqual(r.code, 0, bad);
+      assert.match(r.stderr, /at '\/image\/digest': '.*' does not match pattern/, bad);
+    }
+  });
+
+  test('every object carries helm.sh/chart and managed-by; no selector and no pod template does', async () => {
+    const docs = await render(['-f', ALL_ON]);
+    for (const d of docs) {
+      assert.equal(d.metadata.labels?.['helm.sh/chart'], 'weir-0.1.0', `${d.kind}/${d.metadata.name}`);
+      assert.equal(d.metadata.labels?.['app.kubernetes.io/managed-by'], 'Helm', `${d.kind}/${d.metadata.name}`);
+    }
+    // A DaemonSet's selector cannot change after creation, so a label that changes with the
+    // chart's version there would make every upgrade fail.
+    const ds = find(docs, 'DaemonSet')!;
+    const selectors = {
+      daemonSet: ds.spec.selector.matchLabels,
+      podTemplate: ds.spec.template.metadata.labels,
+      service: find(docs, 'Service')!.spec.selector,
+      podMonitor: find(docs, 'PodMonitor')!.spec.selector.matchLabels,
+      serviceMonitor: find(docs, 'ServiceMonitor')!.spec.selector.matchLabels,
+    };
+    for (const [where, labels] of Object.entries(selectors)) {
+      assert.deepEqual(
+        Object.keys(labels).filter((l) => l === 'helm.sh/chart' || l === 'app.kubernetes.io/managed-by'),
+        [],
+        where,
+      );
+    }
+    assert.deepEqual(ds.spec.selector.matchLabels, { 'app.kubernetes.io/name': 'weir', 'app.kubernetes.io/instance': 'weir' });
+  });
+
+  test("helm.sh/chart is a valid label value for a version with a build suffix ('+' becomes '_')", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'weir-chart-version-'));
+    try {
+      await cp(CHART, join(dir, 'weir'), { recursive: true });
+      const chartYaml = join(dir, 'weir', 'Chart.yaml');
+      await writeFile(chartYaml, (await readFile(chartYaml, 'utf8')).replace(/^version: .*$/m, 'version: 0.1.0-rc.1+build.7'));
+      const r = await helm(['template', 'weir', join(dir, 'weir'), '--namespace', 'kube-system']);
+      assert.equal(r.code, 0, r.stderr);
+      const labels = parseDocs(r.stdout).map((d) => d.metadata.labels['helm.sh/chart']);
+      assert.deepEqual([...new Set(labels)], ['weir-0.1.0-rc.1_build.7']);
+      // What the API server accepts as a label value.
+      assert.match(labels[0], /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   test('before Kubernetes 1.30, or when turned off, no admission policies', async () => {
@@ -265,6 +392,7 @@ describe('charts/weir rendered by helm', () => {
       [['--set', 'audit.defaultLevel=verbose'], /at '\/audit\/defaultLevel': value must be one of 'off', 'deny', 'all'/],
       [['--set', 'audit.nflogGroup=2'], /at '\/audit\/nflogGroup': minimum: got 2, want 4/],
       [['--set', 'audit.hostPath=var/log'], /at '\/audit\/hostPath': '.*' does not match pattern/],
+      [['--set', 'image.digest=latest'], /at '\/image\/digest': '.*' does not match pattern/],
       [['--set', 'audit.file=a/b.log'], /at '\/audit\/file': '.*' does not match pattern/],
     ];
     for (const [args, message] of cases) {
@@ -297,6 +425,20 @@ describe('one source for what the chart shares with the repository', () => {
     assert.deepEqual((await readdir(join(CHART, 'crds'))).sort(), top, 'run scripts/helm.sh sync');
     for (const f of top) {
       assert.equal(await readFile(join(CHART, 'crds', f), 'utf8'), await readFile(join(REPO, 'crds', f), 'utf8'), `charts/weir/crds/${f} differs from crds/${f}: run scripts/helm.sh sync`);
+    }
+  });
+
+  test("a packaged chart's crds/ are the CRD files, so docs/install.md can apply them from the package", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'weir-helm-crds-'));
+    try {
+      ok('helm package', await helm(['package', CHART, '--destination', dir]));
+      // docs/install.md "Upgrading", for a packaged chart.
+      ok('tar -x', await run('tar', ['-xzf', join(dir, 'weir-0.1.0.tgz'), '-C', dir, 'weir/crds']));
+      const files = (await readdir(join(CHART, 'crds'))).sort();
+      assert.deepEqual((await readdir(join(dir, 'weir/crds'))).sort(), files);
+      for (const f of files) assert.equal(await readFile(join(dir, 'weir/crds', f), 'utf8'), await readFile(join(CHART, 'crds', f), 'utf8'), f);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   });
 

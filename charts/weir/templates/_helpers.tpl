@@ -17,10 +17,28 @@
 {{- end }}
 {{- end }}
 
-{{/* Labels of every object. No helm.sh/chart or managed-by: the RBAC and admission policies
-     rendered from this chart are also the plain manifests in deploy/, applied with kubectl. */}}
+{{/* Labels of every object: the selector labels, and the chart (label values may not hold
+     "+", which a SemVer build suffix has) and the tool that manages the release. Never in a
+     selector or the pod template: a selector cannot change after the DaemonSet is made, and a
+     new chart version alone should not restart every agent. */}}
 {{- define "weir.labels" -}}
+helm.sh/chart: {{ include "weir.chart" . }}
 {{ include "weir.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "weir.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The agent's image: repository@digest when a digest is given (the tag is then ignored: the
+     digest alone names the image), else repository:tag, the tag defaulting to appVersion. */}}
+{{- define "weir.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{- define "weir.selectorLabels" -}}
@@ -59,3 +77,4 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "weir.serviceAccountNa
 {{- printf "%s:%d" $host (int .Values.metrics.port) }}
 {{- end }}
 {{- end }}
+
