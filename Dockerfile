@@ -9,6 +9,10 @@ WORKDIR /src
 COPY package.json package-lock.json ./
 # Dev dependencies too: esbuild, and the 'node' package whose binary the image ships.
 RUN npm ci --no-audit --no-fund
+# That binary must be the one scripts/image.sh pins by sha256 (npm installs it from a package
+# no lockfile pins by hash).
+COPY scripts/image.sh ./scripts/
+RUN scripts/image.sh check-node
 COPY src ./src
 COPY scripts/build.ts ./scripts/
 RUN node_modules/node/bin/node scripts/build.ts /app/dist \

@@ -6,6 +6,8 @@
 #   image.sh spec    print, as JSON, what the image is made of (Debian packages, entrypoint,
 #                    cmd, working directory, environment): the test that keeps the Dockerfile
 #                    in step compares it with the Dockerfile, and the smoke test with the image
+#   image.sh check-node   fail unless node_modules/node/bin/node is the pinned binary (below);
+#                    the build runs it, and so does the Dockerfile's
 #
 # Three layers: a minimal Debian rootfs made by mmdebstrap (Debian's essential set plus the
 # packages in image/packages, no apt, no docs), Node from the npm package 'node' the lockfile
@@ -32,6 +34,29 @@ env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
 
 log() { echo "image: $*" >&2; }
 die() { log "$*"; exit 1; }
+
+# The Node binary the image ships, pinned by content as a base image is pinned by digest. npm
+# installs it from the package node-linux-ARCH@VERSION, which the install script of the 'node'
+# package names: package-lock.json pins that package's tarball by hash, not the binary's. The
+# sums are bin/node of the registry's tarballs, whose npm integrity was checked. A new Node
+# needs its sums here; check-node prints the one it found.
+node_sha256() {
+  case "$1 $2" in
+    "v24.21.0 amd64") echo 7fde7b8afa198da66257f42ee2001d874c7355631e6d1579a5fb5ef1f246df4c ;;
+    "v24.21.0 arm64") echo 0f8949d1028f6d61506b2d5bc57e7e6fe893d7b1997509b7847294fc9c616584 ;;
+  esac
+}
+
+cmd_check_node() {
+  local version arch want got
+  [ -x "$node_bin" ] || die "$node_bin missing: run npm ci (the 'node' dev dependency ships it)"
+  version=$("$node_bin" --version)
+  arch=$(dpkg --print-architecture)
+  got=$(sha256sum "$node_bin" | cut -d' ' -f1)
+  want=$(node_sha256 "$version" "$arch")
+  [ -n "$want" ] || die "no sha256 pinned for Node $version on $arch in scripts/image.sh (this binary's is $got)"
+  [ "$got" = "$want" ] || die "$node_bin (Node $version, $arch) has sha256 $got, not the pinned $want"
+}
 
 packages() { sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$repo/image/packages"; }
 
@@ -143,6 +168,7 @@ build_locked() {
   [ -x "$node_bin" ] || die "$node_bin missing: run npm ci (the 'node' dev dependency ships it)"
   node_version=$("$node_bin" --version)
   [[ $node_version == v24.* ]] || die "$node_bin is Node $node_version, not 24"
+  cmd_check_node
   v=$(version)
   [ -n "$v" ] || die "no version in package.json"
   archive=$cache_root/weir-$v.oci.tar
@@ -194,5 +220,6 @@ build_locked() {
 case ${1:-} in
   build) cmd_build ;;
   spec) cmd_spec ;;
-  *) die "usage: $0 build|spec" ;;
+  check-node) cmd_check_node ;;
+  *) die "usage: $0 build|spec|check-node" ;;
 esac
