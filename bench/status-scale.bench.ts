@@ -1,22 +1,32 @@
 // npm run bench:status: the policy status aggregator at scale on a real kube-apiserver.
 // 1,000 NodePolicyStatus objects written as 1,000 agents would (the reporter's own bodies and
 // server-side applies, through the shared client, at a bounded rate), 20k NetworkPolicies, one
-// node enforcing all of them, and one aggregator (the real code) in a child process, so that its
-// CPU, RSS and requests are its own. Prints, asserts nothing:
+// node enforcing all of them, and one aggregator (the real code) in a child process run with
+// the image's Node flags, so that its CPU, RSS and requests are its own. Prints, asserts nothing:
 //   - the largest NodePolicyStatus in bytes (as the API server serves it);
-//   - the aggregator's requests (lists, watches, writes, Lease), CPU and RSS per phase:
-//     initial (write 20k NetworkPolicyStatus), steady (node heartbeats only), changes;
+//   - the aggregator's requests (lists, watches, writes, Lease), CPU and memory per phase
+//     (RSS at the end and its peak during the phase, V8's heap): before it starts (modules and
+//     input loaded), initial (write 20k NetworkPolicyStatus), steady (node heartbeats only),
+//     changes;
 //   - the time from a policy change to its NetworkPolicyStatus saying Enforced at the new
 //     generation (the desired nodes report after a simulated 50 ms apply).
 // WEIR_BENCH_NODES, WEIR_BENCH_POLICIES, WEIR_BENCH_CHANGES, WEIR_BENCH_STEADY_S scale it down.
+// Where the memory goes: WEIR_BENCH_MEMDIR=DIR writes the child's /proc/self/smaps halfway
+// through the first pass's writes and after each phase; with WEIR_BENCH_HEAPSNAPSHOTS=1 a heap
+// snapshot too (which leaves RSS higher), with WEIR_BENCH_HEAPPROF=1 (or =promoted) a sampling
+// heap profile. WEIR_BENCH_CHILD_FLAGS adds Node flags to the child (e.g. --trace-gc).
 
 import { fork } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Session } from 'node:inspector';
+import v8 from 'node:v8';
 import { KubeConfig } from '@kubernetes/client-node';
+import { NODE_FLAGS } from '../src/cli/node-flags.ts';
 import { APPLY_PATCH, createKubeClient, MERGE_PATCH } from '../src/kube/client.ts';
 import type { RequestRecord } from '../src/kube/client.ts';
 import { silentLogger } from '../src/log.ts';
@@ -39,12 +49,43 @@ const CRDS = fileURLToPath(new URL('../crds/', import.meta.url));
 interface Stats {
   readonly requests: Record<string, number>;
   readonly cpuMs: number;
-  readonly rssMb: number;
   readonly passes: Record<string, number>;
+  readonly mem: Mem;
 }
 
-type ToChild = { type: 'update'; uid: string; generation: number } | { type: 'stats' };
-type FromChild = { type: 'ready' } | { type: 'stats'; stats: Stats } | { type: 'pass'; result: string };
+/** The child's memory, MiB: RSS now and its peak since the last reset (VmHWM), V8's heap
+ *  (committed, in use) and what V8 counts outside it (external, of which array buffers). */
+interface Mem {
+  readonly rss: number;
+  readonly peak: number;
+  readonly heapTotal: number;
+  readonly heapUsed: number;
+  readonly external: number;
+  readonly arrayBuffers: number;
+}
+
+type ToChild = { type: 'update'; uid: string; generation: number } | { type: 'stats'; resetPeak?: boolean } | { type: 'snapshot'; label: string };
+type FromChild = { type: 'ready'; mem: Mem } | { type: 'stats'; stats: Stats } | { type: 'pass'; result: string } | { type: 'snapshot'; file: string };
+
+const MIB = 2 ** 20;
+
+function memNow(): Mem {
+  const m = process.memoryUsage();
+  const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return {
+    rss: m.rss / MIB,
+    peak: hwm === null ? Number.NaN : Number(hwm[1]) / 1024,
+    heapTotal: m.heapTotal / MIB,
+    heapUsed: m.heapUsed / MIB,
+    external: m.external / MIB,
+    arrayBuffers: m.arrayBuffers / MIB,
+  };
+}
+
+/** Starts a new peak (VmHWM) from the current RSS: writing 5 to clear_refs resets it. */
+function resetPeak(): void {
+  writeFileSync('/proc/self/clear_refs', '5');
+}
 
 /** The aggregator, alone in this process: counts its requests, reports on demand. */
 async function aggregatorChild(): Promise<void> {
@@ -65,6 +106,17 @@ async function aggregatorChild(): Promise<void> {
     },
   });
   const byUid = new Map(policies.map((p, i) => [p.uid, i]));
+  // Before the aggregator does anything: the modules and the input, which are not its memory.
+  const before = memNow();
+  resetPeak();
+  // WEIR_BENCH_HEAPPROF=1: V8's sampling heap profiler from here on; its profile holds what
+  // has not been collected yet, garbage included, by the function that allocated it.
+  // WEIR_BENCH_HEAPPROF=promoted: also what a major collection freed, i.e. every object that
+  // outlived the young generation (what grows the old one), live or not.
+  const heapProf = process.env.WEIR_BENCH_HEAPPROF;
+  const inspector = heapProf === '1' || heapProf === 'promoted' ? new Session() : undefined;
+  inspector?.connect();
+  inspector?.post('HeapProfiler.startSampling', { samplingInterval: 8192, includeObjectsCollectedByMajorGC: heapProf === 'promoted' });
   agg.start();
   agg.update({ policies: [...policies] });
   process.on('message', (m: ToChild) => {
@@ -72,14 +124,28 @@ async function aggregatorChild(): Promise<void> {
       const i = byUid.get(m.uid)!;
       policies[i] = { ...policies[i], generation: m.generation };
       agg.update({ policies: [...policies] });
+    } else if (m.type === 'snapshot') {
+      // The mappings first: a heap snapshot allocates a lot outside V8's heap, and keeps some.
+      const dir = process.env.WEIR_BENCH_MEMDIR!;
+      writeFileSync(join(dir, `${m.label}.smaps`), readFileSync('/proc/self/smaps'));
+      const written = async (): Promise<string> => {
+        if (inspector !== undefined) {
+          const profile = await new Promise<unknown>((resolve, reject) => inspector.post('HeapProfiler.getSamplingProfile', (err, r) => (err ? reject(err) : resolve(r.profile))));
+          writeFileSync(join(dir, `${m.label}.heapprofile`), JSON.stringify(profile));
+        }
+        if (process.env.WEIR_BENCH_HEAPSNAPSHOTS === '1') return v8.writeHeapSnapshot(join(dir, `${m.label}.heapsnapshot`));
+        return join(dir, `${m.label}.smaps`);
+      };
+      void written().then((file) => process.send!({ type: 'snapshot', file } satisfies FromChild));
     } else {
       const cpu = process.cpuUsage();
-      const stats: Stats = { requests: { ...requests }, passes: { ...passes }, cpuMs: (cpu.user + cpu.system) / 1000, rssMb: process.memoryUsage().rss / 2 ** 20 };
+      const stats: Stats = { requests: { ...requests }, passes: { ...passes }, cpuMs: (cpu.user + cpu.system) / 1000, mem: memNow() };
+      if (m.resetPeak) resetPeak();
       process.send!({ type: 'stats', stats } satisfies FromChild);
     }
   });
   process.on('disconnect', () => void agg.stop().then(() => process.exit(0)));
-  process.send!({ type: 'ready' } satisfies FromChild);
+  process.send!({ type: 'ready', mem: before } satisfies FromChild);
 }
 
 /** Runs `fn` over `items`, `n` at a time. */
@@ -188,24 +254,43 @@ async function main(): Promise<void> {
     await writeFile(input, JSON.stringify(policies));
     child = fork(fileURLToPath(import.meta.url), ['--aggregator'], {
       env: { ...process.env, WEIR_BENCH_KUBECONFIG: cp.kubeconfig, WEIR_BENCH_INPUT: input },
-      execArgv: process.execArgv,
+      // The image's Node flags, as the agent and the controller run; WEIR_BENCH_CHILD_FLAGS adds
+      // more for the measured child alone (e.g. --trace-gc).
+      execArgv: [...process.execArgv, ...NODE_FLAGS, ...(process.env.WEIR_BENCH_CHILD_FLAGS ?? '').split(' ').filter(Boolean)],
     });
     const c = child;
     let lastPass = performance.now();
     let oks = 0;
     const statsWaiters: ((s: Stats) => void)[] = [];
-    c.on('message', (m: FromChild) => {
-      if (m.type === 'pass') {
-        lastPass = performance.now();
-        if (m.result === 'ok') oks++;
-      } else if (m.type === 'stats') statsWaiters.shift()?.(m.stats);
+    const snapshotWaiters: ((file: string) => void)[] = [];
+    const ready = new Promise<Mem>((resolve) => {
+      c.on('message', (m: FromChild) => {
+        if (m.type === 'pass') {
+          lastPass = performance.now();
+          if (m.result === 'ok') oks++;
+        } else if (m.type === 'stats') statsWaiters.shift()?.(m.stats);
+        else if (m.type === 'snapshot') snapshotWaiters.shift()?.(m.file);
+        else resolve(m.mem);
+      });
     });
-    const stats = (): Promise<Stats> =>
+    /** The child's figures; `resetPeak` starts the next phase's peak from here. */
+    const stats = (resetPeak = false): Promise<Stats> =>
       new Promise((resolve) => {
         statsWaiters.push(resolve);
-        c.send({ type: 'stats' } satisfies ToChild);
+        c.send({ type: 'stats', resetPeak } satisfies ToChild);
       });
+    const snapshots = process.env.WEIR_BENCH_MEMDIR;
+    const snapshot = async (label: string): Promise<void> => {
+      if (snapshots === undefined) return;
+      const file = await new Promise<string>((resolve) => {
+        snapshotWaiters.push(resolve);
+        c.send({ type: 'snapshot', label } satisfies ToChild);
+      });
+      console.log(`  written: ${file}`);
+    };
     const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const mib = (x: number) => `${x.toFixed(0)} MiB`;
+    const memLine = (m: Mem) => `RSS ${mib(m.rss)} (peak ${mib(m.peak)}), V8 heap ${mib(m.heapUsed)} used of ${mib(m.heapTotal)}, external ${mib(m.external)} (array buffers ${mib(m.arrayBuffers)})`;
     const report = (label: string, a: Stats, b: Stats, seconds: number) => {
       const req = Object.fromEntries(
         Object.keys({ ...a.requests, ...b.requests })
@@ -216,21 +301,33 @@ async function main(): Promise<void> {
       console.log(
         `  ${label.padEnd(9)} ${seconds.toFixed(1).padStart(6)} s  requests ${String(n).padStart(6)} (${(n / seconds).toFixed(1)}/s: ${Object.entries(req)
           .map(([k, v]) => `${k} ${v}`)
-          .join(', ')})  ` + `CPU ${((b.cpuMs - a.cpuMs) / 1000).toFixed(1)} s (${((100 * (b.cpuMs - a.cpuMs)) / 1000 / seconds).toFixed(0)}%)  RSS ${b.rssMb.toFixed(0)} MiB`,
+          .join(', ')})  ` + `CPU ${((b.cpuMs - a.cpuMs) / 1000).toFixed(1)} s (${((100 * (b.cpuMs - a.cpuMs)) / 1000 / seconds).toFixed(0)}%)`,
       );
+      console.log(`  ${''.padEnd(9)} ${memLine(b.mem)}`);
     };
-    const zero: Stats = { requests: {}, cpuMs: 0, rssMb: 0, passes: {} };
+    const zero: Stats = { requests: {}, cpuMs: 0, passes: {}, mem: { rss: 0, peak: 0, heapTotal: 0, heapUsed: 0, external: 0, arrayBuffers: 0 } };
     console.log('aggregator (its own process):');
+    console.log(`  before     (modules loaded, input of ${POLICIES} policies parsed) ${memLine(await ready)}`);
+    if (process.env.WEIR_BENCH_HEAPSNAPSHOTS === '1') console.log('  (with heap snapshots: the RSS figures after one include what the snapshot kept)');
 
     // Initial: every NetworkPolicyStatus written; done when no pass ran for 3 s after the first ok.
+    // A snapshot halfway through the writes shows what the first pass holds while it runs.
     const t0 = performance.now();
-    while (oks === 0 || performance.now() - lastPass < 3_000) await sleep(100);
-    const initial = await stats();
+    let halfway = snapshots === undefined;
+    while (oks === 0 || performance.now() - lastPass < 3_000) {
+      await sleep(halfway ? 100 : 1_000);
+      if (!halfway && ((await stats()).requests.write ?? 0) >= POLICIES) {
+        halfway = true;
+        await snapshot('first-pass');
+      }
+    }
+    const initial = await stats(true);
     report('initial', zero, initial, (performance.now() - t0) / 1000);
+    await snapshot('initial');
 
     // Steady: nodes heartbeat (lastSyncTime every 5 min each: NODES / 300 per second); nothing
     // the aggregator needs changes.
-    const s0 = await stats();
+    const s0 = await stats(true);
     const t1 = performance.now();
     let hb = 0;
     while (performance.now() - t1 < STEADY_S * 1000) {
@@ -239,11 +336,12 @@ async function main(): Promise<void> {
     }
     const s1 = await stats();
     report('steady', s0, s1, (performance.now() - t1) / 1000);
+    await snapshot('rest');
 
     // Changes: a policy's spec changes; the holder sees the new generation, the desired nodes
     // apply it (50 ms) and report; measured until its NetworkPolicyStatus says Enforced.
     const converge: number[] = [];
-    const c0 = await stats();
+    const c0 = await stats(true);
     const t2 = performance.now();
     for (let k = 0; k < CHANGES; k++) {
       const p = policies[Math.floor(random() * policies.length)];
@@ -272,6 +370,7 @@ async function main(): Promise<void> {
     }
     const c1 = await stats();
     report('changes', c0, c1, (performance.now() - t2) / 1000);
+    await snapshot('changes');
     const sorted = [...converge].sort((a, b) => a - b);
     console.log(
       `policy change to Enforced at the new generation (${CHANGES} changes, ${SPREAD + 1} nodes each, node ${nodeName(0)} enforcing all ${POLICIES}): ` +

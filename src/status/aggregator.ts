@@ -11,6 +11,7 @@ import { APPLY_PATCH, createKubeClient, isStatus } from '../kube/client.ts';
 import type { KubeClient, RequestRecord } from '../kube/client.ts';
 import { createReflector, isRecord, rawRefOf } from '../kube/reflector.ts';
 import { DEFAULT_LIST_WATCH_TIMINGS, type Codec, type ListWatchTimings } from '../kube/reflector.ts';
+import { listHeapGuard, v8Collector } from '../agent/gc.ts';
 import type { Logger } from '../log.ts';
 import { AGGREGATOR_FIELD_MANAGER, applyQuery, deleteBody, nodeStatusListPath, policyObjectBody, policyStatusBody, policyStatusListPath, policyStatusPath } from './bodies.ts';
 import { systemClock } from './clock.ts';
@@ -21,7 +22,7 @@ import { nodeDigestOf } from './node-status.ts';
 import { createPacer } from '../pacer.ts';
 import type { PassResult } from '../pacer.ts';
 import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
-import { buildPolicyStatus, parsePolicyStatus, policyStatusKey } from './policy-status.ts';
+import { buildPolicyStatus, parsePolicyStatus, policyStatusKey, samePolicyStatus, sameStrings } from './policy-status.ts';
 import type { PolicyStatus, PolicyStatusInput } from './policy-status.ts';
 import { createRealizationTracker, encodeDigest } from './realization.ts';
 import type { NodeDigest, RealizationTracker } from './realization.ts';
@@ -44,6 +45,11 @@ export interface PolicyStatusAggregatorOptions {
   /** Sees every request the writer sends (e.g. to count them). */
   readonly onRequest?: (r: RequestRecord) => void;
   readonly watchTimings?: Partial<ListWatchTimings>;
+  /** V8's collector (agent/gc.ts; `compact` gives the freed pages back): asked for a full
+   *  collection whenever a pass's writes have grown the heap by WRITE_HEAP_GROWTH, and for a
+   *  compacting one after a pass that wrote COMPACT_AFTER_WRITES objects or more. Default:
+   *  v8Collector(), which is there when Node runs with --expose-gc (the image's flags). */
+  readonly collectGarbage?: (compact: boolean) => void;
 }
 
 export interface PolicyStatusAggregatorInput {
@@ -112,6 +118,8 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
   const timings: ListWatchTimings = { ...DEFAULT_AGGREGATOR_WATCH_TIMINGS, ...o.watchTimings };
   let latest: PolicyStatusAggregatorInput | null = null;
   let watching: Watching | null = null;
+  const collect = 'collectGarbage' in o ? o.collectGarbage : v8Collector();
+  const heapGuard = collect && listHeapGuard(collect, { every: 200, growthBytes: WRITE_HEAP_GROWTH });
 
   const elector = createLeaseElector({
     client,
@@ -182,7 +190,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     });
     const policyReflector = createReflector({ kind: 'NetworkPolicyStatus', path: policyStatusListPath() }, storedCodec, deps, {
       change(key, entry) {
-        const own = w.expecting.get(key)?.delete(entry === undefined ? DELETED : contentKey(entry)) ?? false;
+        const own = unexpect(w, key, entry === undefined ? DELETED : contentKey(entry));
         if (entry === undefined) w.stored.delete(key);
         else w.stored.set(key, entry);
         // Somebody else changed or deleted a status (kubectl edit, a stale holder): put it right.
@@ -211,48 +219,61 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     const digests = new Map<string, NodeDigest>();
     for (const [node, e] of w.nodes) if (e.digest !== null) digests.set(node, e.digest);
     const realizations = w.tracker.update(input.policies, digests);
-    let writes = 0;
+    // In namespace/name order, once per key (the first of the input wins); each key made once.
+    const keyed = input.policies.map((p) => ({ p, k: key(p.namespace, p.name) })).sort((a, b) => cmp(a.k, b.k));
     const seen = new Set<string>();
-    const todo: PolicyStatusInput[] = [];
-    for (const p of [...input.policies].sort((a, b) => cmp(key(a.namespace, a.name), key(b.namespace, b.name)))) {
-      const k = key(p.namespace, p.name);
-      if (seen.has(k)) continue;
-      seen.add(k);
-      todo.push(p);
+    const todo: { readonly p: PolicyStatusInput; readonly k: string }[] = [];
+    for (const e of keyed) {
+      if (seen.has(e.k)) continue;
+      seen.add(e.k);
+      todo.push(e);
     }
-    // A few writes in flight: 20k statuses written one at a time take minutes on a new cluster.
-    await forEachLimited(todo, WRITES_IN_FLIGHT, async (p) => {
-      // Lost the lease mid-pass: the new holder takes it from here.
-      if (!elector.isHolder()) return false;
-      const k = key(p.namespace, p.name);
-      const old = w.stored.get(k);
-      const r = realizations.get(p.uid) ?? { desired: 0, realized: 0, pending: [] };
-      const next = buildPolicyStatus(p, r, old?.status?.conditions, clock.now());
-      if (old === undefined || !old.ownerUids.includes(p.uid)) {
-        expect(w, k, contentKey({ ownerUids: [p.uid], status: old?.status ?? null }));
-        const obj = await client.send({ method: 'PATCH', path: policyStatusPath(p.namespace, p.name), query: q, body: policyObjectBody(p), contentType: APPLY_PATCH, signal });
-        remember(w, k, obj);
-        writes++;
-      }
-      const held = w.stored.get(k);
-      if (held?.status == null || policyStatusKey(held.status) !== policyStatusKey(next)) {
-        expect(w, k, contentKey({ ownerUids: held?.ownerUids ?? [p.uid], status: next }));
-        const obj = await client.send({
-          method: 'PATCH',
-          path: policyStatusPath(p.namespace, p.name, 'status'),
-          query: q,
-          body: policyStatusBody(p, next),
-          contentType: APPLY_PATCH,
-          signal,
-        });
-        remember(w, k, obj);
-        writes++;
-      }
-      return true;
-    });
-    if (!elector.isHolder()) return writes > 0 ? 'ok' : 'skipped';
-    for (const [k, s] of [...w.stored]) {
-      if (seen.has(k)) continue;
+    let writes = 0;
+    // Every write leaves garbage that outlives V8's young generation (the client's request
+    // objects, mostly), and V8 lets it pile up to several times the live heap before a full
+    // collection on its own (docs/performance.md).
+    const wrote = heapGuard?.();
+    const written = (obj: unknown, k: string): void => {
+      remember(w, k, obj);
+      writes++;
+      wrote?.();
+    };
+    try {
+      // A few writes in flight: 20k statuses written one at a time take minutes on a new cluster.
+      await forEachLimited(todo, WRITES_IN_FLIGHT, async ({ p, k }) => {
+        // Lost the lease mid-pass: the new holder takes it from here.
+        if (!elector.isHolder()) return false;
+        const old = w.stored.get(k);
+        const r = realizations.get(p.uid) ?? { desired: 0, realized: 0, pending: [] };
+        const next = buildPolicyStatus(p, r, old?.status?.conditions, clock.now());
+        if (old === undefined || !old.ownerUids.includes(p.uid)) {
+          expect(w, k, contentKey({ ownerUids: [p.uid], status: old?.status ?? null }));
+          written(await client.send({ method: 'PATCH', path: policyStatusPath(p.namespace, p.name), query: q, body: policyObjectBody(p), contentType: APPLY_PATCH, signal }), k);
+        }
+        const held = w.stored.get(k);
+        if (held?.status == null || !samePolicyStatus(held.status, next)) {
+          expect(w, k, contentKey({ ownerUids: held?.ownerUids ?? [p.uid], status: next }));
+          const body = policyStatusBody(p, next);
+          written(await client.send({ method: 'PATCH', path: policyStatusPath(p.namespace, p.name, 'status'), query: q, body, contentType: APPLY_PATCH, signal }), k);
+        }
+        return true;
+      });
+      if (!elector.isHolder()) return writes > 0 ? 'ok' : 'skipped';
+      writes += await deleteOrphans(w, seen);
+      return writes > 0 ? 'ok' : 'skipped';
+    } finally {
+      // V8 keeps the pages a burst of writes grew its heap to, collected or not, until asked.
+      if (writes >= COMPACT_AFTER_WRITES) collect?.(true);
+    }
+  }
+
+  /** DELETEs every status whose policy is not in the input; returns how many. */
+  async function deleteOrphans(w: Watching, seen: ReadonlySet<string>): Promise<number> {
+    let writes = 0;
+    // The orphans alone: a copy of the whole map was 20k entries of garbage every pass.
+    const orphans: [string, Stored][] = [];
+    for (const [k, s] of w.stored) if (!seen.has(k)) orphans.push([k, s]);
+    for (const [k, s] of orphans) {
       if (!elector.isHolder()) break;
       const [namespace, name] = k.split('/');
       expect(w, k, DELETED);
@@ -265,7 +286,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
       }
       if (w.stored.get(k) === s) w.stored.delete(k);
     }
-    return writes > 0 ? 'ok' : 'skipped';
+    return writes;
   }
 
   const pacer = createPacer({
@@ -303,6 +324,11 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
 }
 
 const WRITES_IN_FLIGHT = 8;
+/** Heap growth during a pass's writes that gets a full collection. */
+const WRITE_HEAP_GROWTH = 32 * 2 ** 20;
+/** A pass that wrote this many objects is a burst (a new holder, a new cluster): V8's pages
+ *  are given back after it. */
+const COMPACT_AFTER_WRITES = 1_000;
 
 /** Runs `fn` over `items` with at most `n` at a time, in order of start; stops starting new ones
  *  when one returns false; rejects with the first failure once those in flight settle. */
@@ -331,7 +357,10 @@ const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
  *  not write it again. */
 function remember(w: Watching, k: string, obj: unknown): void {
   const s = readStored(obj);
-  if (s !== null) w.stored.set(k, s);
+  // The watch may have brought the same content first: its object is the reflector's too, so
+  // keeping it holds one copy instead of two.
+  const held = w.stored.get(k);
+  if (s !== null && (held === undefined || !sameStored(held, s))) w.stored.set(k, s);
 }
 
 const DELETED = 'DELETED';
@@ -341,6 +370,15 @@ function expect(w: Watching, k: string, content: string): void {
   // A write that failed leaves its entry behind; a few are plenty.
   if (set === undefined || set.size > 4) w.expecting.set(k, (set = new Set()));
   set.add(content);
+}
+
+/** Whether a watch event brings what one of our writes made: then it is our own. */
+function unexpect(w: Watching, k: string, content: string): boolean {
+  const set = w.expecting.get(k);
+  if (set === undefined || !set.delete(content)) return false;
+  // An empty set per object, 20k of them, was most of what this map held at rest.
+  if (set.size === 0) w.expecting.delete(k);
+  return true;
 }
 
 /** What an object holds, regardless of who wrote it when. */
@@ -357,7 +395,10 @@ function readStored(raw: unknown): Stored | null {
   };
 }
 
-const storedKey = (s: Stored): string => JSON.stringify([s.uid, contentKey(s)]);
+/** Whether two stored objects are the same object with the same content, compared in place
+ *  (every watch event and every write answer asks). */
+const sameStored = (a: Stored, b: Stored): boolean =>
+  a.uid === b.uid && sameStrings(a.ownerUids, b.ownerUids) && (a.status === null || b.status === null ? a.status === b.status : samePolicyStatus(a.status, b.status));
 
 /** NetworkPolicyStatus objects by namespace/name. */
 const storedCodec: Codec<Stored> = {
@@ -366,7 +407,7 @@ const storedCodec: Codec<Stored> = {
     const value = readStored(raw) ?? { uid: ref.uid, ownerUids: [], status: null };
     return { key: ref.key, name: ref.key, value, warnings: [] };
   },
-  same: (a, b) => storedKey(a) === storedKey(b),
+  same: sameStored,
   ref: (raw) => rawRefOf(raw, true),
 };
 

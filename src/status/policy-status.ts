@@ -12,7 +12,8 @@ export interface PolicyStatusInput {
   readonly generation: number;
   /** ok: spec valid and supported; otherwise message names every field path at fault. */
   readonly accepted: { readonly ok: boolean; readonly message: string };
-  /** Nodes running a pod the policy selects: the nodes that must enforce it. */
+  /** Nodes running a pod the policy selects: the nodes that must enforce it. Not changed once
+   *  passed in: the realization tracker keeps a sorted list as it is, without a copy. */
   readonly desiredNodes: readonly string[];
   /** 'audit' (weir.dev/enforcement: audit): evaluated and logged, never enforced. Default enforce. */
   readonly mode?: 'enforce' | 'audit';
@@ -96,6 +97,35 @@ export function parsePolicyStatus(raw: unknown): PolicyStatus | null {
     nodesPending: Array.isArray(s.nodesPending) ? (s.nodesPending as unknown[]).filter((n): n is string => typeof n === 'string') : [],
     mode: s.mode === 'audit' ? 'audit' : 'enforce',
   };
+}
+
+/** Whether two statuses have the same policyStatusKey, without building either key: a pass
+ *  compares every policy's status with the stored one, 20k strings of garbage each time. */
+export function samePolicyStatus(a: PolicyStatus, b: PolicyStatus): boolean {
+  if (a.observedGeneration !== b.observedGeneration || a.nodesDesired !== b.nodesDesired || a.nodesRealized !== b.nodesRealized) return false;
+  if (a.realized !== b.realized || a.mode !== b.mode || !sameStrings(a.nodesPending, b.nodesPending)) return false;
+  const ca = byType(a.conditions);
+  const cb = byType(b.conditions);
+  if (ca.length !== cb.length) return false;
+  for (let i = 0; i < ca.length; i++) {
+    const x = ca[i];
+    const y = cb[i];
+    if (x.type !== y.type || x.status !== y.status || (x.observedGeneration ?? null) !== (y.observedGeneration ?? null)) return false;
+    if (x.lastTransitionTime !== y.lastTransitionTime || x.reason !== y.reason || x.message !== y.message) return false;
+  }
+  return true;
+}
+
+export function sameStrings(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** The conditions in conditionsKey's order (stable, by type): the list itself when it already is. */
+function byType(cs: readonly Condition[]): readonly Condition[] {
+  for (let i = 1; i < cs.length; i++) if (cs[i].type < cs[i - 1].type) return [...cs].sort((x, y) => (x.type < y.type ? -1 : x.type > y.type ? 1 : 0));
+  return cs;
 }
 
 export function policyStatusKey(s: PolicyStatus): string {

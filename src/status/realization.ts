@@ -82,27 +82,29 @@ export interface RealizationTracker {
 }
 
 interface Tracked {
+  readonly uid: string;
   generation: number;
-  /** Desired nodes, sorted and unique, as of the last update. */
-  desired: string[];
-  /** Desired nodes not yet proven to hold `generation`. */
-  pending: Set<string>;
+  /** The bucket and 64-bit hash of (uid, generation). */
+  readonly bucket: number;
+  readonly hi: number;
+  readonly lo: number;
+  /** Desired nodes, sorted and unique, as of the last update (the input's own array when it
+   *  already is: 20k copies were most of the tracker's memory). */
+  desired: readonly string[];
+  /** Desired nodes not yet proven to hold `generation`; null when none (at rest: an empty Set
+   *  per policy cost more than everything else the tracker holds). */
+  pending: Set<string> | null;
+  /** The update that last saw the policy: those an update leaves out are forgotten. */
+  seen: number;
 }
+
+/** Realization of a policy with nothing pending shares this list. */
+const NONE: readonly string[] = Object.freeze([]);
 
 export function createRealizationTracker(buckets: number = DIGEST_BUCKETS): RealizationTracker {
   const tracked = new Map<string, Tracked>();
-  const hashes = new Map<string, { generation: number; bucket: number; hi: number; lo: number }>();
   const forgotten = new Set<string>();
-
-  const hashOf = (uid: string, generation: number) => {
-    let h = hashes.get(uid);
-    if (h === undefined || h.generation !== generation) {
-      const [hi, lo] = entryHash(uid, generation);
-      h = { generation, bucket: bucketOf(uid, buckets), hi, lo };
-      hashes.set(uid, h);
-    }
-    return h;
-  };
+  let round = 0;
 
   return {
     forgetNode(node) {
@@ -110,20 +112,41 @@ export function createRealizationTracker(buckets: number = DIGEST_BUCKETS): Real
     },
 
     update(policies, nodes) {
-      // One policy per uid (the input holds each once; a duplicate would double its hash).
-      const byUid = new Map<string, { policy: PolicyStatusInput; desired: string[] }>();
-      for (const p of policies) if (!byUid.has(p.uid)) byUid.set(p.uid, { policy: p, desired: [...new Set(p.desiredNodes)].sort() });
-
+      const now = ++round;
+      // The policies of this update, once per uid (a duplicate would double its hash).
+      const current: Tracked[] = [];
       // What each node should report: the digests of the policies it should enforce.
       const expected = new Map<string, Uint32Array>();
-      for (const [uid, { policy, desired }] of byUid) {
-        const h = hashOf(uid, policy.generation);
+      for (const p of policies) {
+        let t = tracked.get(p.uid);
+        if (t?.seen === now) continue;
+        const desired = sortedUnique(p.desiredNodes);
+        if (t === undefined || t.generation !== p.generation) {
+          // A new generation: no node has proven it yet.
+          const [hi, lo] = entryHash(p.uid, p.generation);
+          t = { uid: p.uid, generation: p.generation, bucket: bucketOf(p.uid, buckets), hi, lo, desired, pending: desired.length === 0 ? null : new Set(desired), seen: now };
+          tracked.set(p.uid, t);
+        } else {
+          if (!sameList(t.desired, desired)) {
+            const before = new Set(t.desired);
+            for (const n of desired) if (!before.has(n)) (t.pending ??= new Set()).add(n);
+            if (t.pending !== null) {
+              const still = new Set(desired);
+              for (const n of t.pending) if (!still.has(n)) t.pending.delete(n);
+            }
+          }
+          // The latest array, equal or not, so that an old input is not kept alive.
+          t.desired = desired;
+          t.seen = now;
+        }
+        for (const n of forgotten) if (desired.includes(n)) (t.pending ??= new Set()).add(n);
         for (const n of desired) {
           let w = expected.get(n);
           if (w === undefined) expected.set(n, (w = new Uint32Array(2 * buckets)));
-          w[2 * h.bucket] ^= h.hi;
-          w[2 * h.bucket + 1] ^= h.lo;
+          w[2 * t.bucket] ^= t.hi;
+          w[2 * t.bucket + 1] ^= t.lo;
         }
+        current.push(t);
       }
       const matches = (node: string, bucket: number): boolean => {
         const got = nodes.get(node);
@@ -133,31 +156,25 @@ export function createRealizationTracker(buckets: number = DIGEST_BUCKETS): Real
       };
 
       const out = new Map<string, Realization>();
-      for (const [uid, { policy, desired }] of byUid) {
-        let t = tracked.get(uid);
-        if (t === undefined || t.generation !== policy.generation) {
-          // A new generation: no node has proven it yet.
-          t = { generation: policy.generation, desired, pending: new Set(desired) };
-          tracked.set(uid, t);
-        } else if (!sameList(t.desired, desired)) {
-          const before = new Set(t.desired);
-          const now = new Set(desired);
-          for (const n of desired) if (!before.has(n)) t.pending.add(n);
-          for (const n of t.pending) if (!now.has(n)) t.pending.delete(n);
-          t.desired = desired;
+      for (const t of current) {
+        if (t.pending !== null) {
+          for (const n of t.pending) if (matches(n, t.bucket)) t.pending.delete(n);
+          if (t.pending.size === 0) t.pending = null;
         }
-        for (const n of forgotten) if (desired.includes(n)) t.pending.add(n);
-        const bucket = hashOf(uid, policy.generation).bucket;
-        for (const n of t.pending) if (matches(n, bucket)) t.pending.delete(n);
-        const pending = [...t.pending].sort();
-        out.set(uid, { desired: desired.length, realized: desired.length - pending.length, pending });
+        const pending = t.pending === null ? NONE : [...t.pending].sort();
+        out.set(t.uid, { desired: t.desired.length, realized: t.desired.length - pending.length, pending });
       }
-      for (const uid of tracked.keys()) if (!byUid.has(uid)) tracked.delete(uid);
-      for (const uid of hashes.keys()) if (!byUid.has(uid)) hashes.delete(uid);
+      for (const [uid, t] of tracked) if (t.seen !== now) tracked.delete(uid);
       forgotten.clear();
       return out;
     },
   };
+}
+
+/** The list sorted and without duplicates: the list itself when it already is. */
+function sortedUnique(list: readonly string[]): readonly string[] {
+  for (let i = 1; i < list.length; i++) if (!(list[i - 1] < list[i])) return [...new Set(list)].sort();
+  return list;
 }
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {
