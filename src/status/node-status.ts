@@ -1,5 +1,6 @@
 // What a NodePolicyStatus says, computed from what the agent knows. Bounded whatever the number
-// of policies the node enforces: counts, the failing (invalid) policies up to a cap, and the
+// of policies the node enforces: counts, the failing (invalid) policies up to a cap, the
+// policies whose changes a failing apply carries (the controller makes Events of them), and the
 // digests of every enforced (uid, generation) pair that the aggregator needs for Enforced
 // (./realization.ts). Pure.
 
@@ -48,6 +49,8 @@ export interface NodeStatusInput {
   readonly counts: NodeCounts;
   readonly policies: readonly EnforcedPolicy[];
   readonly problems?: readonly NodeProblem[];
+  /** While applies fail: the policies whose changes could not be applied, each with the error. */
+  readonly applyFailures?: readonly FailingPolicy[];
 }
 
 /** A failing policy as listed in the status; the error is cut to MAX_FAILING_ERROR characters. */
@@ -71,6 +74,8 @@ export interface NodeStatus {
   readonly failingPolicies: readonly FailingPolicy[];
   /** Failing policies left out of the list. */
   readonly failingPoliciesOmitted: number;
+  /** The first MAX_LISTED_FAILING policies the failing applies carried; empty once one succeeds. */
+  readonly applyFailures: readonly FailingPolicy[];
   readonly policyDigest: PolicyDigest;
 }
 
@@ -120,22 +125,24 @@ export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
 
 export function buildNodeStatus(input: NodeStatusInput, previous: readonly Condition[] | undefined, nowMs: number): NodeStatus {
   const c = input.counts;
-  const failing = sortPolicies(input.policies.filter((p) => p.error !== undefined));
+  const failing = input.policies.filter((p) => p.error !== undefined);
   const digest = digestOf(input.policies);
   return {
     conditions: mergeConditions(previous, nodeConditionSpecs(input), nowMs),
     ...(input.lastSyncTime === null ? {} : { lastSyncTime: rfc3339(input.lastSyncTime) }),
     counts: { localPods: c.localPods, policies: c.policies, sets: c.sets, chains: c.chains, rules: c.rules, failingPolicies: failing.length },
-    failingPolicies: failing.slice(0, MAX_LISTED_FAILING).map((p) => ({
-      namespace: p.namespace,
-      name: p.name,
-      uid: p.uid,
-      generation: p.generation,
-      error: truncate(p.error ?? '', MAX_FAILING_ERROR),
-    })),
+    failingPolicies: listed(failing),
     failingPoliciesOmitted: Math.max(0, failing.length - MAX_LISTED_FAILING),
+    applyFailures: input.lastApply === null || input.lastApply.ok ? [] : listed(input.applyFailures ?? []),
     policyDigest: { buckets: digest.buckets, digests: encodeDigest(digest) },
   };
+}
+
+/** The first MAX_LISTED_FAILING, sorted, errors cut to the CRD's bound. */
+function listed(ps: readonly EnforcedPolicy[]): FailingPolicy[] {
+  return sortPolicies(ps)
+    .slice(0, MAX_LISTED_FAILING)
+    .map((p) => ({ namespace: p.namespace, name: p.name, uid: p.uid, generation: p.generation, error: truncate(p.error ?? '', MAX_FAILING_ERROR) }));
 }
 
 function sortPolicies<T extends PolicyRef>(ps: readonly T[]): T[] {
@@ -163,11 +170,12 @@ export function parseNodeStatus(raw: unknown): NodeStatus | null {
     },
     failingPolicies: parseFailing(s.failingPolicies),
     failingPoliciesOmitted: num(s.failingPoliciesOmitted),
+    applyFailures: parseFailing(s.applyFailures),
     policyDigest: { buckets: num(digest.buckets), digests: typeof digest.digests === 'string' ? digest.digests : '' },
   };
 }
 
-function parseFailing(raw: unknown): FailingPolicy[] {
+export function parseFailing(raw: unknown): FailingPolicy[] {
   if (!Array.isArray(raw)) return [];
   const out: FailingPolicy[] = [];
   for (const p of raw as unknown[]) {
@@ -197,6 +205,7 @@ export function nodeStatusKey(s: NodeStatus): string {
     [c.localPods, c.policies, c.sets, c.chains, c.rules, c.failingPolicies],
     s.failingPolicies.map((p) => [p.namespace, p.name, p.uid, p.generation, p.error]),
     s.failingPoliciesOmitted,
+    s.applyFailures.map((p) => [p.namespace, p.name, p.uid, p.generation, p.error]),
     [s.policyDigest.buckets, s.policyDigest.digests],
   ]);
 }

@@ -69,13 +69,14 @@ describe('server-side apply bodies', () => {
       counts: { localPods: 0, policies: 0, sets: 0, chains: 0, rules: 0, failingPolicies: 0 },
       failingPolicies: [],
       failingPoliciesOmitted: 0,
+      applyFailures: [],
       policyDigest: { buckets: 1, digests: '0000000000000000' },
     } satisfies NodeStatus;
     assert.equal(
       JSON.stringify(nodeStatusBody('node-a', status)),
       '{"apiVersion":"weir.dev/v1alpha1","kind":"NodePolicyStatus","metadata":{"name":"node-a"},' +
         '"status":{"conditions":[],"counts":{"localPods":0,"policies":0,"sets":0,"chains":0,"rules":0,"failingPolicies":0},' +
-        '"failingPolicies":[],"failingPoliciesOmitted":0,"policyDigest":{"buckets":1,"digests":"0000000000000000"}}}',
+        '"failingPolicies":[],"failingPoliciesOmitted":0,"applyFailures":[],"policyDigest":{"buckets":1,"digests":"0000000000000000"}}}',
     );
   });
   test('NetworkPolicyStatus object: same namespace and name, owned by the NetworkPolicy', () => {

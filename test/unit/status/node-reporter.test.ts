@@ -100,6 +100,7 @@ describe('node status reporter', () => {
         counts: { localPods: 2, policies: 1, sets: 2, chains: 5, rules: 40, failingPolicies: 0 },
         failingPolicies: [],
         failingPoliciesOmitted: 0,
+        applyFailures: [],
         policyDigest: { buckets: DIGEST_BUCKETS, digests: encodeDigest(digestOf([{ uid: 'u-web', generation: 2 }])) },
       },
     });

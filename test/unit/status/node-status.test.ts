@@ -137,6 +137,7 @@ describe('buildNodeStatus', () => {
         counts: { localPods: 3, policies: 2, sets: 4, chains: 9, rules: 40, failingPolicies: 1 },
         failingPolicies: [{ namespace: 'ns', name: 'bad-0', uid: 'u-bad-0', generation: 1, error: 'spec.ingress[0].ports[0].port: must be 1-65535' }],
         failingPoliciesOmitted: 0,
+        applyFailures: [],
         policyDigest: { buckets: DIGEST_BUCKETS, digests: encodeDigest(digestOf([...healthy.policies, ...invalid(1)])) },
       }),
     );
@@ -159,8 +160,23 @@ describe('buildNodeStatus', () => {
     );
   });
 
+  test('lists the policies a failing apply carried, and drops them once an apply succeeds', () => {
+    const carried = invalid(25).map((p) => ({ ...p, error: 'iptables-restore: line 4 failed' }));
+    const failing = buildNodeStatus({ ...healthy, lastApply: { ok: false, message: 'iptables-restore: line 4 failed' }, applyFailures: carried }, undefined, T0);
+    assert.equal(failing.applyFailures.length, 20);
+    assert.equal(failing.applyFailures[0]?.error, 'iptables-restore: line 4 failed');
+    assert.deepEqual(failing.failingPolicies, [], 'an apply failure is not an invalid policy');
+    assert.deepEqual(buildNodeStatus({ ...healthy, applyFailures: carried }, undefined, T0).applyFailures, []);
+    assert.deepEqual(buildNodeStatus({ ...healthy, lastApply: null, applyFailures: carried }, undefined, T0).applyFailures, []);
+  });
+
   test('reads back what it writes', () => {
-    const status = buildNodeStatus({ ...healthy, policies: invalid(2) }, undefined, T0);
+    const status = buildNodeStatus(
+      { ...healthy, policies: invalid(2), lastApply: { ok: false, message: 'x' }, applyFailures: invalid(1) },
+      undefined,
+      T0,
+    );
+    assert.equal(status.applyFailures.length, 1);
     assert.deepEqual(parseNodeStatus(JSON.parse(JSON.stringify(status))), status);
   });
 });
