@@ -2,12 +2,13 @@
 // server in one place. Order matters: the source starts last, so its first batch finds the
 // loop ready; nothing is written before that batch says the source is synced.
 
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { createAuditLog } from '../audit/index.ts';
 import { Calculator, makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/index.ts';
-import { ConfigError, WeirError } from '../errors.ts';
+import { WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { loadKubeConfig } from '../kube/kubeconfig.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
 import { createKubeSource, createManifestSource } from '../sources/index.ts';
@@ -49,7 +50,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const metrics = deps.metrics ?? createMetrics();
   const collectGarbage = v8Collector();
   // Construction does no I/O, so a wrong source configuration is reported before anything runs.
-  const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg);
+  const kubeConfig = deps.source || cfg.manifestsDir ? null : loadKubeConfig(cfg.kubeconfig);
   const clusterSource =
     deps.source ?? (kubeConfig ? createKubeSourceFor(cfg, kubeConfig, log, metrics, collectGarbage) : createManifestSource({ dir: cfg.manifestsDir, log, debounceMs: cfg.debounceMs }));
   const names = makeNames(cfg.chainPrefix);
@@ -186,21 +187,6 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
       server?.server.closeAllConnections();
     },
   };
-}
-
-/** The cluster's configuration: the kubeconfig when given, else in-cluster. */
-function loadKubeConfig(cfg: AgentConfig): KubeConfig {
-  if (!cfg.kubeconfig && !process.env.KUBERNETES_SERVICE_HOST) {
-    throw new ConfigError(['not running in a cluster (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig or --manifests']);
-  }
-  const kubeConfig = new KubeConfig();
-  try {
-    if (cfg.kubeconfig) kubeConfig.loadFromFile(cfg.kubeconfig);
-    else kubeConfig.loadFromCluster();
-  } catch (err) {
-    throw new ConfigError([`cannot load ${cfg.kubeconfig ? `kubeconfig ${cfg.kubeconfig}` : 'the in-cluster configuration'}: ${(err as Error).message}`]);
-  }
-  return kubeConfig;
 }
 
 function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logger, metrics: Metrics, collect: ((compact: boolean) => void) | undefined): Source {

@@ -1,14 +1,16 @@
 // Status reporting, hung on the reconcile loop's onPass: what this node enforces goes to its
-// NodePolicyStatus, the Lease holder aggregates NetworkPolicyStatus objects, and rejections
-// and failed writes become Events. Everything here is fire-and-forget: the status writers
-// rate-limit and retry on their own, and never block or fail enforcement.
+// NodePolicyStatus, the one object an agent writes. Whatever concerns a policy across nodes
+// (NetworkPolicyStatus, Events) is the controller's (src/controller/), made from these.
+// Everything here is fire-and-forget: the writer rate-limits and retries on its own, and never
+// blocks or fails enforcement.
 
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Calculator } from '../calc/index.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
-import { formatPolicyErrors, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
-import { createEventRecorder, createNodeStatusReporter, createPolicyStatusAggregator, type EnforcedPolicy, type NodeProblem, type PolicyStatusInput } from '../status/index.ts';
+import { formatPolicyErrors } from '../model/policy-errors.ts';
+import { createNodeStatusReporter, type EnforcedPolicy, type NodeProblem } from '../status/index.ts';
+import type { FailingPolicy } from '../status/node-status.ts';
 import type { PassOutcome } from './reconciler.ts';
 
 export interface ReportingDeps {
@@ -21,8 +23,6 @@ export interface ReportingDeps {
   readonly counts: () => { sets: number; chains: number; rules: number };
   /** Node-level problems found at start-up (br_netfilter off, ...). */
   readonly problems: readonly NodeProblem[];
-  /** How often the Lease holder recomputes every policy's desired nodes. */
-  readonly aggregateEveryMs?: number;
 }
 
 export interface Reporting {
@@ -30,44 +30,26 @@ export interface Reporting {
   stop(): Promise<void>;
 }
 
+/** Policies remembered while applies fail; the status lists the first 20 of them. */
+const MAX_REMEMBERED_FAILURES = 1_000;
+
 export function startReporting(d: ReportingDeps): Reporting {
   const written = (kind: string) => (result: string) => d.metrics.statusWrites.inc({ kind, result });
   const node = createNodeStatusReporter({ kubeConfig: d.kubeConfig, nodeName: d.nodeName, log: d.log, onWrite: written('NodePolicyStatus') });
-  const aggregator = createPolicyStatusAggregator({ kubeConfig: d.kubeConfig, identity: d.nodeName, log: d.log, onWrite: written('NetworkPolicyStatus') });
-  const events = createEventRecorder({ kubeConfig: d.kubeConfig, component: 'weir-agent', host: d.nodeName, log: d.log, onWrite: written('Event') });
-  aggregator.start();
-  // Every policy in the cluster with the nodes that must enforce it: O(policies x pods of
-  // their namespaces), so only the Lease holder does it, at most once per interval, and only
-  // when the model changed since or it has just become the holder (a periodic resync or a
-  // retry changes nothing it reads).
-  let changed = true;
-  let wasHolder = false;
-  const aggregate = () => {
-    const holder = aggregator.isHolder();
-    const due = holder && d.synced() && (changed || !wasHolder);
-    wasHolder = holder;
-    if (!due) return;
-    changed = false;
-    const cluster = d.calc.cluster;
-    const policies: PolicyStatusInput[] = [];
-    for (const p of cluster.policies.values()) {
-      policies.push({
-        namespace: p.namespace,
-        name: p.name,
-        uid: p.uid,
-        generation: p.generation,
-        accepted: p.errors.length === 0 ? { ok: true, message: 'the policy is valid and supported' } : { ok: false, message: formatPolicyErrors(p.errors) },
-        desiredNodes: cluster.nodesEnforcing(p),
-        mode: p.enforcement,
-      });
-    }
-    aggregator.update({ policies });
-  };
-  const aggregateTimer = setInterval(aggregate, d.aggregateEveryMs ?? 2000);
-  aggregateTimer.unref();
+  // The changes the failing applies carried, by policy uid: a retry pass carries no change of
+  // its own, yet the same ones are still not applied.
+  const failures = new Map<string, FailingPolicy>();
 
   return {
     onPass(outcome) {
+      if (outcome.ok) failures.clear();
+      else {
+        for (const { policy } of outcome.policyChanges) {
+          if (policy === null || (failures.size >= MAX_REMEMBERED_FAILURES && !failures.has(policy.uid))) continue;
+          const error = `could not apply generation ${policy.generation} (will retry): ${outcome.error ?? 'unknown error'}`;
+          failures.set(policy.uid, { namespace: policy.namespace, name: policy.name, uid: policy.uid, generation: policy.generation, error });
+        }
+      }
       const enforced: EnforcedPolicy[] = [];
       for (const r of d.calc.enforcedPolicyReports()) {
         const [namespace, name] = [r.key.slice(0, r.key.indexOf('/')), r.key.slice(r.key.indexOf('/') + 1)];
@@ -80,22 +62,11 @@ export function startReporting(d: ReportingDeps): Reporting {
         counts: { localPods: d.calc.localPodCount, policies: enforced.length, ...d.counts() },
         policies: enforced,
         problems: d.problems,
+        applyFailures: [...failures.values()],
       });
-      // Every agent validates every policy; only the Lease holder tells the policy about it,
-      // so a rejection is one Event, not one per node.
-      for (const { policy } of outcome.policyChanges) {
-        if (!policy) continue;
-        const ref = { namespace: policy.namespace, name: policy.name, uid: policy.uid };
-        if (policy.errors.length > 0 && aggregator.isHolder()) {
-          events.record(ref, 'Warning', 'PolicyRejected', `invalid: it ${INVALID_POLICY_EFFECT}: ${formatPolicyErrors(policy.errors)}`);
-        }
-        if (!outcome.ok) events.record(ref, 'Warning', 'ApplyFailed', `node ${d.nodeName} could not apply this change yet (will retry): ${outcome.error ?? ''}`);
-      }
-      if (outcome.modelChanged) changed = true;
     },
     async stop() {
-      clearInterval(aggregateTimer);
-      await Promise.allSettled([node.stop(), aggregator.stop(), events.stop()]);
+      await node.stop();
     },
   };
 }

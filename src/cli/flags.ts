@@ -3,6 +3,7 @@
 
 import { parseArgs } from 'node:util';
 import { defaultConfig, validateConfig, type AgentConfig, type Backend } from '../agent/config.ts';
+import { type ControllerConfig, DEFAULT_CONTROLLER_LEASE_NAME } from '../controller/controller.ts';
 import { ConfigError } from '../errors.ts';
 import type { Family } from '../model/types.ts';
 
@@ -45,6 +46,9 @@ export const FLAGS = {
   },
   'watch-idle-timeout': { type: 'string', help: 'seconds a watch may stay silent (not even a bookmark) before it is restarted (default 180)' },
   'relist-interval': { type: 'string', help: 'seconds between full relists that repair missed watch events (default 300, randomised up to 2x)' },
+  identity: { type: 'string', help: "controller only: this replica's name in the Lease (default: the host name; the chart passes the pod name)" },
+  'lease-namespace': { type: 'string', help: 'controller only: namespace of the Lease that elects the replica writing status (default kube-system)' },
+  'lease-name': { type: 'string', help: 'controller only: name of that Lease (default weir-controller)' },
   examples: { type: 'string', help: 'demo only: the manifests directory to load (default: the examples/ shipped with Weir)' },
   once: { type: 'boolean', help: 'demo only: print the matrix once and exit instead of watching' },
   help: { type: 'boolean', help: 'show help' },
@@ -160,6 +164,25 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
   }
 }
 
+/** The controller's configuration; it shares --kubeconfig, --metrics-addr and --log-level. */
+export function toControllerConfig(values: Parsed['values'], hostname: string): ControllerConfig & { readonly logLevel: string } {
+  const str = (k: FlagName) => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
+  const identity = str('identity') ?? hostname;
+  const problems: string[] = [];
+  if (identity === '') problems.push(`--identity (${envName('identity')}) must not be empty`);
+  const leaseName = str('lease-name') ?? DEFAULT_CONTROLLER_LEASE_NAME;
+  const leaseNamespace = str('lease-namespace') ?? 'kube-system';
+  for (const [k, v] of [
+    ['lease-name', leaseName],
+    ['lease-namespace', leaseNamespace],
+  ] as const) {
+    if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(v)) problems.push(`--${k} (${envName(k)}) must be a Kubernetes object name, got "${v}"`);
+  }
+  const metricsAddr = str('metrics-addr');
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { kubeconfig: str('kubeconfig'), identity, leaseName, leaseNamespace, metricsAddr: metricsAddr === '' ? undefined : metricsAddr, logLevel: str('log-level') ?? 'info' };
+}
+
 export function usage(): string {
   const lines = [
     'Usage: weir <command> [flags]',
@@ -168,6 +191,7 @@ export function usage(): string {
     "  agent    --node-name NAME [--kubeconfig F]  enforce the cluster's NetworkPolicies on this node (in-cluster config by default)",
     '  agent    --node-name NAME --manifests DIR   enforce the NetworkPolicies of a manifests directory instead, watching it',
     '  render   --node-name NAME --manifests DIR   print the ipset and iptables payloads the agent would write, and exit',
+    '  controller [--kubeconfig F] [--identity N]  write NetworkPolicyStatus and policy Events for the cluster (one replica leads)',
     '  cleanup                                      remove every chain, hook rule and ipset Weir owns, nothing else',
     '  demo                                         a simulated Flannel node in network namespaces, enforcing examples/',
     '',

@@ -1,13 +1,15 @@
 #!/usr/bin/env node
-// The weir command: agent, render, cleanup, demo.
+// The weir command: agent, controller, render, cleanup, demo.
 
+import { hostname } from 'node:os';
 import v8 from 'node:v8';
 import { startAgent } from '../agent/agent.ts';
+import { startController } from '../controller/controller.ts';
 import { makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner } from '../dataplane/index.ts';
 import { ConfigError, WeirError } from '../errors.ts';
 import { createLogger } from '../log.ts';
-import { parse, toConfig, usage } from './flags.ts';
+import { parse, toConfig, toControllerConfig, usage } from './flags.ts';
 import { AFTER_START_V8_FLAGS } from './node-flags.ts';
 import { formatRendered, render } from './render.ts';
 import { waitForSignal } from './signals.ts';
@@ -36,6 +38,15 @@ async function main(argv: readonly string[]): Promise<number> {
       await agent.stop();
       return 0;
     }
+    case 'controller': {
+      const cfg = toControllerConfig(values, hostname());
+      const log = createLogger(cfg.logLevel);
+      const controller = await startController(cfg, { log });
+      await waitForSignal();
+      log.info('stopping');
+      await controller.stop();
+      return 0;
+    }
     case 'render': {
       const cfg = toConfig(values, { nodeName: true, manifestsDir: true });
       const log = createLogger(values['log-level'] === undefined ? 'warn' : cfg.logLevel);
@@ -55,7 +66,7 @@ async function main(argv: readonly string[]): Promise<number> {
       return runDemo(values);
     }
     default:
-      throw new ConfigError([`unknown command "${command}"; expected agent, render, cleanup or demo`]);
+      throw new ConfigError([`unknown command "${command}"; expected agent, controller, render, cleanup or demo`]);
   }
 }
 

@@ -19,11 +19,12 @@ export interface Resource extends Collection<ObjectKind> {
  *  and Namespaces are listed as protobuf: at 100k pods the API server serves it in half the
  *  time of JSON, and skipping what Weir does not read decodes it about 4× faster than
  *  JSON.parse. Policies need their whole spec, and there is one Node: both stay JSON. */
-export function resourcesFor(nodeName: string): readonly Resource[] {
+export function resourcesFor(nodeName: string | undefined): readonly Resource[] {
   return [
     { kind: 'Namespace', path: '/api/v1/namespaces', namespaced: false, protobuf: decodeNamespace },
-    // Only this agent's node: its podCIDRs are all Weir needs from nodes.
-    { kind: 'Node', path: '/api/v1/nodes', namespaced: false, fieldSelector: `metadata.name=${nodeName}` },
+    // Only this agent's node: its podCIDRs are all Weir needs from nodes. The controller,
+    // which enforces nothing, watches none.
+    ...(nodeName === undefined ? [] : [{ kind: 'Node', path: '/api/v1/nodes', namespaced: false, fieldSelector: `metadata.name=${nodeName}` } as const]),
     { kind: 'Pod', path: '/api/v1/pods', namespaced: true, protobuf: decodePod },
     { kind: 'NetworkPolicy', path: '/apis/networking.k8s.io/v1/networkpolicies', namespaced: true },
   ];

@@ -1,5 +1,5 @@
 // The kube source: Pods and NetworkPolicies of all namespaces, Namespaces and this agent's own
-// Node, list+watched from the API server and fed as model events. Nothing goes out before every
+// Node (when it has one), list+watched from the API server and fed as model events. Nothing goes out before every
 // kind has been listed once; the first batch is then the full state (synced: true), and each
 // later batch is the exact diff since the batch before, coalesced over a few milliseconds.
 
@@ -24,8 +24,8 @@ export type SourceWatchEvent = WatchEvent<ObjectKind>;
 
 export interface KubeSourceOptions {
   readonly kubeConfig: KubeConfig;
-  /** This agent's node: the only Node watched. */
-  readonly nodeName: string;
+  /** This agent's node: the only Node watched; none without it. */
+  readonly nodeName?: string;
   readonly log: Logger;
   readonly timings?: Partial<KubeTimings>;
   /** Every watch transition, e.g. to count weir_watch_events_total{kind} ('event') and

@@ -1,0 +1,72 @@
+// What the controller reads from the nodes' NodePolicyStatus besides the digests (which the
+// aggregator reads): the policies a node could not apply, to become Events on those policies,
+// and statuses it cannot read, to be named in the log. A node's report changes nothing of
+// another node's, and an unreadable one proves nothing (the aggregator then counts that node
+// as not having realized anything).
+
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KubeClient } from '../kube/client.ts';
+import { createReflector, DEFAULT_LIST_WATCH_TIMINGS, isRecord, rawRefOf } from '../kube/reflector.ts';
+import type { Codec } from '../kube/reflector.ts';
+import type { Logger } from '../log.ts';
+import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
+import { nodeStatusListPath } from '../status/bodies.ts';
+import { nodeDigestOf, parseFailing } from '../status/node-status.ts';
+import type { FailingPolicy } from '../status/node-status.ts';
+
+export interface NodeReport {
+  readonly node: string;
+  readonly applyFailures: readonly FailingPolicy[];
+  /** Why the status cannot prove anything, when it cannot (no status yet is not a problem). */
+  readonly unreadable: string | null;
+}
+
+export interface NodeReportsOptions {
+  readonly client: KubeClient;
+  readonly log: Logger;
+  /** A node's report changed, or its NodePolicyStatus is gone (undefined). */
+  readonly onChange: (node: string, report: NodeReport | undefined) => void;
+}
+
+/** Reads one NodePolicyStatus; exported for tests. */
+export function readNodeReport(raw: unknown): NodeReport {
+  const node = rawRefOf(raw, false).name;
+  const status = isRecord(raw) ? raw.status : undefined;
+  let unreadable: string | null = null;
+  if (isRecord(status) && status.policyDigest !== undefined && nodeDigestOf(status) === null) {
+    unreadable = 'its status.policyDigest cannot be read (buckets and digests do not agree, or are not hex): the node is counted as enforcing no policy until it writes a readable one';
+  }
+  return { node, applyFailures: parseFailing(isRecord(status) ? status.applyFailures : undefined), unreadable };
+}
+
+const codec: Codec<NodeReport> = {
+  decode(raw) {
+    const report = readNodeReport(raw);
+    return { key: report.node, name: report.node, value: report, warnings: [] };
+  },
+  same: (a, b) => JSON.stringify(a) === JSON.stringify(b),
+  ref: (raw) => rawRefOf(raw, false),
+};
+
+/** Lists and watches until `signal` aborts; never rejects. */
+export function watchNodeReports(o: NodeReportsOptions, signal: AbortSignal): Promise<void> {
+  const retry = { retryMinMs: DEFAULT_RETRY_MIN_MS, retryMaxMs: DEFAULT_RETRY_MAX_MS };
+  const reflector = createReflector(
+    { kind: 'NodePolicyStatus', path: nodeStatusListPath() },
+    codec,
+    {
+      client: o.client,
+      log: o.log,
+      timings: { ...DEFAULT_LIST_WATCH_TIMINGS, relistMs: [1_800_000, 3_600_000] },
+      backoff: (attempt) => backoffMs(attempt, retry),
+      delay: (ms, s) => sleep(ms, undefined, { signal: s }).catch(() => {}),
+      random: Math.random,
+      now: () => performance.now(),
+      onWatchEvent: (e) => {
+        if (e.type === 'error') o.log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
+      },
+    },
+    { change: (node, report) => o.onChange(node, report), listed: () => {} },
+  );
+  return reflector.run(signal);
+}
