@@ -10,7 +10,7 @@ import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
 import { formatPolicyErrors } from '../model/policy-errors.ts';
 import { createNodeStatusReporter, type EnforcedPolicy, type NodeProblem } from '../status/index.ts';
-import type { FailingPolicy } from '../status/node-status.ts';
+import { ApplyFailures } from './apply-failures.ts';
 import type { PassOutcome } from './reconciler.ts';
 
 export interface ReportingDeps {
@@ -30,26 +30,14 @@ export interface Reporting {
   stop(): Promise<void>;
 }
 
-/** Policies remembered while applies fail; the status lists the first 20 of them. */
-const MAX_REMEMBERED_FAILURES = 1_000;
-
 export function startReporting(d: ReportingDeps): Reporting {
   const written = (kind: string) => (result: string) => d.metrics.statusWrites.inc({ kind, result });
   const node = createNodeStatusReporter({ kubeConfig: d.kubeConfig, nodeName: d.nodeName, log: d.log, onWrite: written('NodePolicyStatus') });
-  // The changes the failing applies carried, by policy uid: a retry pass carries no change of
-  // its own, yet the same ones are still not applied.
-  const failures = new Map<string, FailingPolicy>();
+  const failures = new ApplyFailures();
 
   return {
     onPass(outcome) {
-      if (outcome.ok) failures.clear();
-      else {
-        for (const { policy } of outcome.policyChanges) {
-          if (policy === null || (failures.size >= MAX_REMEMBERED_FAILURES && !failures.has(policy.uid))) continue;
-          const error = `could not apply generation ${policy.generation} (will retry): ${outcome.error ?? 'unknown error'}`;
-          failures.set(policy.uid, { namespace: policy.namespace, name: policy.name, uid: policy.uid, generation: policy.generation, error });
-        }
-      }
+      const applyFailures = failures.record(outcome);
       const enforced: EnforcedPolicy[] = [];
       for (const r of d.calc.enforcedPolicyReports()) {
         const [namespace, name] = [r.key.slice(0, r.key.indexOf('/')), r.key.slice(r.key.indexOf('/') + 1)];
@@ -62,7 +50,7 @@ export function startReporting(d: ReportingDeps): Reporting {
         counts: { localPods: d.calc.localPodCount, policies: enforced.length, ...d.counts() },
         policies: enforced,
         problems: d.problems,
-        applyFailures: [...failures.values()],
+        applyFailures,
       });
     },
     async stop() {

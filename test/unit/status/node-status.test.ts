@@ -171,11 +171,7 @@ describe('buildNodeStatus', () => {
   });
 
   test('reads back what it writes', () => {
-    const status = buildNodeStatus(
-      { ...healthy, policies: invalid(2), lastApply: { ok: false, message: 'x' }, applyFailures: invalid(1) },
-      undefined,
-      T0,
-    );
+    const status = buildNodeStatus({ ...healthy, policies: invalid(2), lastApply: { ok: false, message: 'x' }, applyFailures: invalid(1) }, undefined, T0);
     assert.equal(status.applyFailures.length, 1);
     assert.deepEqual(parseNodeStatus(JSON.parse(JSON.stringify(status))), status);
   });
