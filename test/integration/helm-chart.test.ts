@@ -10,10 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { defaultConfig } from '../../src/agent/config.ts';
-import { FLAGS, parse, toConfig } from '../../src/cli/flags.ts';
+import { FLAGS, parse, toConfig, toControllerConfig } from '../../src/cli/flags.ts';
 import { parseHostPort } from '../../src/metrics/server.ts';
 import { CHART, find, helm, type Obj, ok, parseDocs, REPO, render, run } from './helm-harness.ts';
-import { containerArgv, containerEnv, daemonSetPod } from './helm-kubelet.ts';
+import { containerArgv, containerEnv, daemonSetPod, deploymentPod } from './helm-kubelet.ts';
 
 const ALL_ON = join(CHART, 'ci/all-on-values.yaml');
 
@@ -22,6 +22,9 @@ const NOT_VALUES: Record<string, string> = {
   'node-name': 'the downward API gives it (spec.nodeName)',
   manifests: 'the manifest source, for clusterless use',
   kubeconfig: 'in-cluster configuration',
+  identity: 'controller only: the Deployment passes the pod name',
+  'lease-namespace': 'controller only: the Deployment passes its namespace',
+  'lease-name': 'controller only: the Deployment passes the name its Role and admission policy allow',
   examples: 'demo only',
   once: 'demo only',
   help: 'not a setting',
@@ -43,6 +46,19 @@ function agentConfig(docs: readonly Obj[], hostIP = '172.31.0.1') {
   return { command, flags, config: toConfig(parse(flags, Object.fromEntries(env)).values, { nodeName: true, manifestsDir: false }) };
 }
 
+/** The controller Deployment's container as it runs: env resolved, then the CLI's parser. */
+function controllerConfig(docs: readonly Obj[], hostIP = '172.31.0.1') {
+  const deployment = find(docs, 'Deployment')!;
+  const created = deploymentPod({ ...deployment, metadata: { ...deployment.metadata, uid: 'u' } }, 'node-a');
+  const pod = { ...created, metadata: { ...created.metadata, name: 'weir-controller-abcde' }, status: { hostIP, podIP: hostIP } };
+  const container = deployment.spec.template.spec.containers[0];
+  const env = containerEnv(pod, container, new Map());
+  const argv = containerArgv(container, env);
+  const [command, ...flags] = argv.slice(argv.findIndex((a) => a.endsWith('/cli/main.ts')) + 1);
+  assert.equal(command, 'controller');
+  return toControllerConfig(parse(flags, Object.fromEntries(env)).values, 'the-host');
+}
+
 describe('charts/weir rendered by helm', () => {
   test('helm lint --strict passes with the default values and with every option on', async () => {
     for (const values of [[], ['-f', ALL_ON]]) {
@@ -56,15 +72,19 @@ describe('charts/weir rendered by helm', () => {
     const docs = await render();
     assert.deepEqual(docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`).sort(), [
       'ClusterRole//weir-agent',
+      'ClusterRole//weir-controller',
       'ClusterRoleBinding//weir-agent',
+      'ClusterRoleBinding//weir-controller',
       'DaemonSet/kube-system/weir',
-      'Role/kube-system/weir-agent-lease',
-      'RoleBinding/kube-system/weir-agent-lease',
+      'Deployment/kube-system/weir-controller',
+      'Role/kube-system/weir-controller-lease',
+      'RoleBinding/kube-system/weir-controller-lease',
       'ServiceAccount/kube-system/weir',
-      'ValidatingAdmissionPolicy//weir-agent-lease',
+      'ServiceAccount/kube-system/weir-controller',
       'ValidatingAdmissionPolicy//weir-agent-own-node-status',
-      'ValidatingAdmissionPolicyBinding//weir-agent-lease',
+      'ValidatingAdmissionPolicy//weir-controller-lease',
       'ValidatingAdmissionPolicyBinding//weir-agent-own-node-status',
+      'ValidatingAdmissionPolicyBinding//weir-controller-lease',
     ]);
   });
 
@@ -198,6 +218,9 @@ describe('charts/weir rendered by helm', () => {
       assert.notEqual(r.code, 0, args.join(' '));
       assert.match(r.stderr, message);
     }
+    const samePort = await helm(['template', 'weir', CHART, '--set', 'controller.metricsPort=9476']);
+    assert.notEqual(samePort.code, 0);
+    assert.match(samePort.stderr, /controller\.metricsPort \(9476\) must differ from metrics\.port/);
   });
 
   test("AppArmor: no profile by default (the runtime's default applies), the one given on Kubernetes 1.30 or newer, none before", async () => {
@@ -369,16 +392,42 @@ describe('charts/weir rendered by helm', () => {
     }
   });
 
-  test('a release in another namespace: its service account there, the Lease Role still in kube-system, the admission policies naming it', async () => {
+  test('a release in another namespace: its service accounts, the Lease and its Role there, the admission policies naming them', async () => {
     const r = await helm(['template', 'weir', CHART, '--namespace', 'weir-system']);
     assert.equal(r.code, 0, r.stderr);
     const docs = parseDocs(r.stdout);
-    assert.equal(find(docs, 'ServiceAccount')!.metadata.namespace, 'weir-system');
-    assert.equal(find(docs, 'Role')!.metadata.namespace, 'kube-system');
-    assert.deepEqual(find(docs, 'RoleBinding')!.subjects, [{ kind: 'ServiceAccount', name: 'weir', namespace: 'weir-system' }]);
-    for (const vap of docs.filter((d) => d.kind === 'ValidatingAdmissionPolicy')) {
-      assert.match(vap.spec.matchConditions[0].expression, /'system:serviceaccount:weir-system:weir'/);
-    }
+    for (const sa of docs.filter((d) => d.kind === 'ServiceAccount')) assert.equal(sa.metadata.namespace, 'weir-system');
+    assert.equal(find(docs, 'Role')!.metadata.namespace, 'weir-system');
+    assert.deepEqual(find(docs, 'RoleBinding')!.subjects, [{ kind: 'ServiceAccount', name: 'weir-controller', namespace: 'weir-system' }]);
+    const vap = (name: string) => find(docs, 'ValidatingAdmissionPolicy', name)!;
+    assert.match(vap('weir-agent-own-node-status').spec.matchConditions[0].expression, /'system:serviceaccount:weir-system:weir'/);
+    assert.match(vap('weir-controller-lease').spec.matchConditions[0].expression, /'system:serviceaccount:weir-system:weir-controller'/);
+    assert.match(vap('weir-controller-lease').spec.validations[0].expression, /request\.namespace == 'weir-system' && object\.metadata\.name == 'weir-controller'/);
+    assert.equal(controllerConfig(docs).leaseNamespace, 'weir-system');
+  });
+
+  test("the controller Deployment: two replicas never on one node, replaced one at a time, non-root, its flags the controller's own parser accepts", async () => {
+    const docs = await render();
+    const deployment = find(docs, 'Deployment')!;
+    const pod = deployment.spec.template.spec;
+    assert.equal(deployment.spec.replicas, 2);
+    assert.deepEqual(deployment.spec.strategy, { type: 'RollingUpdate', rollingUpdate: { maxSurge: 0, maxUnavailable: 1 } });
+    assert.equal(pod.serviceAccountName, 'weir-controller');
+    assert.equal(pod.hostNetwork, true);
+    assert.deepEqual(pod.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey, 'kubernetes.io/hostname');
+    assert.deepEqual(pod.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchLabels, deployment.spec.selector.matchLabels);
+    assert.equal(pod.securityContext.runAsNonRoot, true);
+    assert.deepEqual(pod.containers[0].securityContext.capabilities, { drop: ['ALL'] });
+    assert.deepEqual(controllerConfig(docs), {
+      kubeconfig: undefined,
+      identity: 'weir-controller-abcde',
+      leaseName: 'weir-controller',
+      leaseNamespace: 'kube-system',
+      metricsAddr: '[172.31.0.1]:9478',
+      logLevel: 'info',
+    });
+    const roleNames = find(docs, 'Role')!.rules.flatMap((r: Obj) => r.resourceNames ?? []);
+    assert.deepEqual(roleNames, ['weir-controller'], 'the Role grants the Lease the controller is told to take');
   });
 
   test('a mistyped value fails with a message naming the value and what it must be', async () => {

@@ -1,7 +1,9 @@
-// What Weir's agent may do in a cluster, on a real kube-apiserver: deploy/rbac.yaml grants
-// exactly the verbs the source and the status writers use (the Lease by name, in kube-system
-// only), and deploy/admission-policy.yaml lets an agent write only its own node's
-// NodePolicyStatus, from the node name the API server puts into a pod-bound token.
+// What Weir's agent and controller may do in a cluster, on a real kube-apiserver:
+// deploy/rbac.yaml grants each exactly the verbs its code uses (the agent: its source and its
+// node's NodePolicyStatus; the controller: its model, NetworkPolicyStatus, Events and its own
+// Lease), deploy/admission-policy.yaml lets an agent write only its own node's
+// NodePolicyStatus, from the node name the API server puts into a pod-bound token, and the
+// controller create no Lease but its own.
 
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
@@ -19,6 +21,8 @@ const CRDS = fileURLToPath(new URL('../../crds/', import.meta.url));
 const RBAC = fileURLToPath(new URL('../../deploy/rbac.yaml', import.meta.url));
 const ADMISSION = fileURLToPath(new URL('../../deploy/admission-policy.yaml', import.meta.url));
 const AGENT = 'system:serviceaccount:kube-system:weir';
+const CONTROLLER = 'system:serviceaccount:kube-system:weir-controller';
+const CONTROLLER_LEASE = 'weir-controller';
 const NS = 'weir-rbac-it';
 const VERBS = ['get', 'list', 'watch', 'create', 'update', 'patch', 'delete', 'deletecollection'] as const;
 
@@ -50,14 +54,33 @@ interface Row {
 }
 
 // Every verb the code uses, and nothing else (src/sources/kube/resources.ts, src/status/*).
-const GRANTS: readonly Row[] = [
+const AGENT_GRANTS: readonly Row[] = [
   { what: 'pods (source: list+watch)', group: '', resource: 'pods', namespace: NS, allowed: ['list', 'watch'] },
   { what: 'pods/status', group: '', resource: 'pods', subresource: 'status', namespace: NS, allowed: [] },
   { what: 'namespaces (source)', group: '', resource: 'namespaces', allowed: ['list', 'watch'] },
   { what: 'nodes (source; node reporter reads its Node uid)', group: '', resource: 'nodes', allowed: ['get', 'list', 'watch'] },
   { what: 'networkpolicies (source)', group: 'networking.k8s.io', resource: 'networkpolicies', namespace: NS, allowed: ['list', 'watch'] },
-  { what: 'nodepolicystatuses (reporter: get, apply; aggregator: list+watch)', group: 'weir.dev', resource: 'nodepolicystatuses', allowed: ['get', 'list', 'watch', 'create', 'patch'] },
+  { what: 'nodepolicystatuses (reporter: get, apply)', group: 'weir.dev', resource: 'nodepolicystatuses', allowed: ['get', 'create', 'patch'] },
   { what: 'nodepolicystatuses/status (reporter: apply)', group: 'weir.dev', resource: 'nodepolicystatuses', subresource: 'status', allowed: ['patch'] },
+  { what: 'networkpolicystatuses', group: 'weir.dev', resource: 'networkpolicystatuses', namespace: NS, allowed: [] },
+  { what: 'networkpolicystatuses/status', group: 'weir.dev', resource: 'networkpolicystatuses', subresource: 'status', namespace: NS, allowed: [] },
+  { what: 'events', group: '', resource: 'events', namespace: NS, allowed: [] },
+  { what: 'events.k8s.io events', group: 'events.k8s.io', resource: 'events', namespace: NS, allowed: [] },
+  { what: "the controller's lease", group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', name: CONTROLLER_LEASE, allowed: [] },
+  { what: 'leases in kube-system', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', allowed: [] },
+  { what: 'node heartbeats kube-node-lease/node-b', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-node-lease', name: 'node-b', allowed: [] },
+  { what: 'secrets in kube-system', group: '', resource: 'secrets', namespace: 'kube-system', allowed: [] },
+  { what: 'serviceaccounts/token', group: '', resource: 'serviceaccounts', subresource: 'token', namespace: 'kube-system', name: 'weir', allowed: [] },
+];
+
+// src/controller/*, and the aggregator, elector and event recorder of src/status/.
+const CONTROLLER_GRANTS: readonly Row[] = [
+  { what: 'pods (model: list+watch)', group: '', resource: 'pods', namespace: NS, allowed: ['list', 'watch'] },
+  { what: 'namespaces (model)', group: '', resource: 'namespaces', allowed: ['list', 'watch'] },
+  { what: 'nodes', group: '', resource: 'nodes', allowed: [] },
+  { what: 'networkpolicies (model)', group: 'networking.k8s.io', resource: 'networkpolicies', namespace: NS, allowed: ['list', 'watch'] },
+  { what: 'nodepolicystatuses (digests, apply failures: list+watch)', group: 'weir.dev', resource: 'nodepolicystatuses', allowed: ['list', 'watch'] },
+  { what: 'nodepolicystatuses/status', group: 'weir.dev', resource: 'nodepolicystatuses', subresource: 'status', allowed: [] },
   {
     what: 'networkpolicystatuses (aggregator: list+watch, apply, delete orphans)',
     group: 'weir.dev',
@@ -68,24 +91,16 @@ const GRANTS: readonly Row[] = [
   { what: 'networkpolicystatuses/status (aggregator: apply)', group: 'weir.dev', resource: 'networkpolicystatuses', subresource: 'status', namespace: NS, allowed: ['patch'] },
   { what: 'events (recorder: POST, merge-patch)', group: '', resource: 'events', namespace: NS, allowed: ['create', 'patch'] },
   { what: 'events.k8s.io events', group: 'events.k8s.io', resource: 'events', namespace: NS, allowed: [] },
-  {
-    what: 'lease kube-system/weir-policy-status (elector: get, POST, PUT)',
-    group: 'coordination.k8s.io',
-    resource: 'leases',
-    namespace: 'kube-system',
-    name: 'weir-policy-status',
-    allowed: ['get', 'create', 'update'],
-  },
+  { what: 'its lease (elector: get, POST, PUT)', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', name: CONTROLLER_LEASE, allowed: ['get', 'create', 'update'] },
   // RBAC cannot tell a create's name (a POST names the collection): the admission policy does.
   { what: 'lease kube-system/kube-scheduler', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', name: 'kube-scheduler', allowed: ['create'] },
   { what: 'leases in kube-system', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', allowed: ['create'] },
   { what: 'node heartbeats kube-node-lease/node-b', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-node-lease', name: 'node-b', allowed: [] },
   { what: 'leases in default', group: 'coordination.k8s.io', resource: 'leases', namespace: 'default', allowed: [] },
   { what: 'secrets in kube-system', group: '', resource: 'secrets', namespace: 'kube-system', allowed: [] },
-  { what: 'serviceaccounts/token', group: '', resource: 'serviceaccounts', subresource: 'token', namespace: 'kube-system', name: 'weir', allowed: [] },
 ];
 
-describe("the agent's RBAC and admission policy on a real API server", () => {
+describe("the agent's and the controller's RBAC and admission policies on a real API server", () => {
   let cp: ControlPlane;
   let admin: KubeConfig;
   /** Tokens of the agent's service account, bound to its pod on node-a / node-b. */
@@ -93,6 +108,8 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
   let tokenB: string;
   /** A token of the same service account bound to nothing: it carries no node name. */
   let unbound: string;
+  /** A token of the controller's service account. */
+  let controllerToken: string;
   let policyUid: string;
 
   const kubeConfigFor = (token: string): KubeConfig => {
@@ -131,6 +148,7 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     tokenA = await boundToken('weir-node-a');
     tokenB = await boundToken('weir-node-b');
     unbound = (await cp.kubectl(['create', 'token', 'weir', '-n', 'kube-system', '--duration=1h'])).trim();
+    controllerToken = (await cp.kubectl(['create', 'token', 'weir-controller', '-n', 'kube-system', '--duration=1h'])).trim();
     policyUid = (JSON.parse(await cp.kubectl(['get', 'networkpolicy', 'web', '-n', NS, '-o', 'json'])) as { metadata: { uid: string } }).metadata.uid;
     // The admission policy takes effect once the API server has loaded it: wait (dry run, no
     // side effect) until another node's status is refused.
@@ -155,11 +173,11 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     assert.deepEqual(review.status.userInfo.extra?.['authentication.kubernetes.io/node-name'], ['node-a']);
   });
 
-  test('the agent is granted exactly the verbs Weir uses', async () => {
-    const authz = kubeConfigFor(tokenA).makeApiClient(AuthorizationV1Api);
+  const grantsOf = async (token: string, user: string, rows: readonly Row[]): Promise<string[]> => {
+    const authz = kubeConfigFor(token).makeApiClient(AuthorizationV1Api);
     const wrong: string[] = [];
     const table: string[] = [];
-    for (const row of GRANTS) {
+    for (const row of rows) {
       const allowed = await Promise.all(
         VERBS.map(async (verb) => {
           const r = await authz.createSelfSubjectAccessReview({
@@ -172,77 +190,111 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
       table.push(`${row.what}: ${got.join(', ') || '-'}`);
       if (got.join() !== row.allowed.join()) wrong.push(`${row.what}: granted [${got.join(', ')}], expected [${row.allowed.join(', ')}]`);
     }
-    console.log(`as ${AGENT}:\n  ${table.join('\n  ')}`);
-    assert.deepEqual(wrong, []);
+    console.log(`as ${user}:\n  ${table.join('\n  ')}`);
+    return wrong;
+  };
+
+  test('the agent is granted exactly the verbs its code uses: its source, and its NodePolicyStatus', async () => {
+    assert.deepEqual(await grantsOf(tokenA, AGENT, AGENT_GRANTS), []);
   });
 
-  test('kubectl auth can-i, as the agent, says no to other leases and to every verb it lost', async () => {
+  test('the controller is granted exactly the verbs its code uses: its model, NetworkPolicyStatus, Events, its Lease', async () => {
+    assert.deepEqual(await grantsOf(controllerToken, CONTROLLER, CONTROLLER_GRANTS), []);
+  });
+
+  test('kubectl auth can-i, as the agent and as the controller, says no to every write that is not theirs', async () => {
     // can-i prints yes and exits 0, or prints no and exits 1.
-    const canI = (args: string[]) =>
-      cp.kubectl(['auth', 'can-i', ...args, `--as=${AGENT}`]).then(
-        (o) => o.trim(),
-        (e: unknown) => (e instanceof CommandError && e.exitCode === 1 ? 'no' : Promise.reject(e)),
+    const canI = (user: string, args: string[]) =>
+      cp.kubectl(['auth', 'can-i', ...args, `--as=${user}`]).then(
+        (o) => `${user === AGENT ? 'agent' : 'controller'} ${args.join(' ')}: ${o.trim()}`,
+        (e: unknown) => (e instanceof CommandError && e.exitCode === 1 ? `${user === AGENT ? 'agent' : 'controller'} ${args.join(' ')}: no` : Promise.reject(e)),
       );
-    const cases: [string[], string][] = [
-      [['get', 'leases/weir-policy-status', '-n', 'kube-system'], 'yes'],
-      [['update', 'leases/weir-policy-status', '-n', 'kube-system'], 'yes'],
-      [['update', 'leases/kube-scheduler', '-n', 'kube-system'], 'no'],
-      [['get', 'leases/kube-scheduler', '-n', 'kube-system'], 'no'],
-      [['update', 'leases/node-a', '-n', 'kube-node-lease'], 'no'],
-      [['create', 'leases', '-n', 'kube-node-lease'], 'no'],
-      [['delete', 'leases/weir-policy-status', '-n', 'kube-system'], 'no'],
-      [['delete', 'nodepolicystatuses.weir.dev'], 'no'],
-      [['get', 'networkpolicystatuses.weir.dev', '-n', NS], 'no'],
-      [['create', 'events.events.k8s.io', '-n', NS], 'no'],
-      [['get', 'pods', '-n', NS], 'no'],
-      [['get', 'secrets', '-n', 'kube-system'], 'no'],
+    const cases: [string, string[], string][] = [
+      [AGENT, ['get', `leases/${CONTROLLER_LEASE}`, '-n', 'kube-system'], 'no'],
+      [AGENT, ['update', `leases/${CONTROLLER_LEASE}`, '-n', 'kube-system'], 'no'],
+      [AGENT, ['create', 'leases', '-n', 'kube-system'], 'no'],
+      [AGENT, ['update', 'leases/weir-policy-status', '-n', 'kube-system'], 'no'],
+      [AGENT, ['patch', 'networkpolicystatuses.weir.dev/web', '-n', NS], 'no'],
+      [AGENT, ['patch', 'networkpolicystatuses.weir.dev/web', '--subresource=status', '-n', NS], 'no'],
+      [AGENT, ['create', 'events', '-n', NS], 'no'],
+      [AGENT, ['list', 'nodepolicystatuses.weir.dev'], 'no'],
+      [AGENT, ['delete', 'nodepolicystatuses.weir.dev'], 'no'],
+      [AGENT, ['get', 'pods', '-n', NS], 'no'],
+      [CONTROLLER, ['patch', 'nodepolicystatuses.weir.dev/node-a'], 'no'],
+      [CONTROLLER, ['patch', 'nodepolicystatuses.weir.dev/node-a', '--subresource=status'], 'no'],
+      [CONTROLLER, ['create', 'nodepolicystatuses.weir.dev'], 'no'],
+      [CONTROLLER, ['update', 'leases/kube-scheduler', '-n', 'kube-system'], 'no'],
+      [CONTROLLER, ['delete', `leases/${CONTROLLER_LEASE}`, '-n', 'kube-system'], 'no'],
+      [CONTROLLER, ['get', 'secrets', '-n', 'kube-system'], 'no'],
+      [CONTROLLER, ['patch', 'networkpolicies/web', '-n', NS], 'no'],
     ];
-    const answers = await Promise.all(cases.map(([args]) => canI(args)));
+    const answers = await Promise.all(cases.map(([user, args]) => canI(user, args)));
     assert.deepEqual(
-      answers.map((a, i) => `${cases[i][0].join(' ')}: ${a}`),
-      cases.map(([args, want]) => `${args.join(' ')}: ${want}`),
+      answers,
+      cases.map(([user, args, want]) => `${user === AGENT ? 'agent' : 'controller'} ${args.join(' ')}: ${want}`),
     );
   });
 
-  test("the agent's token is refused the scheduler's lease, node heartbeats, other namespaces' leases and the verbs it lost", async () => {
+  test("the agent's token is refused every write but its NodePolicyStatus: NetworkPolicyStatus, Events, any Lease", async () => {
     const refused = async (what: string, args: string[], pattern: RegExp, input?: string) => {
       await assert.rejects(as(tokenA, args, input), pattern, what);
     };
     const forbidden = /forbidden/i;
+    const policyStatus = { apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'web', namespace: NS } };
+    await refused('create a NetworkPolicyStatus', ['create', '-f', '-'], forbidden, JSON.stringify(policyStatus));
+    await cp.kubectl(['apply', '--server-side', '-f', '-'], JSON.stringify(policyStatus));
+    await refused('apply a NetworkPolicyStatus', ['apply', '--server-side', '-f', '-'], forbidden, JSON.stringify({ ...policyStatus, metadata: { ...policyStatus.metadata, labels: { x: 'y' } } }));
+    await refused('mark a policy Enforced', ['patch', 'networkpolicystatus', 'web', '-n', NS, '--subresource=status', '--type=merge', '-p', '{"status":{"realized":"9/9"}}'], forbidden);
+    await refused('delete a NetworkPolicyStatus', ['delete', 'networkpolicystatus', 'web', '-n', NS], forbidden);
+    await refused(
+      'create an Event',
+      ['create', '-f', '-'],
+      forbidden,
+      JSON.stringify({ apiVersion: 'v1', kind: 'Event', metadata: { name: 'x', namespace: NS }, involvedObject: { kind: 'NetworkPolicy', name: 'web', namespace: NS }, reason: 'R', message: 'm' }),
+    );
+    await refused('create the controller lease', ['create', '-f', '-'], forbidden, JSON.stringify(lease('kube-system', CONTROLLER_LEASE, 'thief')));
+    await refused('create the old status lease', ['create', '-f', '-'], forbidden, JSON.stringify(lease('kube-system', 'weir-policy-status', 'thief')));
     await refused('get the scheduler lease', ['get', 'lease', 'kube-scheduler', '-n', 'kube-system'], forbidden);
-    await refused('replace the scheduler lease', ['replace', '-f', '-'], forbidden, JSON.stringify(lease('kube-system', 'kube-scheduler', 'thief')));
     await refused('patch the scheduler lease', ['patch', 'lease', 'kube-scheduler', '-n', 'kube-system', '--type=merge', '-p', '{"spec":{"holderIdentity":"thief"}}'], forbidden);
     await refused('fake a node heartbeat', ['patch', 'lease', 'node-a', '-n', 'kube-node-lease', '--type=merge', '-p', '{"spec":{"renewTime":"2030-01-01T00:00:00.000000Z"}}'], forbidden);
-    await refused('create a node heartbeat', ['create', '-f', '-'], forbidden, JSON.stringify(lease('kube-node-lease', 'node-b', 'node-b')));
-    await refused('create a lease in default', ['create', '-f', '-'], forbidden, JSON.stringify(lease('default', 'weir-policy-status', 'thief')));
-    await refused('delete its own lease', ['delete', 'lease', 'weir-policy-status', '-n', 'kube-system'], forbidden);
-    // RBAC lets a create through whatever its name; the admission policy stops other names.
-    await refused('create another lease in kube-system', ['create', '-f', '-'], /weir-policy-status/, JSON.stringify(lease('kube-system', 'kube-controller-manager', 'thief')));
     await refused('read a pod by name', ['get', 'pod', 'weir-node-a', '-n', 'kube-system'], forbidden);
     await refused('write a pod status', ['patch', 'pod', 'weir-node-a', '-n', 'kube-system', '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Failed"}}'], forbidden);
     await refused('read secrets', ['get', 'secrets', '-n', 'kube-system'], forbidden);
-    await refused(
-      'write events.k8s.io events',
-      ['create', '-f', '-'],
-      forbidden,
-      JSON.stringify({
-        apiVersion: 'events.k8s.io/v1',
-        kind: 'Event',
-        metadata: { name: 'x', namespace: NS },
-        eventTime: '2030-01-01T00:00:00.000000Z',
-        reportingController: 'weir',
-        reportingInstance: 'x',
-        action: 'A',
-        reason: 'R',
-        type: 'Normal',
-        regarding: { kind: 'NetworkPolicy', name: 'web', namespace: NS },
-      }),
-    );
     await cp.kubectl(['apply', '--server-side', '-f', '-'], JSON.stringify(nodeStatus('node-b')));
     await refused('delete a NodePolicyStatus', ['delete', 'nodepolicystatus', 'node-b'], forbidden);
     // Leases stay as they were.
     const sched = JSON.parse(await cp.kubectl(['get', 'lease', 'kube-scheduler', '-n', 'kube-system', '-o', 'json'])) as { spec: { holderIdentity: string } };
     assert.equal(sched.spec.holderIdentity, 'scheduler-1');
+    await assert.rejects(cp.kubectl(['get', 'lease', CONTROLLER_LEASE, '-n', 'kube-system']), /not found/i);
+  });
+
+  test("the controller's token is refused every NodePolicyStatus write, other Leases, and what it only reads", async () => {
+    const refused = async (what: string, args: string[], pattern: RegExp, input?: string) => {
+      await assert.rejects(as(controllerToken, args, input), pattern, what);
+    };
+    const forbidden = /forbidden/i;
+    await cp.kubectl(['apply', '--server-side', '-f', '-'], JSON.stringify(nodeStatus('node-a')));
+    await refused(
+      'apply a NodePolicyStatus',
+      ['apply', '--server-side', '--field-manager=thief', '-f', '-'],
+      forbidden,
+      JSON.stringify({ ...nodeStatus('node-a'), metadata: { name: 'node-a', labels: { x: 'y' } } }),
+    );
+    await refused('create a NodePolicyStatus', ['create', '-f', '-'], forbidden, JSON.stringify(nodeStatus('node-z')));
+    await refused("rewrite a node's status", ['patch', 'nodepolicystatus', 'node-a', '--subresource=status', '--type=merge', '-p', '{"status":{"counts":{"rules":0}}}'], forbidden);
+    await refused('delete a NodePolicyStatus', ['delete', 'nodepolicystatus', 'node-a'], forbidden);
+    await refused('edit a NetworkPolicy', ['label', 'networkpolicy', 'web', '-n', NS, 'x=y'], forbidden);
+    await refused('read a Node', ['get', 'node', 'node-a'], forbidden);
+    await refused('patch the scheduler lease', ['patch', 'lease', 'kube-scheduler', '-n', 'kube-system', '--type=merge', '-p', '{"spec":{"holderIdentity":"thief"}}'], forbidden);
+    await refused('create a lease in default', ['create', '-f', '-'], forbidden, JSON.stringify(lease('default', CONTROLLER_LEASE, 'thief')));
+    // RBAC lets a create through whatever its name; the admission policy stops other names.
+    await refused(
+      'create another lease in kube-system',
+      ['create', '-f', '-'],
+      new RegExp(`creates no Lease but kube-system/${CONTROLLER_LEASE}`),
+      JSON.stringify(lease('kube-system', 'kube-controller-manager', 'thief')),
+    );
+    await refused('delete its own lease', ['delete', 'lease', CONTROLLER_LEASE, '-n', 'kube-system'], forbidden);
   });
 
   test('a Role cannot limit create by resourceNames: a POST names no object, so it is refused', async () => {
@@ -255,15 +307,16 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     await assert.rejects(as(token, ['create', '-f', '-'], JSON.stringify(lease('kube-system', 'probe'))), /forbidden/i);
   });
 
-  test("the status writers run with the agent's own token: nothing they do is refused", async () => {
+  test('the status writers run with their own tokens (reporter: the agent; aggregator and events: the controller): nothing is refused', async () => {
     const kc = kubeConfigFor(tokenA);
+    const ckc = kubeConfigFor(controllerToken);
     const logs = captureLog();
     const node = new Results<PassResult>();
     const policy = new Results<PassResult>();
     const events = new Results<'ok' | 'error'>();
     const reporter = createNodeStatusReporter({ kubeConfig: kc, nodeName: 'node-a', log: logs.log, minIntervalMs: 100, onWrite: node.push });
-    const agg = createPolicyStatusAggregator({ kubeConfig: kc, identity: 'node-a', log: logs.log, minIntervalMs: 200, onWrite: policy.push });
-    const rec = createEventRecorder({ kubeConfig: kc, component: 'weir-agent', host: 'node-a', log: logs.log, windowMs: 200, onWrite: events.push });
+    const agg = createPolicyStatusAggregator({ kubeConfig: ckc, identity: 'controller-0', leaseName: CONTROLLER_LEASE, log: logs.log, minIntervalMs: 200, onWrite: policy.push });
+    const rec = createEventRecorder({ kubeConfig: ckc, component: 'weir-controller', host: 'controller-0', log: logs.log, windowMs: 200, onWrite: events.push });
     await cp.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'orphan', namespace: NS } }));
     try {
       reporter.update({
@@ -275,7 +328,7 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
       });
       assert.equal(await node.next(10_000), 'ok');
       agg.start();
-      await until(() => agg.isHolder(), 'node-a holds the lease', 10_000);
+      await until(() => agg.isHolder(), 'the controller holds the lease', 10_000);
       agg.update({ policies: [{ namespace: NS, name: 'web', uid: policyUid, generation: 1, accepted: { ok: true, message: '' }, desiredNodes: ['node-a'] }] });
       for (let r = await policy.next(10_000); r !== 'ok'; r = await policy.next(10_000));
       const ref = { namespace: NS, name: 'web', uid: policyUid };
@@ -297,7 +350,7 @@ describe("the agent's RBAC and admission policy on a real API server", () => {
     assert.equal((await get<{ status: { counts: { rules: number } } }>(['get', 'nodepolicystatus', 'node-a'])).status.counts.rules, 7);
     assert.equal((await get<{ status: { realized: string } }>(['get', 'networkpolicystatus', 'web', '-n', NS])).status.realized, '1/1');
     await assert.rejects(cp.kubectl(['get', 'networkpolicystatus', 'orphan', '-n', NS]), /not found/i);
-    const held = await get<{ spec: { leaseTransitions: number } }>(['get', 'lease', 'weir-policy-status', '-n', 'kube-system']);
+    const held = await get<{ spec: { leaseTransitions: number } }>(['get', 'lease', CONTROLLER_LEASE, '-n', 'kube-system']);
     assert.equal(typeof held.spec.leaseTransitions, 'number', 'the lease was created and written');
     const ev = await get<{ items: { count: number }[] }>(['get', 'events', '-n', NS, '--field-selector', 'involvedObject.name=web']);
     assert.deepEqual(

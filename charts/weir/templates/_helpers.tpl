@@ -78,3 +78,22 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "weir.serviceAccountNa
 {{- end }}
 {{- end }}
 
+{{/* The controller: its name, its selector labels, its account. Its pods carry a name label
+     of their own: the DaemonSet's selector (name and instance, immutable) must not match them. */}}
+{{- define "weir.controllerName" -}}
+{{- printf "%s-controller" (include "weir.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "weir.controllerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "weir.name" . }}-controller
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{- define "weir.controllerServiceAccountName" -}}
+{{- default (include "weir.controllerName" .) .Values.controller.serviceAccount.name }}
+{{- end }}
+
+{{- define "weir.controllerServiceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "weir.controllerServiceAccountName" . }}
+{{- end }}
