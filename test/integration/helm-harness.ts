@@ -12,7 +12,7 @@ import { baseNamespaces, basePods, NODES, type PodDef } from '../conformance/har
 import { expectConverged } from '../support/eventually.ts';
 import { type Bridge, bridgeApiServer } from './bridge.ts';
 import { type ControlPlane, startControlPlane } from './controlplane.ts';
-import { ContainerProcess, containerScript, daemonSetPod, type Obj } from './helm-kubelet.ts';
+import { ContainerProcess, containerScript, daemonSetPod, deploymentPod, type Obj } from './helm-kubelet.ts';
 import { podObject } from './kube-harness.ts';
 import { ok, type Run, run } from '../support/run.ts';
 
@@ -126,6 +126,24 @@ export class ChartCluster {
   }
 
   /**
+   * Does what the Deployment's ReplicaSet, the scheduler and the kubelet would: one pod of its
+   * template per replica, each on its own node (the chart's anti-affinity), run as written.
+   * Resolves once every replica has listed the cluster. `onNodes`: only these replicas.
+   */
+  async runDeployment(namespace: string, name: string, onNodes?: readonly string[]): Promise<ContainerProcess[]> {
+    const deployment = await this.getJson(['get', 'deployment', name, '-n', namespace]);
+    const replicas: number = deployment.spec.replicas ?? 1;
+    if (replicas > this.cluster.nodes.length) throw new Error(`deployment ${name}: ${replicas} replicas, one per node, on ${this.cluster.nodes.length} nodes`);
+    const started: ContainerProcess[] = [];
+    for (const node of onNodes ?? this.cluster.nodes.slice(0, replicas).map((n) => n.name)) {
+      const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(deploymentPod(deployment, node)))) as Obj;
+      started.push(...(await this.runPod(namespace, created.metadata.name)));
+    }
+    await Promise.all(started.map((c) => c.waitFor((r) => /every kind listed/.test(r.msg), 30_000, 'the first complete view')));
+    return started;
+  }
+
+  /**
    * The kubelet's part for a pod bound to a simulated node: sets its status (host network:
    * the node's addresses), mounts it a token bound to it, and starts its containers.
    */
@@ -178,9 +196,9 @@ export class ChartCluster {
     return JSON.parse(ok(`probe ${url}`, r)) as { status: number; body: string };
   }
 
-  /** What a rolling update or an uninstall does to each agent pod: the kubelet stops the
+  /** What a rolling update or an uninstall does to each pod: the kubelet stops the
    *  container (SIGTERM, SIGKILL after the grace period) and the pod object goes. */
-  async stopDaemonSetPods(containers: readonly ContainerProcess[]): Promise<void> {
+  async stopPods(containers: readonly ContainerProcess[]): Promise<void> {
     await Promise.all(containers.map((c) => c.stop((c.pod.spec.terminationGracePeriodSeconds ?? 30) * 1000)));
     for (const c of containers) await this.kubectl(['delete', 'pod', c.pod.metadata.name, '-n', c.pod.metadata.namespace, '--grace-period=0', '--force', '--ignore-not-found']);
   }

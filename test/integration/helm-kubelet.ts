@@ -59,16 +59,26 @@ export function imageConfig(instruction: 'ENTRYPOINT' | 'CMD'): string[] | undef
 
 /** The pod the DaemonSet controller creates for a node (then bound there, as the scheduler would). */
 export function daemonSetPod(ds: Obj, node: string): Obj {
-  const template = structuredClone(ds.spec.template) as Obj;
+  return workloadPod(ds, node, { 'pod-template-generation': String(ds.metadata.generation ?? 1) });
+}
+
+/** A pod of a Deployment's template bound to a node, as its ReplicaSet and the scheduler would
+ *  make it (owned by the Deployment itself: no ReplicaSet exists without a controller manager). */
+export function deploymentPod(deployment: Obj, node: string): Obj {
+  return workloadPod(deployment, node, {});
+}
+
+function workloadPod(owner: Obj, node: string, extraLabels: Record<string, string>): Obj {
+  const template = structuredClone(owner.spec.template) as Obj;
   return {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: {
-      generateName: `${ds.metadata.name}-`,
-      namespace: ds.metadata.namespace,
-      labels: { ...template.metadata?.labels, 'pod-template-generation': String(ds.metadata.generation ?? 1) },
+      generateName: `${owner.metadata.name}-`,
+      namespace: owner.metadata.namespace,
+      labels: { ...template.metadata?.labels, ...extraLabels },
       annotations: template.metadata?.annotations,
-      ownerReferences: [{ apiVersion: 'apps/v1', kind: 'DaemonSet', name: ds.metadata.name, uid: ds.metadata.uid, controller: true, blockOwnerDeletion: true }],
+      ownerReferences: [{ apiVersion: 'apps/v1', kind: owner.kind, name: owner.metadata.name, uid: owner.metadata.uid, controller: true, blockOwnerDeletion: true }],
     },
     spec: {
       ...template.spec,
@@ -176,7 +186,9 @@ export async function containerScript(spec: RunSpec): Promise<{ script: string; 
     ]),
   );
   const argv = containerArgv(container, env);
-  const sc = container.securityContext ?? {};
+  // The pod's user and group apply to every container that does not set its own.
+  const podSc = pod.spec.securityContext ?? {};
+  const sc = { runAsUser: podSc.runAsUser, runAsGroup: podSc.runAsGroup, ...container.securityContext };
   const caps = containerCaps(container);
   const stage = join(dir, 'stage');
   const sa = join(dir, 'serviceaccount');
@@ -332,6 +344,15 @@ export class ContainerProcess {
         resolve(code);
       });
     });
+  }
+
+  /** SIGKILL, as when the node or the process dies: nothing is released. The script execs
+   *  down to the container's process, so the child is that process. */
+  async kill(): Promise<void> {
+    if (this.exited) return;
+    const done = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.kill('SIGKILL');
+    await done;
   }
 
   /** SIGTERM, as the kubelet stops a container; SIGKILL after the grace period. */

@@ -1,9 +1,10 @@
 // The chart on a real API server. `helm install` with the default values, then the DaemonSet
-// it created run on each simulated node exactly as written (helm-kubelet.ts: the same command,
+// it created run on each simulated node, and the controller Deployment's replicas, exactly as written (helm-kubelet.ts: the same command,
 // args and env, mounts and capabilities; in-cluster config with a token bound to the agent's
 // pod), bound only by the chart's RBAC and admission policies: the agents must enforce a policy
 // applied with kubectl (real packets), answer the chart's probes, and write their status with
-// nothing forbidden. Then a rolling update: the old agents stop and the rules stay; `helm
+// nothing forbidden; the controller must write the policies' status, and its standby take over
+// when the leader is killed. Then a rolling update: the old agents stop and the rules stay; `helm
 // upgrade` with every optional part on, its DaemonSet run the same way; and `helm uninstall`,
 // which must leave no object of the release behind.
 
@@ -49,6 +50,7 @@ const monitoringCrd = (kind: string) => {
 describe('the chart on a real API server: install, agents that enforce policy, upgrade, uninstall', () => {
   let k: ChartCluster;
   let agents: ContainerProcess[] = [];
+  let controllers: ContainerProcess[] = [];
   /** Every object of every revision of the release (helm get manifest). */
   const released: Obj[] = [];
   before(async () => {
@@ -97,6 +99,7 @@ describe('the chart on a real API server: install, agents that enforce policy, u
       [],
     );
     agents = await k.runDaemonSet(NS, 'weir');
+    controllers = await k.runDeployment(NS, 'weir-controller');
     // Every mount is made, but /lib/modules on a machine without it (nothing reads it: the
     // agent has no CAP_SYS_MODULE; the mount is for parity with kube-proxy).
     assert.deepEqual(
@@ -113,8 +116,8 @@ describe('the chart on a real API server: install, agents that enforce policy, u
     await k.expect(fromBetaOn80, 'web-from-beta');
   });
 
-  test("the agents answer the chart's liveness and readiness probes where the kubelet sends them", async () => {
-    for (const a of agents) {
+  test("the agents and the controller answer the chart's liveness and readiness probes where the kubelet sends them", async () => {
+    for (const a of [...agents, ...controllers]) {
       for (const probe of ['livenessProbe', 'readinessProbe'] as const) {
         const r = await k.probe(a, probe);
         assert.equal(r.status, 200, `${a.node} ${probe}: ${r.status} ${r.body}`);
@@ -129,7 +132,7 @@ describe('the chart on a real API server: install, agents that enforce policy, u
     }
   });
 
-  test('the agents write their status objects (the Lease holder too) with nothing forbidden', async () => {
+  test('the agents write their NodePolicyStatus, the controller the NetworkPolicyStatus, with nothing forbidden', async () => {
     for (const node of ['node-a', 'node-b']) {
       await eventually(
         `NodePolicyStatus ${node}`,
@@ -142,15 +145,41 @@ describe('the chart on a real API server: install, agents that enforce policy, u
       () => k.getJson(['get', 'networkpolicystatus', 'web-from-beta', '-n', 'alpha']),
       (o) => cond(o, 'Accepted')?.status === 'True' && cond(o, 'Enforced')?.status === 'True',
     );
-    assert.deepEqual(forbidden(agents), []);
+    assert.deepEqual(forbidden([...agents, ...controllers]), []);
     assert.deepEqual(
-      agents.flatMap((a) => a.errors),
+      [...agents, ...controllers].flatMap((a) => a.errors),
       [],
     );
   });
 
+  test('killing the leading controller hands status to the standby within 15 s', async () => {
+    const lease = await k.getJson(['get', 'lease', 'weir-controller', '-n', NS]);
+    const leader = controllers.find((c) => c.pod.metadata.name === lease.spec.holderIdentity);
+    assert.ok(leader, `the Lease names a running replica: ${lease.spec.holderIdentity}`);
+    const standby = controllers.find((c) => c !== leader)!;
+    await leader.kill();
+    const killedAt = Date.now();
+    // A change only the leader writes: a new policy's status, Enforced once both nodes hold it.
+    await k.apply(policyObject('beta', 'after-failover', { podSelector: { matchLabels: { app: 'nothing' } }, policyTypes: ['Ingress'] }));
+    await eventually(
+      'NetworkPolicyStatus beta/after-failover Enforced, written by the standby',
+      () => k.getJson(['get', 'networkpolicystatus', 'after-failover', '-n', 'beta']),
+      (o) => cond(o, 'Enforced')?.status === 'True',
+      20_000,
+    );
+    const tookMs = Date.now() - killedAt;
+    const holder = (await k.getJson(['get', 'lease', 'weir-controller', '-n', NS])).spec.holderIdentity;
+    assert.equal(holder, standby.pod.metadata.name);
+    console.log(`controller failover: status written ${tookMs} ms after the leader's SIGKILL`);
+    assert.ok(tookMs < 15_000, `${tookMs} ms`);
+    await k.kubectl(['delete', 'networkpolicy', 'after-failover', '-n', 'beta']);
+    // The killed replica's pod comes back, as its ReplicaSet would make it: a standby now.
+    await k.stopPods([leader]);
+    controllers = [standby, ...(await k.runDeployment(NS, 'weir-controller', [leader.node]))];
+  });
+
   test('a rolling update: stopped agents leave the rules in place; helm upgrade with every option on runs agents that take over', async () => {
-    await k.stopDaemonSetPods(agents);
+    await k.stopPods(agents);
     await k.expect(fromBetaOn80, 'no agent running: the rules stay', 2_000);
 
     await k.apply(monitoringCrd('PodMonitor'), monitoringCrd('ServiceMonitor'));
@@ -186,7 +215,7 @@ describe('the chart on a real API server: install, agents that enforce policy, u
   });
 
   test('helm uninstall leaves no object of the release behind', async () => {
-    await k.stopDaemonSetPods(agents);
+    await k.stopPods([...agents, ...controllers]);
     const r = await k.helm(['uninstall', 'weir', '--namespace', NS, '--wait']);
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(

@@ -83,10 +83,10 @@ describe('weir agent --kubeconfig against a real API server', () => {
   });
 });
 
-describe('status written back to the cluster', () => {
+describe('status written back to the cluster (the agents: their nodes; the controller: the policies)', () => {
   let k: KubeIntegration;
   before(async () => {
-    k = await KubeIntegration.start();
+    k = await KubeIntegration.start({ controller: true });
   });
   after(async () => {
     await k?.stop();
@@ -120,8 +120,8 @@ describe('status written back to the cluster', () => {
     assert.match(table, /web-ingress\s+True\s+True\s+enforce\s+1\/1/);
     const nodes = await k.kubectl(['get', 'nodepolicystatuses']);
     assert.match(nodes, /node-a\s+True\s+True\s+False/);
-    // The agents run with deploy/rbac.yaml: nothing they do may be forbidden.
-    const forbidden = k.agents.flatMap((a) => a.log.filter((l) => /forbid|\b403\b/i.test(l)));
+    // The agents and the controller run with deploy/rbac.yaml: nothing they do may be forbidden.
+    const forbidden = [...k.agents, ...k.controllers].flatMap((a) => a.log.filter((l) => /forbid|\b403\b/i.test(l)));
     assert.deepEqual(forbidden, []);
   });
 
@@ -167,5 +167,56 @@ describe('status written back to the cluster', () => {
       (o) => o.status?.mode === 'enforce' && cond(o, 'Enforced')?.status === 'True',
     );
     await k.kubectl(['delete', 'networkpolicy', 'g-audit', '-n', 'gamma']);
+  });
+
+  test('a NodePolicyStatus the controller cannot read, or naming a policy the cluster does not hold, is logged and changes nothing; a known one becomes an ApplyFailed Event', async () => {
+    const web = await getJson(['get', 'networkpolicy', 'web-ingress', '-n', 'alpha']);
+    const before = await getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha']);
+    const controller = k.controllers[0]!;
+    const unreadable = controller.waitFor((r) => /NodePolicyStatus node-x: its status\.policyDigest cannot be read/.test(r.msg ?? ''), 20_000, 'the unreadable digest named');
+    const unknown = controller.waitFor((r) => /policy uid the cluster does not hold/.test(r.msg ?? '') && r.uid === 'no-such-uid', 20_000, 'the unknown uid named');
+    // Written as an admin would (no agent can write another node's status).
+    await k.apply({ apiVersion: 'weir.dev/v1alpha1', kind: 'NodePolicyStatus', metadata: { name: 'node-x' } });
+    const status = {
+      // Hex, as the CRD demands, but not 16 characters a bucket.
+      policyDigest: { buckets: 2, digests: 'abcd' },
+      applyFailures: [
+        { namespace: 'alpha', name: 'web-ingress', uid: web.metadata.uid, generation: web.metadata.generation, error: 'iptables-restore: line 4 failed' },
+        { namespace: 'alpha', name: 'ghost', uid: 'no-such-uid', generation: 1, error: 'iptables-restore: line 5 failed' },
+      ],
+    };
+    await k.kubectl(['patch', 'nodepolicystatus', 'node-x', '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+    await Promise.all([unreadable, unknown]);
+    const events = await eventually(
+      'an ApplyFailed event on alpha/web-ingress',
+      () => k.kubectl(['get', 'events', '-n', 'alpha', '--field-selector', 'involvedObject.name=web-ingress,reason=ApplyFailed', '-o', 'jsonpath={.items[*].message}']),
+      (t) => t.includes('node node-x: iptables-restore: line 4 failed'),
+    );
+    assert.doesNotMatch(events, /line 5/);
+    assert.equal((await k.kubectl(['get', 'events', '-n', 'alpha', '--field-selector', 'involvedObject.name=ghost', '-o', 'name'])).trim(), '');
+    const after = await getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha']);
+    assert.deepEqual(after.status, before.status, 'the policy status is as it was');
+    await k.kubectl(['delete', 'nodepolicystatus', 'node-x']);
+  });
+
+  test('with no controller running, enforcement is untouched and status goes stale, never wrong; a new controller catches up', async () => {
+    const [old] = k.controllers;
+    await old!.stop();
+    const before = await getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha']);
+    await k.apply(policyObject('gamma', 'while-away', { podSelector: {}, policyTypes: ['Ingress'] }));
+    const open = (c: Cell) => (c.target !== A1 || c.source === A1 || c.source === A2) && (c.target !== B1 || c.source === B1);
+    await k.expect((c) => open(c) && (c.target !== G1 || c.source === G1), 'no controller: g1 isolated all the same');
+    await new Promise((r) => setTimeout(r, 3_000));
+    await assert.rejects(k.kubectl(['get', 'networkpolicystatus', 'while-away', '-n', 'gamma']), /NotFound|not found/, 'no status rather than a guess');
+    assert.deepEqual((await getJson(['get', 'networkpolicystatus', 'web-ingress', '-n', 'alpha'])).metadata.resourceVersion, before.metadata.resourceVersion);
+
+    await k.startController('c1');
+    await eventually(
+      'NetworkPolicyStatus gamma/while-away from the new controller',
+      () => getJson(['get', 'networkpolicystatus', 'while-away', '-n', 'gamma']),
+      (o) => cond(o, 'Enforced')?.status === 'True' && o.status?.nodesRealized === 1,
+    );
+    await k.kubectl(['delete', 'networkpolicy', 'while-away', '-n', 'gamma']);
+    await k.expect(open, 'while-away deleted');
   });
 });

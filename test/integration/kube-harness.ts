@@ -1,6 +1,7 @@
 // The integration tier: a real kube-apiserver + etcd (scripts/control-plane.sh), the simulated
-// two-node Flannel cluster of the conformance suite, and one `weir agent --kubeconfig` process
-// per node inside that node's namespace, reaching the API server through a bridge (bridge.ts).
+// two-node Flannel cluster of the conformance suite, one `weir agent --kubeconfig` process
+// per node inside that node's namespace, reaching the API server through a bridge (bridge.ts),
+// and, when asked, one `weir controller` on node-a's host network, which writes the policies' status.
 // Pods are created through the API with their status subresource set to the simulated IPs;
 // policies, labels and deletions are driven with real kubectl; assertions are real packets.
 
@@ -25,12 +26,15 @@ export interface AgentOptions {
   readonly args?: readonly string[];
   /** Another kubeconfig than the admin's (the RBAC test). */
   readonly kubeconfig?: string;
+  /** Also start a controller (without it nothing writes NetworkPolicyStatus or Events). */
+  readonly controller?: boolean;
 }
 
 export class KubeIntegration {
   readonly cp: ControlPlane;
   readonly cluster: Cluster;
   readonly agents: AgentProcess[] = [];
+  readonly controllers: AgentProcess[] = [];
   readonly bridges = new Map<string, Bridge>();
   /** Each node's agent kubeconfig: the service account of deploy/rbac.yaml, with a token bound
    *  to that node's agent pod (as the kubelet mounts it), so the admission policy knows the node. */
@@ -65,6 +69,7 @@ export class KubeIntegration {
       const port = Number(new URL(cp.server).port);
       for (const node of cluster.nodes) k.bridges.set(node.name, await bridgeApiServer(node.netns, port));
       for (const node of cluster.nodes) k.startAgent(node.name, opts);
+      if (opts.controller) await k.startController('c0');
       await Promise.all(k.agents.map((a) => a.waitFor((r) => r.msg === 'resynced dataplane', 30_000, 'first sync')));
       return k;
     } catch (err) {
@@ -85,6 +90,17 @@ export class KubeIntegration {
     return a;
   }
 
+  /** A `weir controller` replica on node-a, as the service account of deploy/rbac.yaml (the
+   *  chart's Deployment in kube-system), competing for its Lease. Resolves once it listed. */
+  async startController(identity: string): Promise<AgentProcess> {
+    const kubeconfig = await this.serviceAccountKubeconfig('weir-controller', 'kube-system', `controller-${identity}.kubeconfig`);
+    const netns = this.cluster.nodes[0]!.netns;
+    const c = new AgentProcess(identity, netns, ['--kubeconfig', kubeconfig, '--identity', identity, '--log-level', 'info'], ['controller']);
+    this.controllers.push(c);
+    await c.waitFor((r) => /every kind listed/.test(r.msg ?? ''), 30_000, 'the first complete view');
+    return c;
+  }
+
   kubectl(args: readonly string[], input?: string): Promise<string> {
     return this.cp.kubectl(args, input);
   }
@@ -100,7 +116,7 @@ export class KubeIntegration {
   }
 
   async stop(): Promise<void> {
-    await Promise.allSettled(this.agents.map((a) => a.stop()));
+    await Promise.allSettled([...this.agents, ...this.controllers].map((a) => a.stop()));
     for (const b of this.bridges.values()) await b.close().catch(() => {});
     await this.cluster.destroy();
     await this.cp.stop();

@@ -33,10 +33,12 @@ export class AgentProcess {
   readonly #counts = new Map<string, number>();
   readonly #waiters = new Set<{ test: (r: LogRecord, line: string) => boolean; resolve: (r: LogRecord) => void }>();
 
-  constructor(node: string, netns: string, args: readonly string[]) {
+  /** `weir agent --node-name NODE ARGS`, or with `command` another command of the CLI
+   *  (`controller`), run in that node's namespace as on its host network. */
+  constructor(node: string, netns: string, args: readonly string[], command: readonly string[] = ['agent', '--node-name', node]) {
     this.node = node;
     // With the image's Node flags, so memory figures are the product's.
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, ...NODE_FLAGS, MAIN, 'agent', '--node-name', node, ...args], {
+    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, ...NODE_FLAGS, MAIN, ...command, ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     createInterface({ input: this.child.stdout! }).on('line', (l) => this.#onLine(l));
