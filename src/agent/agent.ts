@@ -9,6 +9,7 @@ import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/i
 import { WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { loadKubeConfig } from '../kube/kubeconfig.ts';
+import { startRemovalWatch } from './removal.ts';
 import { createMetrics, type Metrics } from '../metrics/index.ts';
 import { startHealthServer } from '../metrics/server.ts';
 import { createKubeSource, createManifestSource } from '../sources/index.ts';
@@ -37,6 +38,8 @@ export interface RunningAgent {
   readonly metrics: Metrics;
   /** The health server's port, when one was asked for. */
   readonly port: number | undefined;
+  /** Resolves with the reason when the agent must exit to start over (an uninstall called off). */
+  readonly exitRequested: Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -147,19 +150,48 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     });
   }
 
+  let requestExit: (why: string) => void = () => {};
+  const exitRequested = new Promise<string>((resolve) => {
+    requestExit = resolve;
+  });
+  let sourceStarted = false;
+  const removal =
+    kubeConfig && cfg.daemonSet
+      ? await startRemovalWatch({
+          kubeConfig,
+          daemonSet: cfg.daemonSet,
+          log,
+          remove: async (token) => {
+            log.warn({ token }, `uninstall ${token}: this node stops enforcing and removes every rule and set of Weir's`);
+            if (sourceStarted) await source.stop();
+            await reconciler.stop();
+            await audit?.stop();
+            const stats = await dataplane.cleanup();
+            reporting?.removed(token);
+            log.info({ token, ...stats }, 'removed everything Weir owned');
+          },
+          calledOff: (token) => requestExit(`the uninstall ${token} was called off (its annotation is gone): starting over to enforce policy again`),
+        })
+      : undefined;
+
   let server: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   if (cfg.metricsAddr) {
     server = await startHealthServer(cfg.metricsAddr, metrics.registry, {
-      health: () => reconciler.health(),
-      readiness: () => reconciler.readiness(),
+      health: () => (removal?.isRemoved() ? { healthy: true, reason: 'Removed' } : reconciler.health()),
+      readiness: () => (removal?.isRemoved() ? { ready: false, revision: '', reason: 'Removed' } : reconciler.readiness()),
     });
     log.info({ addr: cfg.metricsAddr, host: server.host, port: server.port }, `serving /metrics, /healthz and /readyz on ${server.host}:${server.port}`);
   }
 
+  if (removal?.pendingAtStart != null) {
+    log.warn({ token: removal.pendingAtStart }, 'the DaemonSet asks for an uninstall: enforcing nothing on this node');
+    return { reconciler, calc, metrics, port: server?.port, exitRequested, stop: async () => stopAll() };
+  }
   // The fail-closed skeleton on a fresh node: the only write before the source is synced.
   await reconciler.start();
   await audit?.start();
   try {
+    sourceStarted = true;
     await source.start((batch) => {
       audit?.applyModel(batch.events.filter((e): e is ModelEvent => e.kind !== 'PodInterface'));
       reconciler.onBatch(batch);
@@ -167,6 +199,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   } catch (err) {
     await audit?.stop();
     await reconciler.stop();
+    await removal?.stop();
     await reporting?.stop();
     server?.server.close();
     throw err;
@@ -178,15 +211,19 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     calc,
     metrics,
     port: server?.port,
-    async stop() {
-      await source.stop();
-      await reconciler.stop();
-      await audit?.stop();
-      await reporting?.stop();
-      await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
-      server?.server.closeAllConnections();
-    },
+    exitRequested,
+    stop: stopAll,
   };
+
+  async function stopAll(): Promise<void> {
+    await removal?.stop();
+    if (sourceStarted) await source.stop();
+    await reconciler.stop();
+    await audit?.stop();
+    await reporting?.stop();
+    await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
+    server?.server.closeAllConnections();
+  }
 }
 
 function createKubeSourceFor(cfg: AgentConfig, kubeConfig: KubeConfig, log: Logger, metrics: Metrics, collect: ((compact: boolean) => void) | undefined): Source {

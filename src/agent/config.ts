@@ -2,6 +2,7 @@
 // every problem at once. Flags and environment variables both land here (cli/).
 
 import { validatePrefix } from '../calc/names.ts';
+import { parseDaemonSetRef } from '../lifecycle/daemonset-ref.ts';
 import type { AuditLogConfig } from '../audit/index.ts';
 import type { IpvsChoice } from '../dataplane/index.ts';
 import { AUDIT_LEVELS } from '../model/annotations.ts';
@@ -16,6 +17,8 @@ export interface AgentConfig {
   readonly manifestsDir: string;
   /** Out-of-cluster kubeconfig; empty means in-cluster configuration. */
   readonly kubeconfig: string;
+  /** `NAMESPACE/NAME` of the agents' DaemonSet, watched for an uninstall; empty: none. */
+  readonly daemonSet: string;
   /** HOST:PORT for /metrics, /healthz, /readyz (":PORT" is loopback); '' disables the server. */
   readonly metricsAddr: string;
   readonly chainPrefix: string;
@@ -85,6 +88,7 @@ export function defaultConfig(): AgentConfig {
     nodeName: '',
     manifestsDir: '',
     kubeconfig: '',
+    daemonSet: '',
     metricsAddr: '',
     chainPrefix: 'cali',
     markMask: 0xffff0000,
@@ -125,6 +129,8 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   if (need.nodeName && !c.nodeName) problems.push('--node-name (WEIR_NODE_NAME) is required');
   if (need.manifestsDir && !c.manifestsDir) problems.push('--manifests (WEIR_MANIFESTS) is required');
   if (c.manifestsDir && c.kubeconfig) problems.push('--manifests and --kubeconfig exclude each other: choose one source');
+  if (c.daemonSet && parseDaemonSetRef(c.daemonSet) === null) problems.push(`--daemonset (WEIR_DAEMONSET) must be NAMESPACE/NAME, got "${c.daemonSet}"`);
+  if (c.daemonSet && c.manifestsDir) problems.push('--daemonset needs the cluster as the source, not --manifests');
   const prefixProblem = validatePrefix(c.chainPrefix);
   if (prefixProblem) problems.push(prefixProblem);
   const mask = c.markMask >>> 0;

@@ -26,6 +26,8 @@ export interface ReportingDeps {
 }
 
 export interface Reporting {
+  /** Says that the node's rules were removed for this uninstall; later passes are not reported. */
+  removed(token: string): void;
   onPass(outcome: PassOutcome): void;
   stop(): Promise<void>;
 }
@@ -34,9 +36,16 @@ export function startReporting(d: ReportingDeps): Reporting {
   const written = (kind: string) => (result: string) => d.metrics.statusWrites.inc({ kind, result });
   const node = createNodeStatusReporter({ kubeConfig: d.kubeConfig, nodeName: d.nodeName, log: d.log, onWrite: written('NodePolicyStatus') });
   const failures = new ApplyFailures();
+  let removed = false;
 
   return {
+    removed(token) {
+      removed = true;
+      const counts = { localPods: 0, policies: 0, sets: 0, chains: 0, rules: 0 };
+      node.update({ synced: true, lastApply: { ok: true }, lastSyncTime: Date.now(), counts, policies: [], removedFor: token });
+    },
     onPass(outcome) {
+      if (removed) return;
       const applyFailures = failures.record(outcome);
       const enforced: EnforcedPolicy[] = [];
       for (const r of d.calc.enforcedPolicyReports()) {

@@ -5,6 +5,8 @@ import { parseArgs } from 'node:util';
 import { defaultConfig, validateConfig, type AgentConfig, type Backend } from '../agent/config.ts';
 import { type ControllerConfig, DEFAULT_CONTROLLER_LEASE_NAME } from '../controller/controller.ts';
 import { ConfigError } from '../errors.ts';
+import { parseDaemonSetRef } from '../lifecycle/daemonset-ref.ts';
+import type { UninstallConfig } from '../lifecycle/uninstall.ts';
 import type { Family } from '../model/types.ts';
 
 export const FLAGS = {
@@ -46,6 +48,9 @@ export const FLAGS = {
   },
   'watch-idle-timeout': { type: 'string', help: 'seconds a watch may stay silent (not even a bookmark) before it is restarted (default 180)' },
   'relist-interval': { type: 'string', help: 'seconds between full relists that repair missed watch events (default 300, randomised up to 2x)' },
+  daemonset: { type: 'string', help: "NAMESPACE/NAME of the agents' DaemonSet, watched for `weir uninstall` (the chart passes it; default: none)" },
+  'uninstall-timeout': { type: 'string', help: 'uninstall only: seconds to wait for every node to confirm it removed the rules (default 60)' },
+  'cleanup-image': { type: 'string', help: 'uninstall only: the image named in the command that cleans a node by hand (default weir:latest)' },
   identity: { type: 'string', help: "controller only: this replica's name in the Lease (default: the host name; the chart passes the pod name)" },
   'lease-namespace': { type: 'string', help: 'controller only: namespace of the Lease that elects the replica writing status (default kube-system)' },
   'lease-name': { type: 'string', help: 'controller only: name of that Lease (default weir-controller)' },
@@ -125,6 +130,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     nodeName: str('node-name') ?? d.nodeName,
     manifestsDir: str('manifests') ?? d.manifestsDir,
     kubeconfig: str('kubeconfig') ?? d.kubeconfig,
+    daemonSet: str('daemonset') ?? d.daemonSet,
     metricsAddr: str('metrics-addr') ?? d.metricsAddr,
     chainPrefix: str('chain-prefix') ?? d.chainPrefix,
     markMask,
@@ -179,8 +185,42 @@ export function toControllerConfig(values: Parsed['values'], hostname: string): 
     if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(v)) problems.push(`--${k} (${envName(k)}) must be a Kubernetes object name, got "${v}"`);
   }
   const metricsAddr = str('metrics-addr');
+  const ds = str('daemonset');
+  const daemonSet = ds === undefined || ds === '' ? undefined : parseDaemonSetRef(ds);
+  if (daemonSet === null) problems.push(`--daemonset (${envName('daemonset')}) must be NAMESPACE/NAME, got "${ds}"`);
   if (problems.length > 0) throw new ConfigError(problems);
-  return { kubeconfig: str('kubeconfig'), identity, leaseName, leaseNamespace, metricsAddr: metricsAddr === '' ? undefined : metricsAddr, logLevel: str('log-level') ?? 'info' };
+  return {
+    kubeconfig: str('kubeconfig'),
+    identity,
+    leaseName,
+    leaseNamespace,
+    metricsAddr: metricsAddr === '' ? undefined : metricsAddr,
+    logLevel: str('log-level') ?? 'info',
+    ...(daemonSet ? { daemonSet } : {}),
+  };
+}
+
+/** The uninstall hook's configuration; the controller's Lease defaults to the chart's name in
+ *  the DaemonSet's namespace. */
+export function toUninstallConfig(values: Parsed['values']): UninstallConfig & { readonly kubeconfig: string | undefined; readonly logLevel: string } {
+  const str = (k: FlagName) => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
+  const problems: string[] = [];
+  const ds = str('daemonset') ?? '';
+  const daemonSet = parseDaemonSetRef(ds);
+  if (daemonSet === null) problems.push(`--daemonset (${envName('daemonset')}) is required as NAMESPACE/NAME, got "${ds}"`);
+  const timeout = str('uninstall-timeout') ?? '60';
+  if (!/^\d+$/.test(timeout) || Number(timeout) < 1) problems.push(`--uninstall-timeout (${envName('uninstall-timeout')}) must be a whole number of seconds, at least 1, got "${timeout}"`);
+  const chainPrefix = str('chain-prefix') ?? defaultConfig().chainPrefix;
+  if (problems.length > 0 || daemonSet === null) throw new ConfigError(problems);
+  return {
+    kubeconfig: str('kubeconfig'),
+    logLevel: str('log-level') ?? 'info',
+    daemonSet,
+    lease: { namespace: str('lease-namespace') ?? daemonSet.namespace, name: str('lease-name') ?? DEFAULT_CONTROLLER_LEASE_NAME },
+    timeoutMs: Number(timeout) * 1000,
+    image: str('cleanup-image') ?? 'weir:latest',
+    chainPrefix,
+  };
 }
 
 export function usage(): string {
@@ -193,6 +233,7 @@ export function usage(): string {
     '  render   --node-name NAME --manifests DIR   print the ipset and iptables payloads the agent would write, and exit',
     '  controller [--kubeconfig F] [--identity N]  write NetworkPolicyStatus and policy Events for the cluster (one replica leads)',
     '  cleanup                                      remove every chain, hook rule and ipset Weir owns, nothing else',
+    "  uninstall --daemonset NS/NAME               tell every agent to remove Weir's rules, wait for them, delete the policy statuses (helm's pre-delete hook)",
     '  demo                                         a simulated Flannel node in network namespaces, enforcing examples/',
     '',
     'Flags (each also settable as an environment variable):',

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The weir command: agent, controller, render, cleanup, demo.
+// The weir command: agent, controller, render, cleanup, uninstall, demo.
 
 import { hostname } from 'node:os';
 import v8 from 'node:v8';
@@ -9,7 +9,9 @@ import { makeNames } from '../calc/index.ts';
 import { createDataplane, execaRunner } from '../dataplane/index.ts';
 import { ConfigError, WeirError } from '../errors.ts';
 import { createLogger } from '../log.ts';
-import { parse, toConfig, toControllerConfig, usage } from './flags.ts';
+import { parse, toConfig, toControllerConfig, toUninstallConfig, usage } from './flags.ts';
+import { runUninstall } from '../lifecycle/uninstall.ts';
+import { loadKubeConfig } from '../kube/kubeconfig.ts';
 import { AFTER_START_V8_FLAGS } from './node-flags.ts';
 import { formatRendered, render } from './render.ts';
 import { waitForSignal } from './signals.ts';
@@ -33,19 +35,19 @@ async function main(argv: readonly string[]): Promise<number> {
             }
           : undefined,
       });
-      await waitForSignal();
-      log.info('stopping');
+      const restart = await Promise.race([waitForSignal().then(() => null), agent.exitRequested]);
+      log.info(restart ?? 'stopping');
       await agent.stop();
-      return 0;
+      return restart === null ? 0 : 1;
     }
     case 'controller': {
       const cfg = toControllerConfig(values, hostname());
       const log = createLogger(cfg.logLevel);
       const controller = await startController(cfg, { log });
-      await waitForSignal();
-      log.info('stopping');
+      const restart = await Promise.race([waitForSignal().then(() => null), controller.exitRequested]);
+      log.info(restart ?? 'stopping');
       await controller.stop();
-      return 0;
+      return restart === null ? 0 : 1;
     }
     case 'render': {
       const cfg = toConfig(values, { nodeName: true, manifestsDir: true });
@@ -61,12 +63,21 @@ async function main(argv: readonly string[]): Promise<number> {
       log.info(stats, 'removed everything Weir owned');
       return 0;
     }
+    case 'uninstall': {
+      const cfg = toUninstallConfig(values);
+      const log = createLogger(cfg.logLevel);
+      const report = await runUninstall(loadKubeConfig(cfg.kubeconfig), cfg, log);
+      // Exit 0 even with nodes unconfirmed: they are named above, and a failed hook would hold
+      // the release (and its other, already open, nodes) in place.
+      log.info({ token: report.token, removed: report.removed.length, unconfirmed: report.unconfirmed.map((u) => u.node) }, 'uninstall hook done');
+      return 0;
+    }
     case 'demo': {
       const { runDemo } = await import('../demo/demo.ts');
       return runDemo(values);
     }
     default:
-      throw new ConfigError([`unknown command "${command}"; expected agent, controller, render, cleanup or demo`]);
+      throw new ConfigError([`unknown command "${command}"; expected agent, controller, render, cleanup, uninstall or demo`]);
   }
 }
 

@@ -16,6 +16,8 @@ import { createEventRecorder, createPolicyStatusAggregator } from '../status/ind
 import { watchNodeReports } from './node-reports.ts';
 import type { NodeReport } from './node-reports.ts';
 import { ControllerModel } from './policy-inputs.ts';
+import type { DaemonSetRef } from '../lifecycle/daemonset-ref.ts';
+import { watchUninstallSignal } from '../lifecycle/uninstall-signal.ts';
 
 export interface ControllerConfig {
   readonly kubeconfig: string | undefined;
@@ -27,11 +29,15 @@ export interface ControllerConfig {
   readonly metricsAddr: string | undefined;
   /** How often the leader recomputes every policy's desired nodes (when anything changed). */
   readonly aggregateEveryMs?: number;
+  /** The agents' DaemonSet, watched for `weir uninstall`; none when undefined. */
+  readonly daemonSet?: DaemonSetRef;
 }
 
 export interface RunningController {
   isLeader(): boolean;
   readonly port: number | undefined;
+  /** Resolves with the reason when the controller must exit to start over (an uninstall called off). */
+  readonly exitRequested: Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -72,6 +78,12 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
   let synced = false;
   let changed = true;
   let wasLeader = false;
+  /** The uninstall under way: no more writes, the Lease let go, for good. */
+  let uninstalling: string | null = null;
+  let requestExit: (why: string) => void = () => {};
+  const exitRequested = new Promise<string>((resolve) => {
+    requestExit = resolve;
+  });
 
   const collect = v8Collector();
   const source = createKubeSource({
@@ -86,6 +98,7 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
   /** The leader's periodic work: desired nodes to the aggregator when the model changed, and
    *  the Events owed. Followers only keep their model current. */
   const tick = (): void => {
+    if (uninstalling !== null) return;
     const isLeader = aggregator.isHolder();
     leader.set(isLeader ? 1 : 0);
     const became = isLeader && !wasLeader;
@@ -147,13 +160,37 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
     abort.signal,
   );
   const timer = setInterval(tick, cfg.aggregateEveryMs ?? 2_000);
+  const uninstallWatch =
+    cfg.daemonSet &&
+    watchUninstallSignal(
+      {
+        client,
+        log,
+        daemonSet: cfg.daemonSet,
+        onChange: (token) => {
+          if (token !== null && uninstalling === null) {
+            uninstalling = token;
+            leader.set(0);
+            log.warn({ token }, `uninstall ${token}: writing no more status, and letting go of the Lease`);
+            void Promise.allSettled([aggregator.stop(), events.stop()]);
+          } else if (token === null && uninstalling !== null) {
+            requestExit(`the uninstall ${uninstalling} was called off (its annotation is gone): starting over`);
+          }
+        },
+      },
+      abort.signal,
+    );
 
   let server: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   if (cfg.metricsAddr) {
     server = await startHealthServer(cfg.metricsAddr, registry, {
       health: () => ({ healthy: true, reason: 'running' }),
       readiness: () =>
-        synced ? { ready: true, revision: '', reason: aggregator.isHolder() ? 'leader' : 'standby' } : { ready: false, revision: '', reason: 'waiting for the first complete view of the cluster' },
+        uninstalling !== null
+          ? { ready: false, revision: '', reason: 'uninstalling' }
+          : synced
+            ? { ready: true, revision: '', reason: aggregator.isHolder() ? 'leader' : 'standby' }
+            : { ready: false, revision: '', reason: 'waiting for the first complete view of the cluster' },
     });
     log.info({ addr: cfg.metricsAddr, port: server.port }, `serving /metrics, /healthz and /readyz on ${server.host}:${server.port}`);
   }
@@ -174,13 +211,14 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
   log.info({ lease: `${cfg.leaseNamespace}/${cfg.leaseName}` }, 'controller started');
 
   return {
-    isLeader: () => aggregator.isHolder(),
+    isLeader: () => uninstalling === null && aggregator.isHolder(),
     port: server?.port,
+    exitRequested,
     async stop() {
       clearInterval(timer);
       abort.abort();
       await source.stop();
-      await Promise.allSettled([aggregator.stop(), events.stop(), nodeWatch]);
+      await Promise.allSettled([aggregator.stop(), events.stop(), nodeWatch, uninstallWatch]);
       await client.close();
       await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
       server?.server.closeAllConnections();

@@ -51,6 +51,8 @@ export interface NodeStatusInput {
   readonly problems?: readonly NodeProblem[];
   /** While applies fail: the policies whose changes could not be applied, each with the error. */
   readonly applyFailures?: readonly FailingPolicy[];
+  /** Set once the agent removed all of Weir's rules for this uninstall (its token). */
+  readonly removedFor?: string;
 }
 
 /** A failing policy as listed in the status; the error is cut to MAX_FAILING_ERROR characters. */
@@ -76,6 +78,7 @@ export interface NodeStatus {
   readonly failingPoliciesOmitted: number;
   /** The first MAX_LISTED_FAILING policies the failing applies carried; empty once one succeeds. */
   readonly applyFailures: readonly FailingPolicy[];
+  readonly removedFor?: string;
   readonly policyDigest: PolicyDigest;
 }
 
@@ -90,6 +93,14 @@ const MAX_NAMED_ERROR = 256;
 
 export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
   const { synced, lastApply } = input;
+  if (input.removedFor !== undefined) {
+    const message = `uninstall ${input.removedFor}: every chain, hook rule and ipset of Weir's was removed; this node enforces no policy`;
+    return [
+      { type: 'Ready', status: 'False', reason: 'Removed', message },
+      { type: 'Programmed', status: 'False', reason: 'Removed', message },
+      { type: 'Degraded', status: 'False', reason: 'AsExpected', message: 'no problems' },
+    ];
+  }
   const ready: ConditionSpec = !synced
     ? { type: 'Ready', status: 'False', reason: 'WaitingForSync', message: 'waiting for the first complete view of the cluster' }
     : lastApply === null
@@ -134,6 +145,7 @@ export function buildNodeStatus(input: NodeStatusInput, previous: readonly Condi
     failingPolicies: listed(failing),
     failingPoliciesOmitted: Math.max(0, failing.length - MAX_LISTED_FAILING),
     applyFailures: input.lastApply === null || input.lastApply.ok ? [] : listed(input.applyFailures ?? []),
+    ...(input.removedFor === undefined ? {} : { removedFor: input.removedFor }),
     policyDigest: { buckets: digest.buckets, digests: encodeDigest(digest) },
   };
 }
@@ -171,6 +183,7 @@ export function parseNodeStatus(raw: unknown): NodeStatus | null {
     failingPolicies: parseFailing(s.failingPolicies),
     failingPoliciesOmitted: num(s.failingPoliciesOmitted),
     applyFailures: parseFailing(s.applyFailures),
+    ...(typeof s.removedFor === 'string' ? { removedFor: s.removedFor } : {}),
     policyDigest: { buckets: num(digest.buckets), digests: typeof digest.digests === 'string' ? digest.digests : '' },
   };
 }
@@ -206,6 +219,7 @@ export function nodeStatusKey(s: NodeStatus): string {
     s.failingPolicies.map((p) => [p.namespace, p.name, p.uid, p.generation, p.error]),
     s.failingPoliciesOmitted,
     s.applyFailures.map((p) => [p.namespace, p.name, p.uid, p.generation, p.error]),
+    s.removedFor ?? null,
     [s.policyDigest.buckets, s.policyDigest.digests],
   ]);
 }

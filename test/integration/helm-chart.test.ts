@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { defaultConfig } from '../../src/agent/config.ts';
-import { FLAGS, parse, toConfig, toControllerConfig } from '../../src/cli/flags.ts';
+import { FLAGS, parse, toConfig, toControllerConfig, toUninstallConfig } from '../../src/cli/flags.ts';
 import { parseHostPort } from '../../src/metrics/server.ts';
 import { CHART, find, helm, type Obj, ok, parseDocs, REPO, render, run } from './helm-harness.ts';
 import { containerArgv, containerEnv, daemonSetPod, deploymentPod } from './helm-kubelet.ts';
@@ -25,6 +25,8 @@ const NOT_VALUES: Record<string, string> = {
   identity: 'controller only: the Deployment passes the pod name',
   'lease-namespace': 'controller only: the Deployment passes its namespace',
   'lease-name': 'controller only: the Deployment passes the name its Role and admission policy allow',
+  'uninstall-timeout': 'uninstall only: the hook Job passes uninstall.timeoutSeconds',
+  'cleanup-image': 'uninstall only: the hook Job passes the image',
   examples: 'demo only',
   once: 'demo only',
   help: 'not a setting',
@@ -73,14 +75,22 @@ describe('charts/weir rendered by helm', () => {
     assert.deepEqual(docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`).sort(), [
       'ClusterRole//weir-agent',
       'ClusterRole//weir-controller',
+      'ClusterRole//weir-uninstall',
       'ClusterRoleBinding//weir-agent',
       'ClusterRoleBinding//weir-controller',
+      'ClusterRoleBinding//weir-uninstall',
       'DaemonSet/kube-system/weir',
       'Deployment/kube-system/weir-controller',
+      'Job/kube-system/weir-uninstall',
       'Role/kube-system/weir-controller-lease',
+      'Role/kube-system/weir-uninstall',
+      'Role/kube-system/weir-uninstall-signal',
       'RoleBinding/kube-system/weir-controller-lease',
+      'RoleBinding/kube-system/weir-uninstall',
+      'RoleBinding/kube-system/weir-uninstall-signal',
       'ServiceAccount/kube-system/weir',
       'ServiceAccount/kube-system/weir-controller',
+      'ServiceAccount/kube-system/weir-uninstall',
       'ValidatingAdmissionPolicy//weir-agent-own-node-status',
       'ValidatingAdmissionPolicy//weir-controller-lease',
       'ValidatingAdmissionPolicyBinding//weir-agent-own-node-status',
@@ -339,7 +349,7 @@ describe('charts/weir rendered by helm', () => {
     // The one default the chart changes: it turns the audit log on (its levels stay off until
     // an annotation or audit.defaultLevel asks), so that annotations work once installed.
     assert.equal(config.audit.enabled, true);
-    assert.deepEqual({ ...config, metricsAddr: '', audit: { ...config.audit, enabled: false } }, { ...defaultConfig(), nodeName: 'node-a' });
+    assert.deepEqual({ ...config, metricsAddr: '', audit: { ...config.audit, enabled: false } }, { ...defaultConfig(), nodeName: 'node-a', daemonSet: 'kube-system/weir' });
     assert.equal(config.metricsAddr, '[172.31.0.1]:9476');
 
     const all = agentConfig(await render(['-f', ALL_ON])).config;
@@ -397,13 +407,50 @@ describe('charts/weir rendered by helm', () => {
     assert.equal(r.code, 0, r.stderr);
     const docs = parseDocs(r.stdout);
     for (const sa of docs.filter((d) => d.kind === 'ServiceAccount')) assert.equal(sa.metadata.namespace, 'weir-system');
-    assert.equal(find(docs, 'Role')!.metadata.namespace, 'weir-system');
-    assert.deepEqual(find(docs, 'RoleBinding')!.subjects, [{ kind: 'ServiceAccount', name: 'weir-controller', namespace: 'weir-system' }]);
+    for (const role of docs.filter((d) => d.kind === 'Role' || d.kind === 'RoleBinding')) assert.equal(role.metadata.namespace, 'weir-system', role.metadata.name);
+    assert.deepEqual(find(docs, 'RoleBinding', 'weir-controller-lease')!.subjects, [{ kind: 'ServiceAccount', name: 'weir-controller', namespace: 'weir-system' }]);
+    assert.deepEqual(find(docs, 'RoleBinding', 'weir-uninstall-signal')!.subjects, [
+      { kind: 'ServiceAccount', name: 'weir', namespace: 'weir-system' },
+      { kind: 'ServiceAccount', name: 'weir-controller', namespace: 'weir-system' },
+    ]);
     const vap = (name: string) => find(docs, 'ValidatingAdmissionPolicy', name)!;
     assert.match(vap('weir-agent-own-node-status').spec.matchConditions[0].expression, /'system:serviceaccount:weir-system:weir'/);
     assert.match(vap('weir-controller-lease').spec.matchConditions[0].expression, /'system:serviceaccount:weir-system:weir-controller'/);
     assert.match(vap('weir-controller-lease').spec.validations[0].expression, /request\.namespace == 'weir-system' && object\.metadata\.name == 'weir-controller'/);
     assert.equal(controllerConfig(docs).leaseNamespace, 'weir-system');
+  });
+
+  test("the uninstall hook: a pre-delete Job whose flags weir uninstall accepts, naming the release's DaemonSet, Lease and image; its account a hook too, with only what it uses", async () => {
+    const docs = await render(['--set', 'agent.chainPrefix=wr']);
+    const hooks = docs.filter((d) => d.metadata.annotations?.['helm.sh/hook'] === 'pre-delete');
+    assert.deepEqual(hooks.map((d) => `${d.kind}/${d.metadata.name}`).sort(), [
+      'ClusterRole/weir-uninstall',
+      'ClusterRoleBinding/weir-uninstall',
+      'Job/weir-uninstall',
+      'Role/weir-uninstall',
+      'RoleBinding/weir-uninstall',
+      'ServiceAccount/weir-uninstall',
+    ]);
+    // The account first (lower weight), then the Job.
+    for (const h of hooks) assert.equal(h.metadata.annotations['helm.sh/hook-weight'], h.kind === 'Job' ? '0' : '-10');
+    const job = find(docs, 'Job')!;
+    assert.equal(job.metadata.annotations['helm.sh/hook-delete-policy'], 'before-hook-creation', 'kept for its log');
+    const pod = job.spec.template.spec;
+    assert.equal(pod.serviceAccountName, 'weir-uninstall');
+    assert.equal(pod.hostNetwork, true);
+    const [command, ...flags] = pod.containers[0].args;
+    assert.equal(command, 'uninstall');
+    assert.deepEqual(toUninstallConfig(parse(flags, {}).values), {
+      kubeconfig: undefined,
+      logLevel: 'info',
+      daemonSet: { namespace: 'kube-system', name: 'weir' },
+      lease: { namespace: 'kube-system', name: 'weir-controller' },
+      timeoutMs: 60_000,
+      image: 'weir:0.1.0',
+      chainPrefix: 'wr',
+    });
+    assert.equal(job.spec.activeDeadlineSeconds, 120);
+    assert.equal((await render(['--set', 'uninstall.enabled=false'])).filter((d) => d.metadata.annotations?.['helm.sh/hook']).length, 0);
   });
 
   test("the controller Deployment: two replicas never on one node, replaced one at a time, non-root, its flags the controller's own parser accepts", async () => {
@@ -419,6 +466,7 @@ describe('charts/weir rendered by helm', () => {
     assert.equal(pod.securityContext.runAsNonRoot, true);
     assert.deepEqual(pod.containers[0].securityContext.capabilities, { drop: ['ALL'] });
     assert.deepEqual(controllerConfig(docs), {
+      daemonSet: { namespace: 'kube-system', name: 'weir' },
       kubeconfig: undefined,
       identity: 'weir-controller-abcde',
       leaseName: 'weir-controller',
@@ -426,7 +474,7 @@ describe('charts/weir rendered by helm', () => {
       metricsAddr: '[172.31.0.1]:9478',
       logLevel: 'info',
     });
-    const roleNames = find(docs, 'Role')!.rules.flatMap((r: Obj) => r.resourceNames ?? []);
+    const roleNames = find(docs, 'Role', 'weir-controller-lease')!.rules.flatMap((r: Obj) => r.resourceNames ?? []);
     assert.deepEqual(roleNames, ['weir-controller'], 'the Role grants the Lease the controller is told to take');
   });
 

@@ -12,7 +12,7 @@ import { baseNamespaces, basePods, NODES, type PodDef } from '../conformance/har
 import { expectConverged } from '../support/eventually.ts';
 import { type Bridge, bridgeApiServer } from './bridge.ts';
 import { type ControlPlane, startControlPlane } from './controlplane.ts';
-import { ContainerProcess, containerScript, daemonSetPod, deploymentPod, type Obj } from './helm-kubelet.ts';
+import { ContainerProcess, containerScript, daemonSetPod, deploymentPod, jobPod, type Obj } from './helm-kubelet.ts';
 import { podObject } from './kube-harness.ts';
 import { ok, type Run, run } from '../support/run.ts';
 
@@ -141,6 +141,43 @@ export class ChartCluster {
     }
     await Promise.all(started.map((c) => c.waitFor((r) => /every kind listed/.test(r.msg), 30_000, 'the first complete view')));
     return started;
+  }
+
+  /**
+   * What the Job controller and a kubelet would do for a Job, once it appears: runs its pod on
+   * the first node, waits for it to exit, and records the outcome in the Job's status (as
+   * `helm` waits for a hook Job to complete).
+   */
+  async runJob(namespace: string, name: string, timeoutMs: number): Promise<ContainerProcess> {
+    const deadline = Date.now() + timeoutMs;
+    let job: Obj | undefined;
+    while (job === undefined) {
+      try {
+        job = await this.getJson(['get', 'job', name, '-n', namespace]);
+      } catch (err) {
+        if (Date.now() > deadline) throw new Error(`job ${namespace}/${name} did not appear within ${timeoutMs} ms: ${err}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+    const startTime = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(jobPod(job, this.cluster.nodes[0]!.name)))) as Obj;
+    const [c] = await this.runPod(namespace, created.metadata.name);
+    const code = await c!.exitCode(Math.max(1_000, deadline - Date.now()));
+    const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    const cond = (type: string) => ({ type, status: 'True', lastProbeTime: now, lastTransitionTime: now });
+    const status =
+      code === 0
+        ? { startTime, completionTime: now, succeeded: 1, conditions: [cond('SuccessCriteriaMet'), cond('Complete')] }
+        : {
+            startTime,
+            failed: 1,
+            conditions: [
+              { ...cond('FailureTarget'), reason: 'BackoffLimitExceeded' },
+              { ...cond('Failed'), reason: 'BackoffLimitExceeded' },
+            ],
+          };
+    await this.kubectl(['patch', 'job', name, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
+    return c!;
   }
 
   /**

@@ -68,6 +68,11 @@ export function deploymentPod(deployment: Obj, node: string): Obj {
   return workloadPod(deployment, node, {});
 }
 
+/** The pod a Job's controller would make, bound to a node. */
+export function jobPod(job: Obj, node: string): Obj {
+  return workloadPod(job, node, {});
+}
+
 function workloadPod(owner: Obj, node: string, extraLabels: Record<string, string>): Obj {
   const template = structuredClone(owner.spec.template) as Obj;
   return {

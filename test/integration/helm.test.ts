@@ -6,7 +6,7 @@
 // nothing forbidden; the controller must write the policies' status, and its standby take over
 // when the leader is killed. Then a rolling update: the old agents stop and the rules stay; `helm
 // upgrade` with every optional part on, its DaemonSet run the same way; and `helm uninstall`,
-// which must leave no object of the release behind.
+// whose hook has the agents remove their rules, and which must leave no object behind.
 
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -214,49 +214,72 @@ describe('the chart on a real API server: install, agents that enforce policy, u
     assert.deepEqual(forbidden(agents), []);
   });
 
-  test('helm uninstall leaves no object of the release behind', async () => {
-    await k.stopPods([...agents, ...controllers]);
-    const r = await k.helm(['uninstall', 'weir', '--namespace', NS, '--wait']);
+  test("helm uninstall: its hook has every running agent remove Weir's rules, names the node whose agent is down with the command that cleans it, and leaves no object behind", async () => {
+    // node-b's agent is down at that moment: its rules stay until someone cleans the node.
+    const [onA, onB] = [agents.find((a) => a.node === 'node-a')!, agents.find((a) => a.node === 'node-b')!];
+    await onB.kill();
+    const uninstalling = k.helm(['uninstall', 'weir', '--namespace', NS, '--wait']);
+    const hook = await k.runJob(NS, 'weir-uninstall', 60_000);
+    const r = await uninstalling;
     assert.equal(r.code, 0, r.stderr);
+    assert.equal(await hook.exitCode(1_000), 0, hook.log.join('\n'));
+    const said = hook.log.join('\n');
+    const command = 'kubectl debug node/node-b -n kube-system --profile=netadmin --image=registry.example/weir:test --arguments-only -- cleanup';
+    assert.ok(said.includes(`node node-b: its agent did not confirm within 10 s`) && said.includes(command), said);
+    assert.match(said, /1 of 2 nodes removed Weir's rules/);
+    assert.ok(
+      onA.log.some((l) => /removed everything Weir owned/.test(l)),
+      onA.log.slice(-20).join('\n'),
+    );
+    const nodeA = await k.getJson(['get', 'nodepolicystatus', 'node-a']);
+    assert.equal(cond(nodeA, 'Programmed')?.reason, 'Removed');
+    assert.match(nodeA.status.removedFor, /^\d{14}-[0-9a-f]{6}$/);
+    // What only Weir wrote is gone with it: no policy status says Enforced, no Lease is left.
+    assert.equal((await k.kubectl(['get', 'networkpolicystatuses', '-A', '-o', 'name'])).trim(), '');
+    await assert.rejects(k.kubectl(['get', 'lease', 'weir-controller', '-n', NS]), /NotFound|not found/);
+
+    // The DaemonSet and the Deployment are gone: the kubelet stops their pods (SIGTERM).
+    await k.stopPods([...agents, ...controllers, hook]);
     assert.deepEqual(
       (await lookUp(released)).filter((l) => !l.endsWith(': gone')),
       [],
     );
     assert.equal((await k.helm(['list', '--all-namespaces', '--all', '-q'])).stdout.trim(), '');
     assert.equal((await k.kubectl(['get', 'secrets', '-n', NS, '-l', 'owner=helm', '-o', 'name'])).trim(), '', 'no release record left');
+    // The hook's Job stays for its log, an hour (the TTL controller deletes it); its account does not.
+    assert.equal((await k.getJson(['get', 'job', 'weir-uninstall', '-n', NS])).spec.ttlSecondsAfterFinished, 3600);
+    assert.equal((await k.kubectl(['get', 'serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings', '-A', '-l', 'app.kubernetes.io/instance=weir', '-o', 'name'])).trim(), '');
     // Helm never deletes the CRDs of a chart's crds/ (their objects would go with them).
     const crds = await readFile(join(CHART, 'crds/weir.dev_nodepolicystatuses.yaml'), 'utf8');
     assert.match(crds, /name: nodepolicystatuses\.weir\.dev/);
     await k.kubectl(['get', 'crd', 'nodepolicystatuses.weir.dev', 'networkpolicystatuses.weir.dev']);
   });
-  test('after helm uninstall the rules stay, so a new pod is cut off, until weir cleanup run by kubectl debug on each node removes them', async () => {
-    // A pod started after the uninstall: no agent learns its address, and the rules left in
-    // place drop the traffic of every pod they do not know.
+
+  test("after helm uninstall a new pod talks on a node its agent cleaned; on the node whose agent was down, once the hook's command has run", async () => {
+    const B3 = 'beta/b3';
     await k.cluster.addPod({ namespace: 'alpha', name: 'a3', node: 'node-a', ips: ['10.244.1.13', 'fd00:10:244:1::13'] });
-    const A3 = 'alpha/a3';
-    await k.expect((c) => c.source === c.target || (c.source !== A3 && c.target !== A3), 'a3 cut off by the rules left behind');
-    // docs/install.md#uninstall: the command an operator runs, its pod run as a kubelet would.
-    const debuggers: ContainerProcess[] = [];
-    for (const node of ['node-a', 'node-b']) {
-      const out = await k.kubectl(['debug', `node/${node}`, '-n', NS, '--profile=netadmin', '--image=weir:0.1.0', '--arguments-only', '--', 'cleanup']);
-      const pod = /pod (node-debugger-\S+) /.exec(out)?.[1];
-      assert.ok(pod, out);
-      debuggers.push(...(await k.runPod(NS, pod)));
+    await k.cluster.addPod({ namespace: 'beta', name: 'b3', node: 'node-b', ips: ['10.244.2.13', 'fd00:10:244:2::13'] });
+    // node-b's rules, left in place, drop the traffic of every pod they do not know.
+    await k.expect((c) => c.source === c.target || (c.source !== B3 && c.target !== B3), 'a3 reached from every pod; b3 cut off by the rules left on node-b');
+    for (const save of ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-legacy-save', 'ip6tables-legacy-save']) {
+      const r = await run('ip', ['netns', 'exec', k.cluster.nodes[0]!.netns, save]);
+      assert.doesNotMatch(r.stdout, /weir:/, `node-a ${save}`);
     }
-    for (const d of debuggers) assert.equal(await d.exitCode(20_000), 0, d.log.join('\n'));
-    assert.ok(
-      debuggers.every((d) => d.log.some((l) => /removed everything Weir owned/.test(l))),
-      debuggers.flatMap((d) => d.log).join('\n'),
-    );
-    await k.expect(() => true, 'weir cleanup: nothing of Weir left, a3 reached like every pod');
+    // The command the hook named, its pod run as a kubelet would.
+    const out = await k.kubectl(['debug', 'node/node-b', '-n', NS, '--profile=netadmin', '--image=registry.example/weir:test', '--arguments-only', '--', 'cleanup']);
+    const pod = /pod (node-debugger-\S+) /.exec(out)?.[1];
+    assert.ok(pod, out);
+    const [debug] = await k.runPod(NS, pod);
+    assert.equal(await debug!.exitCode(20_000), 0, debug!.log.join('\n'));
+    await k.expect(() => true, 'node-b cleaned: a3 and b3 reached like every pod');
     for (const node of k.cluster.nodes) {
       for (const save of ['iptables-nft-save', 'ip6tables-nft-save', 'iptables-legacy-save', 'ip6tables-legacy-save']) {
         const r = await run('ip', ['netns', 'exec', node.netns, save]);
         assert.doesNotMatch(r.stdout, /weir:/, `${node.name} ${save}`);
       }
     }
-    // Forced: no kubelet here confirms the deletion of the (completed) debug pods.
-    await k.kubectl(['delete', 'pods', '-n', NS, '-l', 'app.kubernetes.io/managed-by=kubectl-debug', '--grace-period=0', '--force']);
+    // Forced: no kubelet here confirms the deletion of the (completed) pods.
+    await k.kubectl(['delete', 'pods', '-n', NS, '--all', '--grace-period=0', '--force']);
     assert.equal((await k.kubectl(['get', 'pods', '-n', NS, '-o', 'name'])).trim(), '');
   });
 });

@@ -69,6 +69,8 @@ const AGENT_GRANTS: readonly Row[] = [
   { what: "the controller's lease", group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', name: CONTROLLER_LEASE, allowed: [] },
   { what: 'leases in kube-system', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', allowed: [] },
   { what: 'node heartbeats kube-node-lease/node-b', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-node-lease', name: 'node-b', allowed: [] },
+  { what: 'its DaemonSet (the uninstall signal: read)', group: 'apps', resource: 'daemonsets', namespace: 'kube-system', name: 'weir', allowed: ['get', 'list', 'watch'] },
+  { what: 'other DaemonSets', group: 'apps', resource: 'daemonsets', namespace: 'kube-system', name: 'kube-proxy', allowed: [] },
   { what: 'secrets in kube-system', group: '', resource: 'secrets', namespace: 'kube-system', allowed: [] },
   { what: 'serviceaccounts/token', group: '', resource: 'serviceaccounts', subresource: 'token', namespace: 'kube-system', name: 'weir', allowed: [] },
 ];
@@ -97,6 +99,8 @@ const CONTROLLER_GRANTS: readonly Row[] = [
   { what: 'leases in kube-system', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-system', allowed: ['create'] },
   { what: 'node heartbeats kube-node-lease/node-b', group: 'coordination.k8s.io', resource: 'leases', namespace: 'kube-node-lease', name: 'node-b', allowed: [] },
   { what: 'leases in default', group: 'coordination.k8s.io', resource: 'leases', namespace: 'default', allowed: [] },
+  { what: "the agents' DaemonSet (the uninstall signal: read)", group: 'apps', resource: 'daemonsets', namespace: 'kube-system', name: 'weir', allowed: ['get', 'list', 'watch'] },
+  { what: 'other DaemonSets', group: 'apps', resource: 'daemonsets', namespace: 'kube-system', name: 'kube-proxy', allowed: [] },
   { what: 'secrets in kube-system', group: '', resource: 'secrets', namespace: 'kube-system', allowed: [] },
 ];
 

@@ -155,6 +155,23 @@ describe('weir CLI', () => {
     );
   });
 
+  test('the controller and the uninstall hook name every bad flag: --daemonset, --identity, Lease names, the timeout', () => {
+    const c = weir(['controller', '--daemonset', 'weir', '--identity', '', '--lease-name', 'Bad_Name']);
+    assert.equal(c.status, 2);
+    for (const want of [
+      /--daemonset \(WEIR_DAEMONSET\) must be NAMESPACE\/NAME, got "weir"/,
+      /--identity \(WEIR_IDENTITY\) must not be empty/,
+      /--lease-name \(WEIR_LEASE_NAME\) must be a Kubernetes object name/,
+    ]) {
+      assert.match(c.stderr, want);
+    }
+    const u = weir(['uninstall', '--uninstall-timeout', '0']);
+    assert.equal(u.status, 2);
+    assert.match(u.stderr, /--daemonset \(WEIR_DAEMONSET\) is required as NAMESPACE\/NAME/);
+    assert.match(u.stderr, /--uninstall-timeout \(WEIR_UNINSTALL_TIMEOUT\) must be a whole number of seconds/);
+    assert.match(weir(['agent', '--node-name', 'n', '--manifests', 'x', '--daemonset', 'kube-system/weir']).stderr, /--daemonset needs the cluster as the source/);
+  });
+
   test('an unknown command or flag is a clear error', () => {
     assert.match(weir(['enforce']).stderr, /unknown command "enforce"/);
     assert.match(weir(['render', '--nodename', 'x']).stderr, /Unknown option '--nodename'/);

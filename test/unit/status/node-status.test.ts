@@ -170,6 +170,22 @@ describe('buildNodeStatus', () => {
     assert.deepEqual(buildNodeStatus({ ...healthy, lastApply: null, applyFailures: carried }, undefined, T0).applyFailures, []);
   });
 
+  test('after an uninstall removed the rules: not ready, not programmed (Removed), nothing enforced, the token kept', () => {
+    const status = buildNodeStatus({ ...healthy, policies: [], removedFor: '20261128123000-abcdef' }, undefined, T0);
+    assert.deepEqual(
+      status.conditions.map((c) => [c.type, c.status, c.reason]),
+      [
+        ['Ready', 'False', 'Removed'],
+        ['Programmed', 'False', 'Removed'],
+        ['Degraded', 'False', 'AsExpected'],
+      ],
+    );
+    assert.match(status.conditions[1]!.message, /uninstall 20261128123000-abcdef: every chain, hook rule and ipset/);
+    assert.equal(status.removedFor, '20261128123000-abcdef');
+    assert.deepEqual(parseNodeStatus(JSON.parse(JSON.stringify(status))), status);
+    assert.equal(Object.hasOwn(buildNodeStatus(healthy, undefined, T0), 'removedFor'), false);
+  });
+
   test('reads back what it writes', () => {
     const status = buildNodeStatus({ ...healthy, policies: invalid(2), lastApply: { ok: false, message: 'x' }, applyFailures: invalid(1) }, undefined, T0);
     assert.equal(status.applyFailures.length, 1);
