@@ -28,6 +28,9 @@ export interface AgentOptions {
   readonly kubeconfig?: string;
   /** Also start a controller (without it nothing writes NetworkPolicyStatus or Events). */
   readonly controller?: boolean;
+  /** Create the chart's DaemonSet object, kube-system/weir (no pods: the agents run here),
+   *  and have the agents and the controller watch it for the uninstall signal. */
+  readonly daemonSet?: boolean;
 }
 
 export class KubeIntegration {
@@ -39,6 +42,7 @@ export class KubeIntegration {
   /** Each node's agent kubeconfig: the service account of deploy/rbac.yaml, with a token bound
    *  to that node's agent pod (as the kubelet mounts it), so the admission policy knows the node. */
   readonly agentKubeconfigs = new Map<string, string>();
+  #opts: AgentOptions = {};
 
   private constructor(cp: ControlPlane, cluster: Cluster) {
     this.cp = cp;
@@ -57,7 +61,9 @@ export class KubeIntegration {
         pods: basePods().map((p) => ({ namespace: p.namespace, name: p.name, node: p.node, ips: p.ips })),
       });
       k = new KubeIntegration(cp, cluster);
+      k.#opts = opts;
       await k.#createObjects();
+      if (opts.daemonSet) await k.apply(daemonSetObject());
       // Agents run as the service account of deploy/rbac.yaml under deploy/admission-policy.yaml,
       // so what Weir ships is proven.
       if (opts.kubeconfig === undefined) {
@@ -85,7 +91,8 @@ export class KubeIntegration {
   startAgent(node: string, opts: AgentOptions = {}): AgentProcess {
     const netns = this.cluster.nodes.find((n) => n.name === node)!.netns;
     const kubeconfig = opts.kubeconfig ?? this.agentKubeconfigs.get(node) ?? this.cp.kubeconfig;
-    const a = new AgentProcess(node, netns, ['--kubeconfig', kubeconfig, '--log-level', 'info', '--resync-interval', '5', ...(opts.args ?? [])]);
+    const watch = (opts.daemonSet ?? this.#opts.daemonSet) ? ['--daemonset', DAEMONSET] : [];
+    const a = new AgentProcess(node, netns, ['--kubeconfig', kubeconfig, '--log-level', 'info', '--resync-interval', '5', ...watch, ...(opts.args ?? [])]);
     this.agents.push(a);
     return a;
   }
@@ -95,7 +102,8 @@ export class KubeIntegration {
   async startController(identity: string): Promise<AgentProcess> {
     const kubeconfig = await this.serviceAccountKubeconfig('weir-controller', 'kube-system', `controller-${identity}.kubeconfig`);
     const netns = this.cluster.nodes[0]!.netns;
-    const c = new AgentProcess(identity, netns, ['--kubeconfig', kubeconfig, '--identity', identity, '--log-level', 'info'], ['controller']);
+    const watch = this.#opts.daemonSet ? ['--daemonset', DAEMONSET] : [];
+    const c = new AgentProcess(identity, netns, ['--kubeconfig', kubeconfig, '--identity', identity, '--log-level', 'info', ...watch], ['controller']);
     this.controllers.push(c);
     await c.waitFor((r) => /every kind listed/.test(r.msg ?? ''), 30_000, 'the first complete view');
     return c;
@@ -173,6 +181,20 @@ export class KubeIntegration {
 }
 
 const agentPodName = (node: string): string => `weir-agent-${node}`;
+
+/** The chart's DaemonSet as deploy/rbac.yaml names it. */
+export const DAEMONSET = 'kube-system/weir';
+
+/** A DaemonSet object named as the chart's (no controller manager here makes its pods). */
+const daemonSetObject = () => ({
+  apiVersion: 'apps/v1',
+  kind: 'DaemonSet',
+  metadata: { name: 'weir', namespace: 'kube-system' },
+  spec: {
+    selector: { matchLabels: { app: 'weir' } },
+    template: { metadata: { labels: { app: 'weir' } }, spec: { containers: [{ name: 'agent', image: 'weir:0.1.0' }] } },
+  },
+});
 
 /** The agent's own pod on a node, as its DaemonSet would make it (host network: never policed). */
 function agentPod(node: string): unknown {
