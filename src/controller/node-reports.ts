@@ -4,12 +4,11 @@
 // another node's, and an unreadable one proves nothing (the aggregator then counts that node
 // as not having realized anything).
 
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeClient } from '../kube/client.ts';
-import { createReflector, DEFAULT_LIST_WATCH_TIMINGS, isRecord, rawRefOf } from '../kube/reflector.ts';
+import { isRecord, rawRefOf } from '../kube/reflector.ts';
+import { watchCollection } from '../kube/side-watch.ts';
 import type { Codec } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';
-import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
 import { nodeStatusListPath } from '../status/bodies.ts';
 import { nodeDigestOf, parseFailing } from '../status/node-status.ts';
 import type { FailingPolicy } from '../status/node-status.ts';
@@ -50,23 +49,11 @@ const codec: Codec<NodeReport> = {
 
 /** Lists and watches until `signal` aborts; never rejects. */
 export function watchNodeReports(o: NodeReportsOptions, signal: AbortSignal): Promise<void> {
-  const retry = { retryMinMs: DEFAULT_RETRY_MIN_MS, retryMaxMs: DEFAULT_RETRY_MAX_MS };
-  const reflector = createReflector(
+  return watchCollection(
     { kind: 'NodePolicyStatus', path: nodeStatusListPath() },
     codec,
-    {
-      client: o.client,
-      log: o.log,
-      timings: { ...DEFAULT_LIST_WATCH_TIMINGS, relistMs: [1_800_000, 3_600_000] },
-      backoff: (attempt) => backoffMs(attempt, retry),
-      delay: (ms, s) => sleep(ms, undefined, { signal: s }).catch(() => {}),
-      random: Math.random,
-      now: () => performance.now(),
-      onWatchEvent: (e) => {
-        if (e.type === 'error') o.log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
-      },
-    },
+    { client: o.client, log: o.log, relistMs: [1_800_000, 3_600_000] },
     { change: (node, report) => o.onChange(node, report), listed: () => {} },
+    signal,
   );
-  return reflector.run(signal);
 }

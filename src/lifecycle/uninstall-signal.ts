@@ -4,14 +4,13 @@
 // in its NodePolicyStatus; the controller stops writing and lets go of its Lease. A DaemonSet
 // that is deleted says nothing: deletion follows the hook, and a rolling update must keep rules.
 
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeClient } from '../kube/client.ts';
 import { isStatus } from '../kube/client.ts';
-import { createReflector, DEFAULT_LIST_WATCH_TIMINGS, rawRefOf } from '../kube/reflector.ts';
+import { rawRefOf } from '../kube/reflector.ts';
+import { watchCollection } from '../kube/side-watch.ts';
 import type { Codec } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';
 import { type DaemonSetRef, daemonSetPath, uninstallTokenOf } from './daemonset-ref.ts';
-import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
 
 /** What the DaemonSet says at start-up: an uninstall token, null for none, or 'gone' when
  *  the DaemonSet no longer exists (the release is being deleted). Any other answer (403, the
@@ -45,28 +44,16 @@ const codec: Codec<string | null> = {
 
 /** Lists and watches the one DaemonSet until `signal` aborts; never rejects. */
 export function watchUninstallSignal(o: UninstallSignalOptions, signal: AbortSignal): Promise<void> {
-  const retry = { retryMinMs: DEFAULT_RETRY_MIN_MS, retryMaxMs: DEFAULT_RETRY_MAX_MS };
-  const reflector = createReflector(
+  return watchCollection(
     { kind: 'DaemonSet', path: `/apis/apps/v1/namespaces/${encodeURIComponent(o.daemonSet.namespace)}/daemonsets`, fieldSelector: `metadata.name=${o.daemonSet.name}` },
     codec,
-    {
-      client: o.client,
-      log: o.log,
-      timings: DEFAULT_LIST_WATCH_TIMINGS,
-      backoff: (attempt) => backoffMs(attempt, retry),
-      delay: (ms, s) => sleep(ms, undefined, { signal: s }).catch(() => {}),
-      random: Math.random,
-      now: () => performance.now(),
-      onWatchEvent: (e) => {
-        if (e.type === 'error') o.log.warn({ kind: e.kind, detail: e.detail }, 'watch error; restarting with backoff');
-      },
-    },
+    { client: o.client, log: o.log },
     {
       change: (_name, token) => {
         if (token !== undefined) o.onChange(token);
       },
       listed: () => {},
     },
+    signal,
   );
-  return reflector.run(signal);
 }
