@@ -1,6 +1,7 @@
 // npm run bench:agent: Weir's own targets measured on the built agent process (issue 10), not
 // in-process. A real kube-apiserver holds a cluster of bench/synthetic.ts's shapes (default
-// 100k pods, 10k namespaces, 20k policies, ~110 pods on node-0), and the bundled agent
+// 100k pods, 10k namespaces, 20k policies, ~110 pods on node-0; bench/populate-cluster.ts
+// writes it), and the bundled agent
 // (scripts/build.ts into .cache/agent-scale/weir-dist, never dist/) runs as node-0 in a network
 // namespace of this bench's own, reaching the API server through a bridge (test/integration/
 // bridge.ts), with the image's Node flags (src/cli/node-flags.ts). Prints measured figures
@@ -18,9 +19,8 @@
 // --concurrency (API writes in flight while populating, 32), --rest-s (30), --settle-s (wait up
 // to this long for the load average to fall under 1 after populating, 60), --max-populate-s
 // (stop creating pods after this long and measure the cluster made so far; 0: no limit),
-// --starts (cold starts on the populated cluster, 1: their spread in one run), --lease-holder
-// (the agent takes the policy-status Lease and so writes every policy's NetworkPolicyStatus,
-// as one agent of a cluster does; by default another node holds it).
+// --starts (cold starts on the populated cluster, 1: their spread in one run). The agent writes
+// its own NodePolicyStatus only: every NetworkPolicyStatus is the controller's (bench:controller).
 // WEIR_BENCH_AGENT_NODE_FLAGS: extra Node flags for the agent (a CPU profile, say);
 // WEIR_BENCH_AGENT_ARGS: extra arguments of `weir agent` (--favour-memory, say);
 // WEIR_BENCH_AGENT_LOG_DIR: keep each agent's output there, every line with its ms since spawn.
@@ -33,18 +33,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { NODE_FLAGS } from '../src/cli/node-flags.ts';
-import type { Pod, RawNetworkPolicy } from '../src/model/types.ts';
 import { registerExitCleanup } from '../src/sim/cleanup.ts';
 import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
 import { bridgeApiServer, type Bridge } from '../test/integration/bridge.ts';
 import { startControlPlane, type ControlPlane } from '../test/integration/controlplane.ts';
-import { Api, ApiError, type KubeObject } from './peers/api.ts';
+import type { Api } from './peers/api.ts';
 import { NetnsProcess } from './peers/enforcers.ts';
 import { type Usage, usageOf } from './peers/usage.ts';
-import { makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
+import { Clients, collection, loadAverage, type Population, podObject, podStatus, policyObject, populate, progress, secs, settle } from './populate-cluster.ts';
+import { makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
-const CRDS = join(REPO, 'crds');
 const OUT = join(REPO, '.cache/agent-scale/weir-dist');
 const METRICS_PORT = 9464;
 
@@ -56,7 +55,6 @@ const { values: flags } = parseArgs({
     'rest-s': { type: 'string' },
     'settle-s': { type: 'string' },
     'max-populate-s': { type: 'string' },
-    'lease-holder': { type: 'boolean' },
     starts: { type: 'string' },
   },
   strict: true,
@@ -84,7 +82,6 @@ const CONCURRENCY = Math.max(1, Math.round(num(flags.concurrency, undefined, 32)
 const REST_S = num(flags['rest-s'], undefined, 30);
 const SETTLE_S = num(flags['settle-s'], undefined, 60);
 const MAX_POPULATE_S = num(flags['max-populate-s'], undefined, 0);
-const LEASE_HOLDER = flags['lease-holder'] ?? false;
 /** Cold starts measured on one populated cluster: each but the last in a namespace of its own,
  *  torn down after; the last goes on to sections 3 and 4. */
 const STARTS = Math.max(1, Math.round(num(flags.starts, undefined, 1)));
@@ -108,14 +105,7 @@ function pct(xs: readonly number[], p: number): number {
 }
 const f1 = (x: number): string => (Number.isNaN(x) ? '-' : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : x.toFixed(0));
 const mb = (x: number | undefined): string => (x === undefined ? '-' : `${x.toFixed(0)} MB`);
-const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 const log = (s = ''): void => console.log(s);
-/** Progress goes to stderr, so stdout holds the figures alone. */
-const progress = (s: string): void => void process.stderr.write(`  .. ${s}\n`);
-
-function loadAverage(): number {
-  return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
-}
 
 /** Printed before every section: above 1 the figures were taken under load. */
 function section(title: string): void {
@@ -136,221 +126,6 @@ function sourceState(): string {
   const git = (args: string[]) => spawnSync('git', ['-C', REPO, ...args], { encoding: 'utf8' }).stdout.trim();
   const dirty = git(['status', '--porcelain', '--', 'src', 'scripts/build.ts']).split('\n').filter(Boolean).length;
   return `commit ${git(['rev-parse', '--short', 'HEAD'])}${dirty > 0 ? ` + ${dirty} uncommitted file(s) in src/ (built as they were)` : ''}`;
-}
-
-// ---------------------------------------------------------------------------------------------
-// API objects of the synthetic shapes, as a kubelet and a user would write them
-
-/** A node's address (status.hostIP of its pods). */
-const hostIPOf = (nodeName: string): string => {
-  const n = Number(nodeName.slice(nodeName.lastIndexOf('-') + 1));
-  return `100.64.${(n >> 8) & 255}.${n & 255}`;
-};
-/** IPv6 in canonical text (synthetic.ts writes fd00::0:1f, the API server's strict validation
- *  wants fd00::1f). */
-const canonicalIp = (ip: string): string => (ip.includes(':') ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
-
-function podObject(p: Pod): KubeObject {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name: p.name, namespace: p.namespace, labels: { ...p.labels } },
-    spec: {
-      nodeName: p.nodeName,
-      containers: [{ name: 'app', image: 'registry.invalid/weir-bench', ports: p.ports.map((x) => ({ name: x.name, containerPort: x.port, protocol: x.protocol })) }],
-    },
-  };
-}
-
-function podStatus(p: Pod): unknown {
-  const hostIP = hostIPOf(p.nodeName);
-  const ips = p.ips.map(canonicalIp);
-  return {
-    status: {
-      phase: 'Running',
-      hostIP,
-      hostIPs: [{ ip: hostIP }],
-      podIP: ips[0],
-      podIPs: ips.map((ip) => ({ ip })),
-      conditions: [{ type: 'Ready', status: 'True' }],
-    },
-  };
-}
-
-const namespaceObject = (i: number): KubeObject => {
-  const ns = makeNamespace(i);
-  return { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns.name, labels: { ...ns.labels } } };
-};
-
-const policyObject = (p: RawNetworkPolicy): KubeObject => ({
-  apiVersion: 'networking.k8s.io/v1',
-  kind: 'NetworkPolicy',
-  metadata: { namespace: p.namespace, name: p.name },
-  spec: p.spec,
-});
-
-const collection = (kind: 'Pod' | 'NetworkPolicy' | 'Namespace', namespace?: string): string =>
-  kind === 'Namespace' ? '/api/v1/namespaces' : kind === 'Pod' ? `/api/v1/namespaces/${namespace}/pods` : `/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies`;
-
-/** API clients: one keep-alive pool of 16 sockets each (bench/peers/api.ts), enough of them for
- *  the concurrency asked for. */
-class Clients {
-  readonly all: Api[];
-  #next = 0;
-  constructor(cp: ControlPlane, n: number) {
-    this.all = Array.from({ length: Math.max(1, Math.ceil(n / 16)) }, () => new Api(cp.server, cp.token, cp.kubeconfig));
-  }
-  get one(): Api {
-    return this.all[0];
-  }
-  pick(): Api {
-    return this.all[this.#next++ % this.all.length];
-  }
-  close(): void {
-    for (const a of this.all) a.close();
-  }
-}
-
-/** Retries what an overloaded API server answers (429, 5xx, a dropped connection); a create
- *  that turns out to exist (a retry of one that had succeeded) counts as done. */
-async function withRetry(what: string, fn: () => Promise<unknown>, create = false): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await fn();
-      return;
-    } catch (e) {
-      if (create && e instanceof ApiError && e.status === 409) return;
-      const transient = !(e instanceof ApiError) || e.status === 429 || e.status >= 500;
-      if (!transient || attempt >= 8) throw new Error(`${what}: ${(e as Error).message}`, { cause: e });
-      await sleep(Math.min(5000, 100 * 2 ** attempt));
-    }
-  }
-}
-
-/** Runs `fn` for 0..n-1 with `limit` in flight; stops taking new work after the first error or
- *  when `stop()` says so. Resolves with how many succeeded and the first error. */
-async function pool(n: number, limit: number, fn: (i: number) => Promise<void>, stop: () => boolean = () => false): Promise<{ done: number; error?: Error }> {
-  let next = 0;
-  let done = 0;
-  let error: Error | undefined;
-  const worker = async (): Promise<void> => {
-    while (next < n && error === undefined && !stop()) {
-      const i = next++;
-      try {
-        await fn(i);
-        done++;
-      } catch (e) {
-        error ??= e as Error;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, n) }, worker));
-  return { done, error };
-}
-
-/** Logs progress every 10 s while `work` runs. */
-async function withProgress<T>(what: string, total: number, count: () => number, work: Promise<T>): Promise<T> {
-  const t0 = performance.now();
-  const timer = setInterval(() => {
-    const c = count();
-    const rate = c / ((performance.now() - t0) / 1000);
-    progress(`${what}: ${c}/${total} (${rate.toFixed(0)}/s, ${rate > 0 ? `about ${secs(((total - c) / rate) * 1000)} to go` : '?'}; load ${loadAverage().toFixed(2)})`);
-  }, 10_000);
-  try {
-    return await work;
-  } finally {
-    clearInterval(timer);
-  }
-}
-
-interface Population {
-  readonly pods: number;
-  readonly namespaces: number;
-  readonly policies: number;
-  readonly podsError?: string;
-}
-
-async function populate(cp: ControlPlane, clients: Clients): Promise<Population> {
-  const api = clients.one;
-  // Status objects: their CRDs exist, as in a real install (the agent writes its NodePolicyStatus).
-  await cp.kubectl(['apply', '-f', CRDS]);
-  await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev']);
-  // This node: its pod ranges are those of synthetic.ts's podIps for node 0.
-  await api.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: NODE }, spec: { podCIDR: '10.0.0.0/20', podCIDRs: ['10.0.0.0/20', 'fd00::/112'] } });
-  await api.patch('Node', undefined, NODE, { status: { addresses: [{ type: 'InternalIP', address: hostIPOf(NODE) }], conditions: [{ type: 'Ready', status: 'True' }] } }, 'status');
-  if (!LEASE_HOLDER) {
-    // Most agents of a cluster do not hold the policy-status Lease: another node does, for a day.
-    const now = new Date().toISOString().replace('Z', '000Z');
-    await api.request('POST', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases', {
-      apiVersion: 'coordination.k8s.io/v1',
-      kind: 'Lease',
-      metadata: { namespace: 'kube-system', name: 'weir-policy-status' },
-      spec: { holderIdentity: 'node-1', leaseDurationSeconds: 86_400, acquireTime: now, renewTime: now },
-    });
-  }
-
-  const t0 = performance.now();
-  let t = t0;
-  let count = 0;
-  const ns = await withProgress(
-    'namespaces',
-    size.namespaces,
-    () => count,
-    pool(size.namespaces, CONCURRENCY, async (i) => {
-      await withRetry(`namespace ${i}`, () => clients.pick().request('POST', `${collection('Namespace')}?fieldManager=weir-bench`, namespaceObject(i)), true);
-      count++;
-    }),
-  );
-  if (ns.error) throw ns.error;
-  const nsMs = performance.now() - t;
-  t = performance.now();
-  count = 0;
-  const pol = await withProgress(
-    'policies',
-    size.policies,
-    () => count,
-    pool(size.policies, CONCURRENCY, async (j) => {
-      const p = makePolicy(j, size);
-      await withRetry(`policy ${p.namespace}/${p.name}`, () => clients.pick().request('POST', `${collection('NetworkPolicy', p.namespace)}?fieldManager=weir-bench`, policyObject(p)), true);
-      count++;
-    }),
-  );
-  if (pol.error) throw pol.error;
-  const polMs = performance.now() - t;
-  t = performance.now();
-  count = 0;
-  // Each pod as a kubelet sees it: created (Pending, no address), then its status (Running,
-  // its IPs and its node's address) through the status subresource.
-  const deadline = MAX_POPULATE_S > 0 ? t0 + MAX_POPULATE_S * 1000 : Number.POSITIVE_INFINITY;
-  const pods = await withProgress(
-    'pods (create + status)',
-    size.pods,
-    () => count,
-    pool(
-      size.pods,
-      CONCURRENCY,
-      async (i) => {
-        const p = makePod(i, size);
-        const a = clients.pick();
-        await withRetry(`pod ${p.namespace}/${p.name}`, () => a.request('POST', `${collection('Pod', p.namespace)}?fieldManager=weir-bench`, podObject(p)), true);
-        await withRetry(`status of pod ${p.namespace}/${p.name}`, () => a.patch('Pod', p.namespace, p.name, podStatus(p), 'status'));
-        count++;
-      },
-      () => performance.now() > deadline,
-    ),
-  );
-  const podsMs = performance.now() - t;
-  const total = performance.now() - t0;
-  const rate = (n: number, ms: number) => `${((n / ms) * 1000).toFixed(0)}/s`;
-  log(`namespaces: ${ns.done} in ${secs(nsMs)} (${rate(ns.done, nsMs)})`);
-  log(`policies:   ${pol.done} in ${secs(polMs)} (${rate(pol.done, polMs)})`);
-  log(`pods:       ${pods.done} in ${secs(podsMs)} (${rate(pods.done, podsMs)} pods, ${rate(2 * pods.done, podsMs)} writes: create + status)`);
-  log(`populated in ${secs(total)}, ${CONCURRENCY} writes in flight`);
-  let podsError: string | undefined;
-  if (pods.error) podsError = `the API server stopped taking pods after ${pods.done}: ${pods.error.message}`;
-  else if (pods.done < size.pods) podsError = `--max-populate-s=${MAX_POPULATE_S} reached after ${pods.done} pods`;
-  if (podsError) log(`NOT FULL SIZE: ${podsError}; measuring the ${pods.done} pods that exist`);
-  return { pods: pods.done, namespaces: ns.done, policies: pol.done, podsError };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -899,7 +674,6 @@ async function main(): Promise<void> {
   log(
     `cluster (bench/synthetic.ts shapes, scale ${scale}): ${size.pods} pods on ${NODES} nodes (~${size.localPods} on ${NODE}), ${size.namespaces} namespaces, ${size.policies} policies; ${CHANGES} changes of each kind`,
   );
-  log(`policy-status Lease: ${LEASE_HOLDER ? 'the agent takes it (writes every NetworkPolicyStatus)' : 'held by another node (the agent writes only its NodePolicyStatus)'}`);
 
   progress(`building the agent from src/ into ${OUT}`);
   const built = spawnSync(process.execPath, [join(REPO, 'scripts/build.ts'), OUT], { encoding: 'utf8' });
@@ -928,13 +702,9 @@ async function main(): Promise<void> {
     cp = await startControlPlane();
     log(`kube-apiserver ready in ${secs(cp.startMs)} at ${cp.server}`);
     clients = new Clients(cp, CONCURRENCY);
-    const pop = await populate(cp, clients);
-
-    if (SETTLE_S > 0) {
-      const until = performance.now() + SETTLE_S * 1000;
-      progress(`waiting up to ${SETTLE_S} s for the load average (${loadAverage().toFixed(2)}) to fall under 1`);
-      while (loadAverage() >= 1 && performance.now() < until) await sleep(2000);
-    }
+    // This node alone: the agent watches its own Node object only.
+    const pop = await populate(cp, clients, { size, concurrency: CONCURRENCY, maxPopulateS: MAX_POPULATE_S, nodes: 1, log });
+    await settle(SETTLE_S);
 
     section(`2. cold start: ${pop.pods} pods, ${pop.policies} policies`);
     // Node's flags as the image's entrypoint passes them.
@@ -1064,10 +834,6 @@ async function main(): Promise<void> {
       `CPU at rest: ${figures.cpuRestPct?.toFixed(1) ?? '-'}% of a core over ${REST_S} s (the process and its waited-for children); periodic resyncs meanwhile: ${resyncs.length}${resyncs.length > 0 ? ` (${resyncs.map((w) => `${f1(w.rec.ms ?? Number.NaN)} ms`).join(', ')})` : ''}`,
     );
     log(`RSS at the end: ${mb(figures.rssEnd)}, peak over the whole run (VmHWM) ${mb(figures.hwmEnd)}; ${heap(await scrapeMetrics(netns))}`);
-    if (LEASE_HOLDER) {
-      const list = await api.request<{ items: unknown[]; metadata: { remainingItemCount?: number } }>('GET', '/apis/weir.dev/v1alpha1/networkpolicystatuses?limit=1');
-      log(`NetworkPolicyStatus objects the agent has written so far: ${list.items.length + (list.metadata.remainingItemCount ?? 0)} (of ${pop.policies} policies)`);
-    }
     const allResyncs = a.writes.filter((w) => w.rec.resync).slice(1);
     if (allResyncs.length > 0)
       log(
