@@ -155,6 +155,11 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     requestExit = resolve;
   });
   let sourceStarted = false;
+  // A removal waits for the start-up to finish, so no write of the start-up lands after it.
+  let startedUp: () => void = () => {};
+  const startup = new Promise<void>((resolve) => {
+    startedUp = resolve;
+  });
   const removal =
     kubeConfig && cfg.daemonSet
       ? await startRemovalWatch({
@@ -162,6 +167,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
           daemonSet: cfg.daemonSet,
           log,
           remove: async (token) => {
+            await startup;
             log.warn({ token }, `uninstall ${token}: this node stops enforcing and removes every rule and set of Weir's`);
             if (sourceStarted) await source.stop();
             await reconciler.stop();
@@ -185,7 +191,8 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
 
   if (removal?.pendingAtStart != null) {
     log.warn({ token: removal.pendingAtStart }, 'the DaemonSet asks for an uninstall: enforcing nothing on this node');
-    return { reconciler, calc, metrics, port: server?.port, exitRequested, stop: async () => stopAll() };
+    startedUp();
+    return { reconciler, calc, metrics, port: server?.port, exitRequested, stop: stopAll };
   }
   // The fail-closed skeleton on a fresh node: the only write before the source is synced.
   await reconciler.start();
@@ -199,11 +206,13 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   } catch (err) {
     await audit?.stop();
     await reconciler.stop();
+    startedUp();
     await removal?.stop();
     await reporting?.stop();
     server?.server.close();
     throw err;
   }
+  startedUp();
   log.info({ node: cfg.nodeName, families: cfg.families, prefix: cfg.chainPrefix }, 'agent started');
 
   return {

@@ -52,6 +52,10 @@ function run(command: string, args: readonly string[], input?: string): Promise<
       if (code === 0) resolve(stdout);
       else reject(new CommandError('WEIR_COMMAND_FAILED', command, args, code ?? undefined, stderr));
     });
+    // A command may exit without reading its input (EPIPE); its exit status says how it went.
+    child.stdin.on('error', (e: NodeJS.ErrnoException) => {
+      if (e.code !== 'EPIPE') reject(e);
+    });
     child.stdin.end(input ?? '');
   });
 }
