@@ -210,7 +210,20 @@ export function toUninstallConfig(values: Parsed['values']): UninstallConfig & {
   if (daemonSet === null) problems.push(`--daemonset (${envName('daemonset')}) is required as NAMESPACE/NAME, got "${ds}"`);
   const timeout = str('uninstall-timeout') ?? '60';
   if (!/^\d+$/.test(timeout) || Number(timeout) < 1) problems.push(`--uninstall-timeout (${envName('uninstall-timeout')}) must be a whole number of seconds, at least 1, got "${timeout}"`);
-  const chainPrefix = str('chain-prefix') ?? defaultConfig().chainPrefix;
+  // The agents' own parser: the flags cleanup needs, checked, and named only when not defaults.
+  let cleanupFlags: string[] = [];
+  try {
+    const agent = toConfig(values, { nodeName: false, manifestsDir: false });
+    const d = defaultConfig();
+    cleanupFlags = [
+      ...(agent.chainPrefix === d.chainPrefix ? [] : [`--chain-prefix=${agent.chainPrefix}`]),
+      ...(agent.families.join(',') === d.families.join(',') ? [] : [`--families=${agent.families.join(',')}`]),
+      ...(agent.backend === d.backend ? [] : [`--backend=${agent.backend}`]),
+    ];
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
   if (problems.length > 0 || daemonSet === null) throw new ConfigError(problems);
   return {
     kubeconfig: str('kubeconfig'),
@@ -219,7 +232,7 @@ export function toUninstallConfig(values: Parsed['values']): UninstallConfig & {
     lease: { namespace: str('lease-namespace') ?? daemonSet.namespace, name: str('lease-name') ?? DEFAULT_CONTROLLER_LEASE_NAME },
     timeoutMs: Number(timeout) * 1000,
     image: str('cleanup-image') ?? 'weir:latest',
-    chainPrefix,
+    cleanupFlags,
   };
 }
 

@@ -21,7 +21,8 @@ export interface UninstallConfig {
   readonly timeoutMs: number;
   /** For the command that cleans a node by hand. */
   readonly image: string;
-  readonly chainPrefix: string;
+  /** The agents' flags that `weir cleanup` must be given too, when not the defaults. */
+  readonly cleanupFlags: readonly string[];
 }
 
 export interface UninstallReport {
@@ -56,10 +57,9 @@ export async function runUninstall(kubeConfig: KubeConfig, cfg: UninstallConfig,
     const all = await listNames(client, nodeStatusListPath());
     const removed = all.filter((n) => !pending.includes(n));
     log.info({ nodes: removed.length }, `${removed.length} of ${all.length} nodes removed Weir's rules`);
-    const prefix = cfg.chainPrefix === 'cali' ? '' : ` --chain-prefix=${cfg.chainPrefix}`;
     const unconfirmed = pending.map((node) => ({
       node,
-      command: `kubectl debug node/${node} -n ${cfg.daemonSet.namespace} --profile=netadmin --image=${cfg.image} --arguments-only -- cleanup${prefix}`,
+      command: `kubectl debug node/${node} -n ${cfg.daemonSet.namespace} --profile=netadmin --image=${cfg.image} --arguments-only -- cleanup${cfg.cleanupFlags.map((f) => ` ${f}`).join('')}`,
     }));
     for (const u of unconfirmed) {
       log.error(u, `node ${u.node}: its agent did not confirm within ${cfg.timeoutMs / 1000} s that it removed Weir's rules, so they may still drop traffic there; clean it with: ${u.command}`);

@@ -1,4 +1,4 @@
-// Writes NetworkPolicyStatus objects from one agent at a time (the Lease holder). While holding,
+// Writes NetworkPolicyStatus objects from one controller replica at a time (the Lease holder). While holding,
 // it lists every NodePolicyStatus and NetworkPolicyStatus once and then watches them (the shared
 // reflector: relist on 410 Gone, backoff on errors), so a pass costs no request to read. A pass
 // runs when the input or a node's digests change: it computes each policy's status from the
@@ -29,7 +29,7 @@ import type { NodeDigest, RealizationTracker } from './realization.ts';
 
 export interface PolicyStatusAggregatorOptions {
   readonly kubeConfig: KubeConfig;
-  /** This agent's identity in the Lease: its node name. */
+  /** This replica's identity in the Lease: its pod name. */
   readonly identity: string;
   readonly log: Logger;
   readonly clock?: Clock;
@@ -63,7 +63,7 @@ export interface PolicyStatusAggregator {
   /** Stores the input (the latest wins); returns at once. Nothing is written, and nothing is
    *  deleted, before the first call: call it once the agent has a synced view. */
   update(input: PolicyStatusAggregatorInput): void;
-  /** True while this agent holds the Lease (e.g. to record cluster-wide events only once). */
+  /** True while this replica holds the Lease (e.g. to record cluster-wide events only once). */
   isHolder(): boolean;
   /** Stops writing and releases the Lease. */
   stop(): Promise<void>;
@@ -202,7 +202,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
   }
 
   /** Asks for a pass once there is something to compute it from: an input, and both kinds
-   *  listed since this agent became the holder. */
+   *  listed since this replica became the holder. */
   function poke(): void {
     if (latest !== null && watching !== null && watching.listed.size === 2) pacer.poke();
   }

@@ -20,7 +20,7 @@ export interface LeaseElectorOptions {
   readonly namespace: string;
   readonly name: string;
   readonly durationSeconds: number;
-  /** Called when this agent starts or stops holding the lease. */
+  /** Called when this process starts or stops holding the lease. */
   readonly onChange: (holder: boolean) => void;
 }
 
@@ -54,7 +54,7 @@ export function createLeaseElector(o: LeaseElectorOptions): LeaseElector {
   const setHolding = (v: boolean, holder?: string): void => {
     if (v === holding) return;
     holding = v;
-    if (v) log.info({ lease: `${namespace}/${name}` }, 'acquired the policy status lease: this agent now writes NetworkPolicyStatus');
+    if (v) log.info({ lease: `${namespace}/${name}` }, 'acquired the policy status lease: this replica now writes NetworkPolicyStatus');
     else log.info({ lease: `${namespace}/${name}`, holder }, 'not holding the policy status lease');
     o.onChange(v);
   };

@@ -421,7 +421,7 @@ describe('charts/weir rendered by helm', () => {
   });
 
   test("the uninstall hook: a pre-delete Job whose flags weir uninstall accepts, naming the release's DaemonSet, Lease and image; its account a hook too, with only what it uses", async () => {
-    const docs = await render(['--set', 'agent.chainPrefix=wr']);
+    const docs = await render(['--set', 'agent.chainPrefix=wr', '--set', 'agent.families=4']);
     const hooks = docs.filter((d) => d.metadata.annotations?.['helm.sh/hook'] === 'pre-delete');
     assert.deepEqual(hooks.map((d) => `${d.kind}/${d.metadata.name}`).sort(), [
       'ClusterRole/weir-uninstall',
@@ -447,8 +447,10 @@ describe('charts/weir rendered by helm', () => {
       lease: { namespace: 'kube-system', name: 'weir-controller' },
       timeoutMs: 60_000,
       image: 'weir:0.1.0',
-      chainPrefix: 'wr',
+      cleanupFlags: ['--chain-prefix=wr', '--families=4'],
     });
+    assert.equal(pod.containers[0].image, 'weir:0.1.0');
+    assert.equal(job.spec.template.metadata.labels['app.kubernetes.io/name'], 'weir-uninstall', "not the agents' selector");
     assert.equal(job.spec.activeDeadlineSeconds, 120);
     assert.equal((await render(['--set', 'uninstall.enabled=false'])).filter((d) => d.metadata.annotations?.['helm.sh/hook']).length, 0);
   });
