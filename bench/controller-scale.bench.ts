@@ -82,12 +82,14 @@ const HEAPSNAPSHOTS = MEMDIR !== undefined && process.env.WEIR_BENCH_HEAPSNAPSHO
 const LOG_FILE = process.env.WEIR_BENCH_CONTROLLER_LOG;
 if (MEMDIR) mkdirSync(MEMDIR, { recursive: true });
 
-/** 100 pods a node: 1,000 nodes at the default scale. */
+/** 100 pods a node: 1,000 nodes at the default scale, each namespace's pods on several of them
+ *  (a policy is enforced on 1-10 nodes), as a scheduler spreads them. */
 const size: SyntheticSize = {
   pods: Math.round(100_000 * scale),
   namespaces: Math.max(1, Math.round(10_000 * scale)),
   policies: Math.round(20_000 * scale),
   localPods: 100,
+  spreadNamespaces: true,
 };
 const NODES = Math.max(1, Math.round(size.pods / size.localPods));
 /** How often an agent rewrites its NodePolicyStatus when only lastSyncTime changed
@@ -476,6 +478,9 @@ async function main(): Promise<void> {
     const t0 = performance.now();
     const enforced = enforcedByNode(pop);
     const perNode = [...enforced.values()].map((ps) => ps.length);
+    const perPolicy = new Map<string, number>();
+    for (const ps of enforced.values()) for (const p of ps) perPolicy.set(p.uid, (perPolicy.get(p.uid) ?? 0) + 1);
+    const spread = [...perPolicy.values()];
     const c = clients;
     const nodeStatuses = await pool(NODES, 16, async (n) => {
       const node = `node-${n}`;
@@ -483,7 +488,7 @@ async function main(): Promise<void> {
     });
     if (nodeStatuses.error) throw nodeStatuses.error;
     log(
-      `NodePolicyStatus: ${nodeStatuses.done} in ${secs(performance.now() - t0)}, each node's digests over the policies that select its pods (${Math.min(...perNode)}-${Math.max(...perNode)} a node, ${perNode.reduce((a, b) => a + b, 0)} in all)`,
+      `NodePolicyStatus: ${nodeStatuses.done} in ${secs(performance.now() - t0)}, each node's digests over the policies that select its pods (${Math.min(...perNode)}-${Math.max(...perNode)} a node, ${perNode.reduce((a, b) => a + b, 0)} in all; a policy on ${Math.min(...spread)}-${Math.max(...spread)} nodes, ${pop.policies - spread.length} on none)`,
     );
     await settle(SETTLE_S);
 

@@ -9,6 +9,11 @@ export interface SyntheticSize {
   readonly namespaces: number;
   readonly policies: number;
   readonly localPods: number;
+  /** Pod i goes to node (i + i div nodes) mod nodes instead of i mod nodes: a namespace's pods
+   *  then land on different nodes even when the node count divides the namespace count (at 1,000
+   *  nodes and 10k namespaces i mod nodes puts all of a namespace's pods on one node). Each
+   *  node still gets pods 0.. of its own range, once each. */
+  readonly spreadNamespaces?: boolean;
 }
 
 export const NODE = 'node-0';
@@ -23,7 +28,7 @@ export function podIps(node: number, k: number): string[] {
 export function makePod(i: number, size: SyntheticSize, labels?: Pod['labels']): Pod {
   const nodes = Math.max(1, Math.round(size.pods / size.localPods));
   const ns = `ns-${i % size.namespaces}`;
-  const node = i % nodes;
+  const node = size.spreadNamespaces ? (i + Math.floor(i / nodes)) % nodes : i % nodes;
   return {
     uid: `uid-${i}`,
     namespace: ns,
