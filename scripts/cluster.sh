@@ -229,17 +229,25 @@ holder() { pid_of "holder-$1"; }
 # spawn_node I NAME CMD...: CMD inside node I (network, mount and PID namespaces). nsenter
 # forks into the PID namespace; the daemon is its child, recorded as NAME.
 spawn_node() {
-  local i=$1 name=$2 h n child
+  local i=$1 name=$2 h n comm child="" log
   shift 2
   h=$(holder "$i")
-  setsid nsenter -t "$h" -m -n -p --wd=/ -- "$@" </dev/null >>"$state/logs/$name-$(node_name "$i").log" 2>&1 &
+  log="$state/logs/$name-$(node_name "$i").log"
+  setsid nsenter -t "$h" -m -n -p --wd=/ -- "$@" </dev/null >>"$log" 2>&1 &
   n=$!
-  for _ in $(seq 1 50); do
-    child=$(awk '{print $1}' "/proc/$n/task/$n/children" 2>/dev/null || true)
-    [ -n "$child" ] && break
+  # The daemon is nsenter's child. Until the forked shell has exec'd nsenter it may have a
+  # short-lived child of its own (a command substitution in this redirection did): recording
+  # that one made restart call the daemon "not running", about once in 40 spawns when busy.
+  for _ in $(seq 1 500); do
+    if read -r comm 2>/dev/null <"/proc/$n/comm" && [ "$comm" = nsenter ]; then
+      child=$(awk '{print $1}' "/proc/$n/task/$n/children" 2>/dev/null || true)
+      [ -n "$child" ] && break
+    fi
     sleep 0.02
   done
-  record "$name-$(node_name "$i")" "${child:-$n}"
+  # Recording nsenter instead would leave the daemon running after a stop.
+  [ -n "$child" ] || die "$name on $(node_name "$i") did not start (log $log)"
+  record "$name-$(node_name "$i")" "$child"
 }
 
 in_node() {
