@@ -409,6 +409,17 @@ function heap(text: string): string {
   return `V8 heap used ${g('weir_controller_nodejs_heap_size_used_bytes')} of ${g('weir_controller_nodejs_heap_size_total_bytes')} MB, external ${g('weir_controller_nodejs_external_memory_bytes')} MB`;
 }
 
+/** GC pauses of each kind since the process started, from its /metrics. */
+function gcPauses(text: string): string {
+  return ['major', 'minor', 'incremental']
+    .map((k) => {
+      const count = metric(text, 'weir_controller_nodejs_gc_duration_seconds_count', (l) => l.includes(`kind="${k}"`));
+      const sum = metric(text, 'weir_controller_nodejs_gc_duration_seconds_sum', (l) => l.includes(`kind="${k}"`));
+      return `${k} ${count ?? '-'} (${sum === undefined ? '-' : (sum * 1000).toFixed(0)} ms)`;
+    })
+    .join(', ');
+}
+
 function passes(text: string): string {
   const out: string[] = [];
   for (const line of text.split('\n')) {
@@ -544,6 +555,7 @@ async function oneStart(
   await sleep(5000);
   const metricsDone = await ctl.metrics();
   log(`5 s later: ${memLine(ctl.mem())}; ${heap(metricsDone)}`);
+  log(`CPU of the controller: ${atListed?.cpuS.toFixed(1) ?? '-'} s by the end of the lists, ${atDone?.cpuS.toFixed(1) ?? '-'} s by the last write; GC pauses so far: ${gcPauses(metricsDone)}`);
   log(`the controller's passes so far (weir_status_writes_total): ${passes(metricsDone)}`);
   await memoryFiles(ctl, `${label}first-pass`);
 
