@@ -306,7 +306,9 @@ export class ContainerProcess {
     this.pod = opts.pod;
     this.container = opts.container;
     this.skippedMounts = opts.skippedMounts;
-    this.child = spawn('ip', ['netns', 'exec', opts.netns, 'unshare', '--mount', '--propagation', 'slave', 'bash', opts.script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // Its own process group: what the container started goes with it, as with a kubelet.
+    this.child = spawn('ip', ['netns', 'exec', opts.netns, 'unshare', '--mount', '--propagation', 'slave', 'bash', opts.script], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    this.child.once('exit', () => this.#killGroup());
     createInterface({ input: this.child.stdout! }).on('line', (l) => this.#onLine(l));
     createInterface({ input: this.child.stderr! }).on('line', (l) => this.#onLine(l));
   }
@@ -349,6 +351,16 @@ export class ContainerProcess {
         resolve(code);
       });
     });
+  }
+
+  /** Ends whatever the container's process left running (the agent's tcpdump, say), as a
+   *  kubelet ends every process of a container's cgroup. */
+  #killGroup(): void {
+    try {
+      if (this.child.pid !== undefined) process.kill(-this.child.pid, 'SIGKILL');
+    } catch {
+      // ESRCH: nothing was left.
+    }
   }
 
   /** SIGKILL, as when the node or the process dies: nothing is released. The script execs
