@@ -155,6 +155,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     requestExit = resolve;
   });
   let sourceStarted = false;
+  let stoppingEnforcement: Promise<void> | undefined;
   // A removal waits for the start-up to finish, so no write of the start-up lands after it.
   let startedUp: () => void = () => {};
   const startup = new Promise<void>((resolve) => {
@@ -169,9 +170,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
           remove: async (token) => {
             await startup;
             log.warn({ token }, `uninstall ${token}: this node stops enforcing and removes every rule and set of Weir's`);
-            if (sourceStarted) await source.stop();
-            await reconciler.stop();
-            await audit?.stop();
+            await stopEnforcing();
             const stats = await dataplane.cleanup();
             reporting?.removed(token);
             log.info({ token, ...stats }, 'removed everything Weir owned');
@@ -224,11 +223,19 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     stop: stopAll,
   };
 
+  /** The source, the loop and the audit log, once: a removal stops them before the process does. */
+  function stopEnforcing(): Promise<void> {
+    stoppingEnforcement ??= (async () => {
+      if (sourceStarted) await source.stop();
+      await reconciler.stop();
+      await audit?.stop();
+    })();
+    return stoppingEnforcement;
+  }
+
   async function stopAll(): Promise<void> {
     await removal?.stop();
-    if (sourceStarted) await source.stop();
-    await reconciler.stop();
-    await audit?.stop();
+    await stopEnforcing();
     await reporting?.stop();
     await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
     server?.server.closeAllConnections();

@@ -80,6 +80,9 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
   let wasLeader = false;
   /** The uninstall under way: no more writes, the Lease let go, for good. */
   let uninstalling: string | null = null;
+  /** The Lease let go and the writers stopped, once: an uninstall does it before the process. */
+  let stoppedWriting: Promise<unknown> | undefined;
+  const stopWriting = () => (stoppedWriting ??= Promise.allSettled([aggregator.stop(), events.stop()]));
   let requestExit: (why: string) => void = () => {};
   const exitRequested = new Promise<string>((resolve) => {
     requestExit = resolve;
@@ -172,7 +175,7 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
             uninstalling = token;
             leader.set(0);
             log.warn({ token }, `uninstall ${token}: writing no more status, and letting go of the Lease`);
-            void Promise.allSettled([aggregator.stop(), events.stop()]);
+            void stopWriting();
           } else if (token === null && uninstalling !== null) {
             requestExit(`the uninstall ${uninstalling} was called off (its annotation is gone): starting over`);
           }
@@ -218,7 +221,7 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
       clearInterval(timer);
       abort.abort();
       await source.stop();
-      await Promise.allSettled([aggregator.stop(), events.stop(), nodeWatch, uninstallWatch]);
+      await Promise.allSettled([stopWriting(), nodeWatch, uninstallWatch]);
       await client.close();
       await new Promise<void>((resolve) => (server ? server.server.close(() => resolve()) : resolve()));
       server?.server.closeAllConnections();
