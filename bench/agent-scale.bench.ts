@@ -40,7 +40,7 @@ import { startControlPlane, type ControlPlane } from '../test/integration/contro
 import type { Api } from './peers/api.ts';
 import { NetnsProcess } from './peers/enforcers.ts';
 import { type Usage, usageOf } from './peers/usage.ts';
-import { Clients, collection, loadAverage, type Population, podObject, podStatus, policyObject, populate, progress, secs, settle } from './populate-cluster.ts';
+import { Clients, collection, loadAverage, type Population, podObject, podStatus, policyObject, populate, progress, secs, settle, benchNumber } from './populate-cluster.ts';
 import { makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -59,11 +59,7 @@ const { values: flags } = parseArgs({
   },
   strict: true,
 });
-const num = (v: string | undefined, env: string | undefined, d: number): number => {
-  const n = Number(v ?? env ?? d);
-  if (!Number.isFinite(n) || n < 0) throw new Error(`not a number: ${v ?? env}`);
-  return n;
-};
+const num = benchNumber;
 const scale = num(flags.scale, process.env.WEIR_BENCH_SCALE, 1);
 const CHANGES = Math.max(1, Math.round(num(flags.changes, process.env.WEIR_BENCH_CHANGES, 30)));
 /** Computes this slow are listed one by one (section 3): what made them slow is in the change. */

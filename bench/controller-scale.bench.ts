@@ -44,7 +44,7 @@ import { agentFieldManager, nodeObjectBody, nodeStatusBody, nodeStatusPath, poli
 import { buildNodeStatus, type EnforcedPolicy } from '../src/status/node-status.ts';
 import { type ControlPlane, startControlPlane } from '../test/integration/controlplane.ts';
 import type { Api } from './peers/api.ts';
-import { Clients, loadAverage, type Population, pool, populate, progress, secs, settle, withRetry } from './populate-cluster.ts';
+import { Clients, loadAverage, type Population, pool, populate, progress, secs, settle, withRetry, benchNumber } from './populate-cluster.ts';
 import { makeNamespace, makePod, makePolicy, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -64,11 +64,7 @@ const { values: flags } = parseArgs({
   },
   strict: true,
 });
-const num = (v: string | undefined, env: string | undefined, d: number): number => {
-  const n = Number(v ?? env ?? d);
-  if (!Number.isFinite(n) || n < 0) throw new Error(`not a number: ${v ?? env}`);
-  return n;
-};
+const num = benchNumber;
 const scale = num(flags.scale, process.env.WEIR_BENCH_SCALE, 1);
 const CONCURRENCY = Math.max(1, Math.round(num(flags.concurrency, undefined, 32)));
 const REST_S = num(flags['rest-s'], undefined, 60);

@@ -302,3 +302,10 @@ export async function populate(cp: ControlPlane, clients: Clients, o: PopulateOp
   if (podsError) log(`NOT FULL SIZE: ${podsError}; measuring the ${pods.done} pods that exist`);
   return { pods: pods.done, namespaces: ns.done, policies: pol.done, podsError, nodeUids, policyRefs };
 }
+
+/** A bench flag's number: the flag, else the environment, else the default; never negative. */
+export function benchNumber(v: string | undefined, env: string | undefined, d: number): number {
+  const n = Number(v ?? env ?? d);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`not a number: ${v ?? env}`);
+  return n;
+}
