@@ -4,12 +4,7 @@
 // timer can start a pass early or outlive stop().
 
 import { backoffMs } from './backoff.ts';
-
-export interface Clock {
-  now(): number;
-  setTimeout(fn: () => void, ms: number): unknown;
-  clearTimeout(handle: unknown): void;
-}
+import type { Clock } from './clock.ts';
 
 /** 'skipped': the pass found nothing to do. */
 export type PassResult = 'ok' | 'error' | 'skipped';

@@ -5,7 +5,7 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import { createAuditLog } from '../audit/index.ts';
 import { Calculator, makeNames } from '../calc/index.ts';
-import { createDataplane, execaRunner, type CommandRunner } from '../dataplane/index.ts';
+import { createDataplane, processRunner, type CommandRunner } from '../dataplane/index.ts';
 import { WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { loadKubeConfig } from '../kube/kubeconfig.ts';
@@ -47,7 +47,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   const { log } = deps;
   const runner =
     deps.runner ??
-    execaRunner({
+    processRunner({
       onFallback: (err) => log.warn({ err }, 'commands are started from the agent itself: each start now pauses its event loop for a fork of the whole process'),
     });
   const metrics = deps.metrics ?? createMetrics();

@@ -10,10 +10,11 @@ import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
 import { formatPolicyErrors, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
 import type { CalcEvent, CompiledPolicy } from '../model/types.ts';
-import { createPacer, type Clock, type Pacer } from '../pacer.ts';
+import { type Clock, monotonicClock } from '../clock.ts';
+import { createPacer, type Pacer } from '../pacer.ts';
 import type { SourceBatch } from '../sources/types.ts';
 
-export type { Clock } from '../pacer.ts';
+export type { Clock } from '../clock.ts';
 
 /** What the loop needs from the dataplane (dataplane/ provides it). */
 export interface DataplanePort {
@@ -34,13 +35,6 @@ export interface DataplanePort {
   /** Deletes the tracked connections of these addresses; resolves with how many went. */
   forgetFlows(addresses: readonly string[]): Promise<number>;
 }
-
-/** Monotonic time: intervals here must not jump with the wall clock. */
-export const systemClock: Clock = {
-  now: () => performance.now(),
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
-  clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout),
-};
 
 const threadCpuMs = () => {
   const u = process.threadCpuUsage();
@@ -187,7 +181,7 @@ export class Reconciler {
 
   constructor(o: ReconcilerOptions) {
     this.#o = o;
-    this.#clock = o.clock ?? systemClock;
+    this.#clock = o.clock ?? monotonicClock;
     this.#threadCpuMs = o.threadCpuMs ?? threadCpuMs;
     this.#unhealthyAfterMs = o.unhealthyAfterMs ?? (o.resyncIntervalMs > 0 ? UNHEALTHY_AFTER_RESYNC_INTERVALS * o.resyncIntervalMs : DEFAULT_UNHEALTHY_AFTER_MS);
     this.#pacer = createPacer({

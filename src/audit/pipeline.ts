@@ -9,7 +9,7 @@ import type { AuditCatalog, AuditTag, PolicyRef } from '../calc/audit-tags.ts';
 import type { WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ModelEvent } from '../model/types.ts';
-import { type Clock, systemClock } from '../status/clock.ts';
+import { type Clock, systemClock } from '../clock.ts';
 import { AddressBook } from './addresses.ts';
 import { Deduper, dedupeKey } from './dedupe.ts';
 import { createAuditMetrics } from './metrics.ts';

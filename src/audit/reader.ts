@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { type Backoff, backoffMs } from '../backoff.ts';
 import { AuditReaderError, AuditStreamError, WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { type Clock, systemClock } from '../status/clock.ts';
+import { type Clock, systemClock } from '../clock.ts';
 import { type NflogEvent, NflogPcapParser } from './pcap.ts';
 
 /** starting: a tcpdump was spawned; running: it listens on the group; backoff: it died and

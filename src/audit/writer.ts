@@ -10,7 +10,7 @@ import { mkdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { createStream, type RotatingFileStream } from 'rotating-file-stream';
 import type { Logger } from '../log.ts';
-import { type Clock, systemClock } from '../status/clock.ts';
+import { type Clock, systemClock } from '../clock.ts';
 
 export interface WriterOptions {
   /** Absolute path of the current file; rotated files get .1, .2, ... beside it. */

@@ -9,6 +9,7 @@
 // references on peer sets. A set lives while a rule or a union references it, and is in the
 // kernel (desired.sets) only while a rule does: a union's parts only carry its counts.
 
+import { compareStrings } from '../model/order.ts';
 import { ClusterState, isPeerEligible, isPoliced } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
 import { formatCidr, parseIp } from '../model/cidr.ts';
@@ -530,14 +531,14 @@ export class Calculator {
     }
     const merged: Rule[] = [];
     const allow = { kind: 'setMark', value: this.#cfg.marks.accept, mask: this.#cfg.marks.accept } as const;
-    for (const sig of [...groups.keys()].sort(compare)) {
+    for (const sig of [...groups.keys()].sort(compareStrings)) {
       const g = groups.get(sig)!;
       const comment = `merged peers of ${dir} policies`;
       if (g.any) {
         merged.push({ matches: g.rest, action: allow, comment });
         continue;
       }
-      const parts = [...g.parts.keys()].sort(compare).map((k) => g.parts.get(k)!);
+      const parts = [...g.parts.keys()].sort(compareStrings).map((k) => g.parts.get(k)!);
       const spec: SetSpec = parts.length === 1 ? parts[0] : { family: f, peer: { kind: 'union', key: `union|${parts.map(setKey).join('\n')}`, parts } };
       const set = this.#acquireSet(spec);
       sets.push(set);
@@ -775,7 +776,7 @@ export class Calculator {
       }
       if (!this.#chains[f].has(from)) topChanged.add(f);
       const ordered = [...members].map(([uid, ip]) => ({ uid, ip, pod: this.#workloads.get(uid)!.pod }));
-      ordered.sort((a, b) => compare(`${a.pod.namespace}/${a.pod.name}/${a.uid}`, `${b.pod.namespace}/${b.pod.name}/${b.uid}`));
+      ordered.sort((a, b) => compareStrings(`${a.pod.namespace}/${a.pod.name}/${a.uid}`, `${b.pod.namespace}/${b.pod.name}/${b.uid}`));
       const fromRules: Rule[] = [];
       for (const { uid, ip } of ordered) {
         const port = this.#ports.get(ip);
@@ -802,7 +803,7 @@ export class Calculator {
   #rebuildTopDispatch(families: ReadonlySet<Family>): void {
     const names = this.#cfg.names;
     for (const f of families) {
-      const blocks = [...this.#blockPods.keys()].filter((b) => familyOf(b) === f).sort(compare);
+      const blocks = [...this.#blockPods.keys()].filter((b) => familyOf(b) === f).sort(compareStrings);
       const failClosed = { podBridge: this.#cfg.podBridge ?? '', podCIDRs: this.#podCIDRs.filter((c) => familyOf(c) === f) };
       const top = (dir: 'from' | 'to'): Rule[] => [
         ...blocks.map(
@@ -866,10 +867,6 @@ function podMembers(pod: Pod, set: ActiveSet): string[] {
     if (cp.name === np.name && cp.protocol === np.protocol) for (const ip of ips) out.push(`${ip},${proto}:${cp.port}`);
   }
   return out;
-}
-
-function compare(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 function sameRules(a: readonly Rule[], b: readonly Rule[]): boolean {

@@ -6,7 +6,7 @@ import v8 from 'node:v8';
 import { startAgent } from '../agent/agent.ts';
 import { startController } from '../controller/controller.ts';
 import { makeNames } from '../calc/index.ts';
-import { createDataplane, execaRunner } from '../dataplane/index.ts';
+import { createDataplane, processRunner } from '../dataplane/index.ts';
 import { ConfigError, WeirError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import { parse, toConfig, toControllerConfig, toUninstallConfig, usage } from './flags.ts';
@@ -58,7 +58,7 @@ async function main(argv: readonly string[]): Promise<number> {
     case 'cleanup': {
       const cfg = toConfig(values, { nodeName: false, manifestsDir: false });
       const log = createLogger(cfg.logLevel);
-      const dp = createDataplane({ runner: execaRunner(), names: makeNames(cfg.chainPrefix), families: cfg.families, backend: cfg.backend, log });
+      const dp = createDataplane({ runner: processRunner(), names: makeNames(cfg.chainPrefix), families: cfg.families, backend: cfg.backend, log });
       const stats = await dp.cleanup();
       log.info(stats, 'removed everything Weir owned');
       return 0;

@@ -5,7 +5,8 @@
 // as not having realized anything).
 
 import type { KubeClient } from '../kube/client.ts';
-import { isRecord, rawRefOf } from '../kube/reflector.ts';
+import { rawRefOf } from '../kube/reflector.ts';
+import { isRecord } from '../records.ts';
 import { watchCollection } from '../kube/side-watch.ts';
 import type { Codec } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';

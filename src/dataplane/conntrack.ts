@@ -5,7 +5,7 @@
 
 import { CommandError } from '../errors.ts';
 import { familyOf } from '../model/types.ts';
-import type { CommandRunner } from './runner.ts';
+import type { CommandRunner } from '../exec/runner.ts';
 
 /** What conntrack -D says on success; it exits 1 when the count is 0. */
 const DELETED = /\b(\d+) flow entries have been deleted/;

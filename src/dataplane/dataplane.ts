@@ -15,7 +15,7 @@ import { createIptables, detectBackend, type Backend, type BackendChoice, type I
 import { ipvsInterfacePresent, type IpvsChoice } from './ipvs.ts';
 import { acceptMarkOf, commitChains, commitSetChanges, planChains, planLayeredChains, planSets, SPLIT_SETS_AT_MEMBERS, type ChainsPlan, type LayeredPlan } from './plan.ts';
 import { declareChain, deleteChain, deleteRule, HOOK_CHAINS, hooksFor, insertAcceptHook, insertHook, renderChain, restorePayload, setDestroy, TABLE } from './render.ts';
-import type { CommandRunner } from './runner.ts';
+import type { CommandRunner } from '../exec/runner.ts';
 import {
   acceptHookIn,
   emptyFamilyState,

@@ -17,7 +17,7 @@ export { DEFAULT_LOCK_RETRY, type Backend, type BackendChoice, type RetryInfo, t
 export { IPVS_INTERFACE, type IpvsChoice } from './ipvs.ts';
 export {
   DEFAULT_COMMAND_TIMEOUT_MS,
-  execaRunner,
+  processRunner,
   netnsRunner,
   recordingRunner,
   type CommandRunner,
@@ -25,4 +25,4 @@ export {
   type RecordingRunner,
   type RunOptions,
   type RunResult,
-} from './runner.ts';
+} from '../exec/runner.ts';

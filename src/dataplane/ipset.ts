@@ -5,7 +5,7 @@ import { netMember, type SetType } from '../calc/desired.ts';
 import { CommandError, RestoreError } from '../errors.ts';
 import type { Family } from '../model/types.ts';
 import { ipsetPayload, ipsetPieces, type SetLine } from './render.ts';
-import type { CommandRunner } from './runner.ts';
+import type { CommandRunner } from '../exec/runner.ts';
 
 export interface Ipset {
   /** Runs `ipset restore` with the lines on stdin, streamed a piece at a time; throws

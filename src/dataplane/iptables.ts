@@ -7,7 +7,7 @@ import { backoffMs } from '../backoff.ts';
 import { CommandError, RestoreError, XtablesLockError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
-import type { CommandRunner } from './runner.ts';
+import type { CommandRunner } from '../exec/runner.ts';
 
 export type Backend = 'nft' | 'legacy';
 export type BackendChoice = Backend | 'auto';

@@ -3,7 +3,7 @@
 // FORWARD (see ipvsHookSpec).
 
 import { CommandError } from '../errors.ts';
-import type { CommandRunner } from './runner.ts';
+import type { CommandRunner } from '../exec/runner.ts';
 
 /** on/off: as configured; auto: IPVS mode while kube-ipvs0 exists (checked at every kernel
  *  read and hook check, so a kube-proxy switching modes is followed). */

@@ -6,7 +6,7 @@ import { watch } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { startAgent, type RunningAgent } from '../agent/agent.ts';
 import { defaultConfig, type AgentConfig } from '../agent/config.ts';
-import { execaRunner, netnsRunner } from '../dataplane/index.ts';
+import { processRunner, netnsRunner } from '../dataplane/index.ts';
 import { ConfigError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import type { Pod } from '../model/types.ts';
@@ -45,7 +45,7 @@ export async function runDemo(values: Record<string, string | boolean | undefine
   try {
     for (const node of cluster.nodes) {
       const cfg: AgentConfig = { ...defaultConfig(), nodeName: node.name, manifestsDir: dir, logLevel: 'warn' };
-      agents.push(await startAgent(cfg, { log: log.child({ node: node.name }), runner: netnsRunner(node.netns, execaRunner()) }));
+      agents.push(await startAgent(cfg, { log: log.child({ node: node.name }), runner: netnsRunner(node.netns, processRunner()) }));
     }
     await showMatrix(cluster, agents, dir);
     if (values.once) return 0;

@@ -7,6 +7,7 @@
 // status aggregator (NodePolicyStatus, NetworkPolicyStatus).
 
 import { WeirError } from '../errors.ts';
+import { isRecord } from '../records.ts';
 import type { Logger } from '../log.ts';
 import { describe, KubeApiError, statusOf } from './client.ts';
 import type { KubeClient, RawWatchEvent } from './client.ts';
@@ -403,10 +404,6 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
 export function resourceVersionOf(raw: unknown): string {
   const md = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
   return typeof md.resourceVersion === 'string' ? md.resourceVersion : '';
-}
-
-export function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** Identity of a raw object; a namespaced object without a namespace is in "default", as the

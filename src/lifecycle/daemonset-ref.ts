@@ -1,6 +1,6 @@
 // The agents' DaemonSet as the uninstall signal names it. Pure.
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+import { isRecord } from '../records.ts';
 
 /** On the agents' DaemonSet: the uninstall under way, by its token. */
 export const UNINSTALL_ANNOTATION = 'weir.dev/uninstall';

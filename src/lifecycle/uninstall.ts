@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { createKubeClient, describe as describeError, isStatus, type KubeClient, MERGE_PATCH } from '../kube/client.ts';
-import { isRecord } from '../kube/reflector.ts';
+import { isRecord } from '../records.ts';
 import type { Logger } from '../log.ts';
 import { nodeStatusListPath, policyStatusListPath, policyStatusPath } from '../status/bodies.ts';
 import { type DaemonSetRef, daemonSetPath, UNINSTALL_ANNOTATION } from './daemonset-ref.ts';

@@ -1,6 +1,7 @@
 // Kubernetes label selectors: validation (as strict as the API server), a canonical form
 // whose key is equal for equal meanings, and a fast matcher.
 
+import { compareStrings } from './order.ts';
 import type { Labels, PolicyError, Requirement, Selector, SelectorOperator } from './types.ts';
 
 export type SelectorResult = { readonly selector: Selector } | { readonly errors: PolicyError[] };
@@ -163,10 +164,6 @@ function requirementText(r: Requirement): string {
     case 'DoesNotExist':
       return `!${r.key}`;
   }
-}
-
-function compareStrings(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 function compareRequirements(a: Requirement, b: Requirement): number {

@@ -5,6 +5,7 @@
 // the model invalid (readNetworkPolicy). No file or network knowledge here.
 
 import { WeirError } from '../errors.ts';
+import { isRecord } from '../records.ts';
 import { canonicalCidr, canonicalIp } from '../model/cidr.ts';
 import { NAMESPACE_NAME_LABEL } from '../model/cluster.ts';
 import { AUDIT_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
@@ -20,10 +21,6 @@ const DEFAULT_NAMESPACE = 'default';
 const ignore: ConvertWarning = () => {};
 
 type Rec = Record<string, unknown>;
-
-function isRecord(v: unknown): v is Rec {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 /** What was found, for a message: YAML reads an unquoted `2` as a number. */
 function describe(v: unknown): string {

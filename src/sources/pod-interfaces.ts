@@ -16,7 +16,7 @@
 // is down (it cannot start, or died) scans poll as before, and it is restarted with backoff.
 
 import { type Backoff, backoffMs } from '../backoff.ts';
-import type { CommandRunner } from '../dataplane/runner.ts';
+import type { CommandRunner } from '../exec/runner.ts';
 import type { Logger } from '../log.ts';
 import { canonicalIp } from '../model/cidr.ts';
 import type { CalcEvent, ModelEvent, PodInterfaceEvent } from '../model/types.ts';

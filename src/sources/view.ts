@@ -1,6 +1,7 @@
 // A source's view of the world (model objects by key) and the exact events between two views.
 // Shared by the manifest and kube sources, so both emit the same events in the same order.
 
+import { compareStrings } from '../model/order.ts';
 import type { ModelEvent, ObjectKind } from '../model/types.ts';
 
 /** An upsert of one of the kinds a source reads from the cluster or a manifest. */
@@ -79,11 +80,6 @@ export function sameJson(a: unknown, b: unknown): boolean {
 
 const hasToJson = (v: object): boolean => typeof (v as { toJSON?: unknown }).toJSON === 'function';
 
-/** Code-unit order, independent of locale, so every agent sorts alike. */
-export function byName(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
 /** One key's change: the object before and after it (undefined: absent). */
 export type KeyChange = readonly [key: string, before: ModelUpsert | undefined, after: ModelUpsert | undefined];
 
@@ -120,7 +116,7 @@ export function diffChanges(changes: Iterable<KeyChange>): ModelEvent[] {
   }
   const out: ModelEvent[] = [];
   for (const { keys, events } of [...deletes.reverse(), ...upserts]) {
-    const order = keys.map((_, i) => i).sort((a, b) => byName(keys[a], keys[b]));
+    const order = keys.map((_, i) => i).sort((a, b) => compareStrings(keys[a], keys[b]));
     for (const i of order) out.push(events[i]);
   }
   return out;

@@ -9,13 +9,15 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import { APPLY_PATCH, createKubeClient, isStatus } from '../kube/client.ts';
 import type { KubeClient, RequestRecord } from '../kube/client.ts';
-import { createReflector, isRecord, rawRefOf } from '../kube/reflector.ts';
+import { compareStrings } from '../model/order.ts';
+import { createReflector, rawRefOf } from '../kube/reflector.ts';
+import { isRecord } from '../records.ts';
 import { DEFAULT_LIST_WATCH_TIMINGS, type Codec, type ListWatchTimings } from '../kube/reflector.ts';
 import { listHeapGuard, v8Collector } from '../agent/gc.ts';
 import type { Logger } from '../log.ts';
 import { AGGREGATOR_FIELD_MANAGER, applyQuery, deleteBody, nodeStatusListPath, policyObjectBody, policyStatusBody, policyStatusListPath, policyStatusPath } from './bodies.ts';
-import { systemClock } from './clock.ts';
-import type { Clock } from './clock.ts';
+import { systemClock } from '../clock.ts';
+import type { Clock } from '../clock.ts';
 import { createLeaseElector } from './elector.ts';
 import { createFailureLog } from './failures.ts';
 import { nodeDigestOf } from './node-status.ts';
@@ -220,7 +222,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     for (const [node, e] of w.nodes) if (e.digest !== null) digests.set(node, e.digest);
     const realizations = w.tracker.update(input.policies, digests);
     // In namespace/name order, once per key (the first of the input wins); each key made once.
-    const keyed = input.policies.map((p) => ({ p, k: key(p.namespace, p.name) })).sort((a, b) => cmp(a.k, b.k));
+    const keyed = input.policies.map((p) => ({ p, k: key(p.namespace, p.name) })).sort((a, b) => compareStrings(a.k, b.k));
     const seen = new Set<string>();
     const todo: { readonly p: PolicyStatusInput; readonly k: string }[] = [];
     for (const e of keyed) {
@@ -351,7 +353,6 @@ async function forEachLimited<T>(items: readonly T[], n: number, fn: (item: T) =
 }
 
 const key = (namespace: string, name: string): string => `${namespace}/${name}`;
-const cmp = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 
 /** What a write answered is held at once, so that a pass before its watch event arrives does
  *  not write it again. */

@@ -4,7 +4,7 @@
 // writing before anybody else may take over.
 
 import type { Logger } from '../log.ts';
-import type { Clock } from './clock.ts';
+import type { Clock } from '../clock.ts';
 import type { FailureLog } from './failures.ts';
 import { isStatus } from '../kube/client.ts';
 import type { KubeClient } from '../kube/client.ts';

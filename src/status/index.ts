@@ -14,7 +14,7 @@ export type { PolicyStatusAggregator, PolicyStatusAggregatorInput, PolicyStatusA
 export { createEventRecorder, DEFAULT_EVENT_WINDOW_MS } from './events.ts';
 export type { EventRecorder, EventRecorderOptions } from './events.ts';
 export type { EventType } from './bodies.ts';
-export type { Clock } from './clock.ts';
+export type { Clock } from '../clock.ts';
 export type { PassResult } from '../pacer.ts';
 export type { ApplyOutcome, EnforcedPolicy, NodeCounts, NodeProblem, NodeStatusInput, PolicyRef } from './node-status.ts';
 export type { PolicyStatusInput } from './policy-status.ts';

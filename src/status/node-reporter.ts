@@ -5,8 +5,8 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from '../log.ts';
 import { agentFieldManager, applyQuery, nodeObjectBody, nodePath, nodeStatusBody, nodeStatusPath } from './bodies.ts';
-import { systemClock } from './clock.ts';
-import type { Clock } from './clock.ts';
+import { systemClock } from '../clock.ts';
+import type { Clock } from '../clock.ts';
 import { createFailureLog } from './failures.ts';
 import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from '../kube/client.ts';
 import type { RequestRecord } from '../kube/client.ts';

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startAgent, type RunningAgent } from '../../src/agent/agent.ts';
 import { defaultConfig, type AgentConfig } from '../../src/agent/config.ts';
-import { execaRunner, netnsRunner, type CommandRunner } from '../../src/dataplane/index.ts';
+import { processRunner, netnsRunner, type CommandRunner } from '../../src/dataplane/index.ts';
 import { PreconditionError } from '../../src/errors.ts';
 import { silentLogger } from '../../src/log.ts';
 import { createNs, deleteNs, inNs, uniquePrefix } from '../../src/sim/netns.ts';
@@ -55,7 +55,7 @@ describe('agent on a real kernel', () => {
   test('enforces the manifests, serves /healthz, /readyz and /metrics, and applies a change within 200 ms', async () => {
     const cfg = { ...defaultConfig(), nodeName: 'node-a', manifestsDir: dir, metricsAddr: '127.0.0.1:0', resyncIntervalMs: 0, retryMaxMs: 200 };
     let firstWrites = 0;
-    agent = await startAgent(cfg, { log: silentLogger(), runner: netnsRunner(ns, execaRunner()), onFirstWrite: () => firstWrites++ });
+    agent = await startAgent(cfg, { log: silentLogger(), runner: netnsRunner(ns, processRunner()), onFirstWrite: () => firstWrites++ });
     await waitReady(await revisionOf());
     assert.equal(firstWrites, 1, 'the end of the cold start is told once it is written');
     assert.equal((await fetch(url('/healthz'))).status, 200);
@@ -200,7 +200,7 @@ describe('start-up with an IP family that cannot be written', () => {
     dir = await mkdtemp(join(tmpdir(), 'weir-family-'));
     await cp(EXAMPLES, dir, { recursive: true });
     await writeFile(join(dir, 'no-ipv6.py'), NO_IPV6);
-    runner = wrapped(netnsRunner(ns, execaRunner()), (cmd, args) => (cmd.startsWith('ip6tables') ? ['python3', [join(dir, 'no-ipv6.py'), cmd, ...args]] : undefined));
+    runner = wrapped(netnsRunner(ns, processRunner()), (cmd, args) => (cmd.startsWith('ip6tables') ? ['python3', [join(dir, 'no-ipv6.py'), cmd, ...args]] : undefined));
   });
   after(async () => {
     await deleteNs(ns);
@@ -256,7 +256,7 @@ describe('a command that hangs on a real kernel', () => {
     // Each iptables-restore first takes a lock the test may hold: then it really hangs, until
     // the runner's time limit kills it.
     const lock = join(dir, 'hang.lock');
-    const runner = wrapped(netnsRunner(ns, execaRunner({ timeoutMs: 300 })), (cmd, args) => (/^ip6?tables-.*-restore$/.test(cmd) ? ['flock', [lock, cmd, ...args]] : undefined));
+    const runner = wrapped(netnsRunner(ns, processRunner({ timeoutMs: 300 })), (cmd, args) => (/^ip6?tables-.*-restore$/.test(cmd) ? ['flock', [lock, cmd, ...args]] : undefined));
     const cfg: AgentConfig = { ...defaultConfig(), nodeName: 'node-a', manifestsDir: dir, metricsAddr: '127.0.0.1:0', resyncIntervalMs: 200, retryMinMs: 50, retryMaxMs: 200 };
     agent = await startAgent(cfg, { log: silentLogger(), runner });
     const port = agent.port!;
@@ -321,7 +321,7 @@ describe('the xtables lock held by another process (legacy backend)', () => {
     // iptables-legacy takes its lock file from XTABLES_LOCKFILE (default /run/xtables.lock): a
     // private one keeps the rest of the machine's iptables free while the test holds it.
     const lock = join(dir, 'xtables.lock');
-    const runner = wrapped(netnsRunner(ns, execaRunner()), (cmd, args) => ['env', [`XTABLES_LOCKFILE=${lock}`, cmd, ...args]]);
+    const runner = wrapped(netnsRunner(ns, processRunner()), (cmd, args) => ['env', [`XTABLES_LOCKFILE=${lock}`, cmd, ...args]]);
     const cfg: AgentConfig = {
       ...defaultConfig(),
       nodeName: 'node-a',

@@ -14,7 +14,7 @@ import { createDataplane, type Dataplane } from '../../src/dataplane/dataplane.t
 import type { Backend } from '../../src/dataplane/iptables.ts';
 import { createIpset } from '../../src/dataplane/ipset.ts';
 import { setCreate, setMemberLines } from '../../src/dataplane/render.ts';
-import { execaRunner, netnsRunner, recordingRunner, runOk, type CommandRunner } from '../../src/dataplane/runner.ts';
+import { processRunner, netnsRunner, recordingRunner, runOk, type CommandRunner } from '../../src/exec/runner.ts';
 import { desired, set } from '../unit/dataplane/fixtures.ts';
 
 const nsPrefix = uniquePrefix('wd');
@@ -33,7 +33,7 @@ async function inFreshNs(fn: (runner: CommandRunner) => Promise<void>): Promise<
   const ns = `${nsPrefix}${seq++}`;
   await createNs(ns);
   try {
-    await fn(netnsRunner(ns, execaRunner()));
+    await fn(netnsRunner(ns, processRunner()));
   } finally {
     await deleteNs(ns);
   }

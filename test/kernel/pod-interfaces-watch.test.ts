@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
-import { execaRunner, netnsRunner, recordingRunner } from '../../src/dataplane/index.ts';
+import { processRunner, netnsRunner, recordingRunner } from '../../src/dataplane/index.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { CalcEvent, PodInterfaceEvent } from '../../src/model/types.ts';
 import { createNs, deleteAllNs, inNs, sh, uniquePrefix } from '../../src/sim/netns.ts';
@@ -65,7 +65,7 @@ describe('pod interface bindings on link events (real kernel)', { skip }, () => 
 
   /** The agent's wiring, with periodic rescans a minute apart. */
   async function start(extra: Partial<PodInterfaceOptions> = {}) {
-    const runner = recordingRunner(netnsRunner(node, execaRunner()));
+    const runner = recordingRunner(netnsRunner(node, processRunner()));
     const inner = manualSource();
     const got: SourceBatch<CalcEvent>[] = [];
     const log = silentLogger();

@@ -23,7 +23,7 @@ import { RestoreError } from '../../src/errors.ts';
 import { silentLogger } from '../../src/log.ts';
 import { createDataplane } from '../../src/dataplane/dataplane.ts';
 import { ipvsHookSpec } from '../../src/dataplane/render.ts';
-import { execaRunner, netnsRunner } from '../../src/dataplane/runner.ts';
+import { processRunner, netnsRunner } from '../../src/exec/runner.ts';
 import type { Family } from '../../src/model/types.ts';
 import { createNs, deleteAllNs, inNs, uniquePrefix } from '../../src/sim/netns.ts';
 import type { ProbeProto } from '../../src/sim/probe-protocol.ts';
@@ -56,7 +56,7 @@ describe('the OUTPUT hook for IPVS mode in the kernel', () => {
       const ns = `${nsPrefix}${backend}`;
       await createNs(ns);
       const names = makeNames('cali');
-      const dp = createDataplane({ runner: netnsRunner(ns, execaRunner()), names, families: [4, 6], backend, log: silentLogger(), ipvs: 'on' });
+      const dp = createDataplane({ runner: netnsRunner(ns, processRunner()), names, families: [4, 6], backend, log: silentLogger(), ipvs: 'on' });
       const d = desired({ chains4: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [accept] }, chains6: { 'cali-FORWARD': [jump('cali-x')], 'cali-x': [accept] } });
       if (await kernelHasIpvsMatch(backend)) {
         await dp.apply(d);

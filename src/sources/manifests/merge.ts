@@ -4,7 +4,8 @@
 
 import { createHash } from 'node:crypto';
 import type { Pod, RawNetworkPolicy } from '../../model/types.ts';
-import { byName, objectKey, objectRef, viewEntry } from '../view.ts';
+import { compareStrings } from '../../model/order.ts';
+import { objectKey, objectRef, viewEntry } from '../view.ts';
 import type { ModelUpsert, View, ViewEntry } from '../view.ts';
 
 /** What a manifest document yields: a model object, or what stands for one that cannot be read. */
@@ -46,7 +47,7 @@ export function mergeFiles(files: readonly ManifestFileObjects[]): { view: View;
   const duplicates: Duplicate[] = [];
   const anyNamespace: { policy: RawNetworkPolicy; file: string }[] = [];
   let unnamedNamespace = false;
-  for (const f of [...files].sort((a, b) => byName(a.name, b.name))) {
+  for (const f of [...files].sort((a, b) => compareStrings(a.name, b.name))) {
     for (const item of f.items) {
       if (item.kind === 'AnyNamespacePolicy') {
         anyNamespace.push({ policy: item.policy, file: f.name });
@@ -81,7 +82,7 @@ export function mergeFiles(files: readonly ManifestFileObjects[]): { view: View;
     view.set(key, viewEntry(item.kind === 'Pod' && noPeer(item.object.namespace) ? notAPeer(item.object) : item, file));
   }
   for (const { policy, file } of anyNamespace) {
-    for (const namespace of [...known].sort(byName)) {
+    for (const namespace of [...known].sort(compareStrings)) {
       const upsert: ModelUpsert = { kind: 'NetworkPolicy', op: 'upsert', object: { ...policy, namespace, uid: `${namespace}/${policy.name}` } };
       const entry = viewEntry(upsert, file);
       const prev = view.get(entry.key);
@@ -109,6 +110,6 @@ function refOf(item: Keyed): string {
 /** sha256 (hex) over the sorted (file name, content) pairs. The source passes each file's last
  *  content that parsed, so two agents reading the same directory report the same revision. */
 export function manifestRevision(files: readonly { readonly name: string; readonly content: string }[]): string {
-  const pairs = [...files].sort((a, b) => byName(a.name, b.name)).map((f) => [f.name, f.content]);
+  const pairs = [...files].sort((a, b) => compareStrings(a.name, b.name)).map((f) => [f.name, f.content]);
   return createHash('sha256').update(JSON.stringify(pairs)).digest('hex');
 }

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { ConfigError, ManifestParseError } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { Source, SourceBatch } from '../types.ts';
-import { byName, diffViews } from '../view.ts';
+import { compareStrings } from '../../model/order.ts';
+import { diffViews } from '../view.ts';
 import type { View } from '../view.ts';
 import { manifestRevision, mergeFiles } from './merge.ts';
 import type { ManifestItem } from './merge.ts';
@@ -132,7 +133,7 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
     named = new Set();
     let names: string[];
     try {
-      names = (await readdir(dir)).filter(isManifestName).sort(byName);
+      names = (await readdir(dir)).filter(isManifestName).sort(compareStrings);
       if (dirError !== '') log.info({ dir }, `${dir} can be listed again`);
       dirError = '';
     } catch (err) {
@@ -183,7 +184,7 @@ export function createManifestSource(opts: ManifestSourceOptions): Source {
     }
     if (!changed && emitted) return;
 
-    const sorted = [...files.entries()].sort((a, b) => byName(a[0], b[0]));
+    const sorted = [...files.entries()].sort((a, b) => compareStrings(a[0], b[0]));
     const merged = mergeFiles(sorted.map(([name, f]) => ({ name, items: f.items })));
     reportDuplicates(merged.duplicates);
     const events = diffViews(view, merged.view);

@@ -14,7 +14,7 @@ import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
 import type { AuditReader, ReaderHandlers, ReaderState } from '../../../src/audit/reader.ts';
 import type { AuditCatalog, AuditTag } from '../../../src/calc/audit-tags.ts';
 import { silentLogger } from '../../../src/log.ts';
-import type { Clock } from '../../../src/status/clock.ts';
+import type { Clock } from '../../../src/clock.ts';
 import { untilPasses } from '../../support/eventually.ts';
 import { pod, up } from './fixtures.ts';
 

@@ -12,7 +12,7 @@ import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
 import { createTcpdumpReader, netlinkDrops, type ReaderState, tcpdumpArgs } from '../../../src/audit/reader.ts';
 import type { WeirError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
-import { systemClock, type Clock } from '../../../src/status/clock.ts';
+import { systemClock, type Clock } from '../../../src/clock.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/nflog-le.pcap', import.meta.url));
 const fixtureEvents = async () => new NflogPcapParser().push(await readFile(FIXTURE));

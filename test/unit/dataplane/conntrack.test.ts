@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { forgetFlows } from '../../../src/dataplane/conntrack.ts';
-import type { CommandRunner, RunResult } from '../../../src/dataplane/runner.ts';
+import type { CommandRunner, RunResult } from '../../../src/exec/runner.ts';
 import { CommandError } from '../../../src/errors.ts';
 
 /** A runner that answers conntrack calls in turn and records their arguments. */

@@ -5,7 +5,7 @@ import { makeNames } from '../../../src/calc/names.ts';
 import { PreconditionError, RestoreError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createDataplane, type ApplyStep } from '../../../src/dataplane/dataplane.ts';
-import { recordingRunner, type RecordedCall, type RunResult } from '../../../src/dataplane/runner.ts';
+import { recordingRunner, type RecordedCall, type RunResult } from '../../../src/exec/runner.ts';
 import { renderChain } from '../../../src/dataplane/render.ts';
 import { accept, desired, fromSet, jump, set } from './fixtures.ts';
 

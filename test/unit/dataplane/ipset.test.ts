@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandError, RestoreError } from '../../../src/errors.ts';
 import { createIpset, memberKey, parseIpsetSave } from '../../../src/dataplane/ipset.ts';
-import { recordingRunner } from '../../../src/dataplane/runner.ts';
+import { recordingRunner } from '../../../src/exec/runner.ts';
 
 const SAVE = `create cali40s:a hash:net family inet hashsize 1024 maxelem 1000 comment bucketsize 12 initval 0x66fe157b
 add cali40s:a 10.0.0.0/8

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { CommandError, RestoreError, XtablesLockError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { commentOf, createIptables, detectBackend, hintedInMangle, isTransient, parseSave, targetOf, type RetryInfo } from '../../../src/dataplane/iptables.ts';
-import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
+import { recordingRunner, type RunResult } from '../../../src/exec/runner.ts';
 import { ownRuleHash } from '../../../src/dataplane/render.ts';
 
 const log = silentLogger();

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
-import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
+import { recordingRunner, type RunResult } from '../../../src/exec/runner.ts';
 import { silentLogger } from '../../../src/log.ts';
 import type { CalcEvent } from '../../../src/model/types.ts';
 import { createPodInterfaceScanner, type LinkMonitor, type LinkMonitorHandlers, type PodInterfaceOptions, type PodInterfaceScanner, withPodInterfaces } from '../../../src/sources/pod-interfaces.ts';

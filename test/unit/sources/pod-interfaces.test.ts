@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { recordingRunner, type RunResult } from '../../../src/dataplane/runner.ts';
+import { recordingRunner, type RunResult } from '../../../src/exec/runner.ts';
 import { silentLogger } from '../../../src/log.ts';
 import type { CalcEvent, ModelEvent, Pod } from '../../../src/model/types.ts';
 import { ADDRESSES_SETTLE_MS, createPodInterfaceScanner, withPodInterfaces, type PodInterfaceScanner } from '../../../src/sources/pod-interfaces.ts';

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import type { Clock } from '../../../src/status/clock.ts';
+import type { Clock } from '../../../src/clock.ts';
 import type { Logger } from '../../../src/log.ts';
 
 export type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };

@@ -5,41 +5,41 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandError } from '../../../src/errors.ts';
-import { execaRunner, FORK_SERVER_INPUT_LIMIT, netnsRunner, recordingRunner, runOk } from '../../../src/dataplane/runner.ts';
+import { processRunner, FORK_SERVER_INPUT_LIMIT, netnsRunner, recordingRunner, runOk } from '../../../src/exec/runner.ts';
 
-test('execaRunner reports a missing binary as WEIR_COMMAND_MISSING', async () => {
-  await assert.rejects(execaRunner().run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING' && e.command === 'weir-no-such-binary');
+test('processRunner reports a missing binary as WEIR_COMMAND_MISSING', async () => {
+  await assert.rejects(processRunner().run('weir-no-such-binary', ['x']), (e: unknown) => e instanceof CommandError && e.code === 'WEIR_COMMAND_MISSING' && e.command === 'weir-no-such-binary');
 });
 
-test('execaRunner resolves with a non-zero exit code and the streams, its arguments verbatim', async () => {
-  const r = await execaRunner().run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
+test('processRunner resolves with a non-zero exit code and the streams, its arguments verbatim', async () => {
+  const r = await processRunner().run('sh', ['-c', 'echo out; echo err >&2; exit 3']);
   assert.deepEqual(r, { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
   // Arguments are passed verbatim: no shell expands them.
-  assert.equal((await execaRunner().run('echo', ['$HOME', '*'])).stdout, '$HOME *\n');
+  assert.equal((await processRunner().run('echo', ['$HOME', '*'])).stdout, '$HOME *\n');
 });
 
-test('execaRunner feeds input on stdin', async () => {
-  assert.equal((await execaRunner().run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
+test('processRunner feeds input on stdin', async () => {
+  assert.equal((await processRunner().run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
 });
 
-test('execaRunner writes an iterable input piece by piece as the command reads it, and stops when it exits', async () => {
+test('processRunner writes an iterable input piece by piece as the command reads it, and stops when it exits', async () => {
   const piece = `${'x'.repeat(65_535)}\n`;
   let made = 0;
   const pieces = function* () {
     for (; made < 10_000; made++) yield piece;
   };
-  const whole = await execaRunner().run('wc', ['-c'], { input: { [Symbol.iterator]: () => pieces() } });
+  const whole = await processRunner().run('wc', ['-c'], { input: { [Symbol.iterator]: () => pieces() } });
   assert.equal(whole.stdout.trim(), String(10_000 * 65_536));
   // A command that reads a little and exits: the rest (625 MB) is never made, and the broken
   // pipe is no error of the run.
   made = 0;
-  const early = await execaRunner().run('head', ['-c', '100000'], { input: { [Symbol.iterator]: () => pieces() } });
+  const early = await processRunner().run('head', ['-c', '100000'], { input: { [Symbol.iterator]: () => pieces() } });
   assert.equal(early.exitCode, 0);
   assert.equal(early.stdout.length, 100_000);
   assert.ok(made < 100, `${made} pieces made for a command that read two`);
 });
 
-test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_TIMEOUT', async () => {
+test('processRunner kills a hung command at the timeout and reports WEIR_COMMAND_TIMEOUT', async () => {
   // A real process that never exits on its own: it stays blocked on a lock another process holds.
   const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
   const lock = join(dir, 'lock');
@@ -48,7 +48,7 @@ test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_T
   try {
     await new Promise((r) => setTimeout(r, 100));
     const t0 = Date.now();
-    const err = await execaRunner({ timeoutMs: 200 })
+    const err = await processRunner({ timeoutMs: 200 })
       .run('flock', [lock, 'true'])
       .then(
         () => assert.fail('expected a rejection'),
@@ -60,7 +60,7 @@ test('execaRunner kills a hung command at the timeout and reports WEIR_COMMAND_T
     assert.match(err.stderr, /timed out after 200 ms/);
     assert.ok(Date.now() - t0 < 3000, `returned after ${Date.now() - t0} ms`);
     // The hung process is gone: the lock is still held by the holder alone.
-    const ps = await execaRunner().run('pgrep', ['-f', `^flock ${lock} true$`]);
+    const ps = await processRunner().run('pgrep', ['-f', `^flock ${lock} true$`]);
     assert.equal(ps.stdout, '');
   } finally {
     process.kill(-holder.pid!, 'SIGKILL');
@@ -73,13 +73,13 @@ const parentOf = (stat: string) => Number(stat.slice(stat.lastIndexOf(')') + 2).
 
 /** The process that started a command's starter: the fork server (its job shell started the
  *  command), or, for a command started here, this process's parent. */
-async function serverOf(runner: ReturnType<typeof execaRunner>): Promise<number> {
+async function serverOf(runner: ReturnType<typeof processRunner>): Promise<number> {
   return Number((await runner.run('sh', ['-c', 'cut -d" " -f4 /proc/$PPID/stat'])).stdout);
 }
 
 test('through the fork server or started here, a command gives the same streams, exit code and stdin; a missing binary and a hang are the same errors', async () => {
   for (const forkServer of [undefined, false] as const) {
-    const runner = execaRunner({ timeoutMs: 300, forkServer });
+    const runner = processRunner({ timeoutMs: 300, forkServer });
     assert.deepEqual(await runner.run('sh', ['-c', 'echo out; echo err >&2; exit 3']), { stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
     assert.equal((await runner.run('cat', [], { input: 'a\nb\n' })).stdout, 'a\nb\n');
     assert.equal((await runner.run('cat', [], { input: ['a\n', 'b\n'] })).stdout, 'a\nb\n');
@@ -102,7 +102,7 @@ test('through the fork server or started here, a command gives the same streams,
 test('commands are started by the fork server, not by this process, and leave no file behind; large streamed input goes to a command started here', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
   try {
-    const runner = execaRunner({ forkServer: { dir } });
+    const runner = processRunner({ forkServer: { dir } });
     const server = await serverOf(runner);
     assert.notEqual(server, process.pid);
     assert.equal((await readFile(`/proc/${server}/comm`, 'utf8')).trim(), 'sh');
@@ -123,7 +123,7 @@ test('commands are started by the fork server, not by this process, and leave no
 test('a fork server that cannot start leaves commands to this process, said once', async () => {
   for (const forkServer of [{ shell: 'weir-no-such-shell' }, { dir: '/proc/weir-no-such-dir' }]) {
     const fallbacks: Error[] = [];
-    const runner = execaRunner({ forkServer, onFallback: (e) => fallbacks.push(e) });
+    const runner = processRunner({ forkServer, onFallback: (e) => fallbacks.push(e) });
     assert.equal(Number((await runner.run('sh', ['-c', 'echo $PPID'])).stdout), process.pid, 'started here');
     assert.equal((await runner.run('echo', ['again'])).stdout, 'again\n');
     assert.equal(fallbacks.length, 1);
@@ -135,7 +135,7 @@ test('a fork server whose directory went leaves the command, and the next ones, 
   const dir = await mkdtemp(join(tmpdir(), 'weir-runner-'));
   try {
     const fallbacks: Error[] = [];
-    const runner = execaRunner({ forkServer: { dir }, onFallback: (e) => fallbacks.push(e) });
+    const runner = processRunner({ forkServer: { dir }, onFallback: (e) => fallbacks.push(e) });
     assert.notEqual(await serverOf(runner), process.pid);
     await rm(join(dir, (await readdir(dir))[0]), { recursive: true });
     assert.equal(Number((await runner.run('sh', ['-c', 'echo $PPID'])).stdout), process.pid, 'run here, once');
@@ -147,7 +147,7 @@ test('a fork server whose directory went leaves the command, and the next ones, 
 });
 
 test('a fork server that dies fails the commands it ran, and the next command starts a new one', async () => {
-  const runner = execaRunner();
+  const runner = processRunner();
   const server = await serverOf(runner);
   const running = runner.run('sleep', ['1']);
   await new Promise((r) => setTimeout(r, 50));
@@ -190,13 +190,13 @@ test('recordingRunner forwards to a wrapped runner and records every call', asyn
 });
 
 test('spawn: output is read as it arrives, and ended says how the command ended', async () => {
-  const child = execaRunner().spawn('sh', ['-c', 'echo hi; exit 3']);
+  const child = processRunner().spawn('sh', ['-c', 'echo hi; exit 3']);
   assert.ok(child.pid !== undefined);
   let out = '';
   child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   assert.equal(await child.ended, 'exited with 3');
   assert.equal(out, 'hi\n');
-  const long = execaRunner().spawn('sleep', ['10']);
+  const long = processRunner().spawn('sleep', ['10']);
   long.kill();
   assert.equal(await long.ended, 'killed by SIGTERM');
 });

@@ -70,7 +70,7 @@ export const FORK_SERVER_INPUT_LIMIT = 1 << 20;
 /** Runs real commands: `run` through the fork server, so the agent's loop never waits for a
  *  fork of itself; `spawn` (monitors, started once), large streamed input and the fallback with
  *  execa. */
-export function execaRunner(options: ProcessRunnerOptions = {}): CommandRunner {
+export function processRunner(options: ProcessRunnerOptions = {}): CommandRunner {
   const timeout = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
   let server = options.forkServer === false ? undefined : new ForkServer(options.forkServer);
   return {
