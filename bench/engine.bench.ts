@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { Calculator, makeNames } from '../src/calc/index.ts';
 import { NODE_FLAGS } from '../src/cli/node-flags.ts';
 import type { Dirty } from '../src/calc/index.ts';
-import { createDataplane, execaRunner, recordingRunner } from '../src/dataplane/index.ts';
+import { createDataplane, processRunner, recordingRunner } from '../src/dataplane/index.ts';
 import { silentLogger } from '../src/log.ts';
 import type { ModelEvent } from '../src/model/types.ts';
 import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
@@ -69,7 +69,7 @@ async function main(): Promise<void> {
     // Each write's steps (sets, chains, destroy), to show where an apply's time goes.
     let steps: Record<string, number[]> = {};
     const onMetric = { step: (step: string, seconds: number) => (steps[step] ??= []).push(seconds * 1000) };
-    const dataplane = createDataplane({ runner: execaRunner(), names, families: [4, 6], backend, log: silentLogger(), onMetric });
+    const dataplane = createDataplane({ runner: processRunner(), names, families: [4, 6], backend, log: silentLogger(), onMetric });
     dataplane.markDirty(cloneDirtyAll(calc));
     t0 = performance.now();
     await dataplane.resync(calc.desired);
