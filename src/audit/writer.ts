@@ -4,7 +4,7 @@
 // be opened, a write fails, too much is already buffered) is counted as lost, and the file is
 // opened again after a pause. Lines written in one turn of the event loop go out as a few
 // chunks, not one write each: the stream writes every chunk with its own system call, which
-// could not keep up with a burst (measured: a third of 30,000 lines lost with 4 MiB buffered).
+// could not keep up with a burst (docs/design/audit.md).
 
 import { mkdir } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';

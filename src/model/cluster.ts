@@ -170,7 +170,7 @@ export class ClusterState {
    * Every pod (eligible or not) the peer selects. Walks the smaller of two candidate lists: the
    * pods under the pod selector's most selective requirement, or the pods of the namespaces the
    * peer names or its namespace selector narrows to (each namespace checked once, not per pod:
-   * at 100k pods the time goes to reading objects scattered over the heap, not to matching).
+   * at scale the time goes to reading objects scattered over the heap, not to matching).
    * Answers are kept until pods or namespaces change, since each IP family asks for the same
    * peer's pods in turn; a few only, as a cold start asks for every peer without a change.
    */

@@ -9,8 +9,8 @@ const kv = (k: string, v: string) => `${k}\n${v}`;
 
 export class LabelIndex<Id> {
   /** Label key -> value -> objects. One entry per label of an object: an `Exists` walks the
-   *  key's values rather than keeping a second set of every object with the key (a set of
-   *  100k pods is 2.5 MB). */
+   *  key's values rather than keeping a second set of every object with the key, which would
+   *  cost memory in proportion to the pods. */
   readonly #byKey = new Map<string, Map<string, Set<Id>>>();
 
   add(id: Id, labels: Labels): void {

@@ -185,9 +185,8 @@ function sortedUnique(values: string[]): string[] {
   return exact(out);
 }
 
-/** An exact-size copy of an array built by push. Growing by push leaves room for at least 17
- *  elements (about 150 bytes), and compiled policies and pods are held for as long as they
- *  exist: at 20k policies that slack was 15 MB. */
+/** An exact-size copy of an array built by push: push leaves slack, and compiled policies and
+ *  pods are held for as long as they exist (docs/performance.md, memory). */
 export function exact<T>(grown: T[]): T[] {
   return grown.slice();
 }

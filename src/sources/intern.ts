@@ -1,6 +1,6 @@
 // One shared instance per equal value, for what the pods of a cluster repeat: their namespace,
 // node and phase, and most of all their labels and ports, which every replica of a workload has
-// alike. A pod is held for as long as it exists, so at 100k pods each byte per pod is 100 kB.
+// alike. A pod is held for as long as it exists, so every byte per pod counts at scale.
 // Each pool is bounded (model/pool.ts).
 
 import type { ContainerPort, Labels } from '../model/types.ts';

@@ -97,8 +97,8 @@ export function diffViews(prev: View, next: View): ModelEvent[] {
  *  key order; nothing for an object whose model form is unchanged (equal as JSON; a policy
  *  held without its spec is never equal to one with it). */
 export function diffChanges(changes: Iterable<KeyChange>): ModelEvent[] {
-  // Keys and events side by side, sorted through their indexes: no wrapper an object, which a
-  // first batch at 100k pods made 130k of, garbage as soon as it was sent.
+  // Keys and events side by side, sorted through their indexes: no wrapper object per change,
+  // which a large first batch would make by the hundred thousand, garbage at once.
   const group = () => ({ keys: [] as string[], events: [] as ModelEvent[] });
   const deletes = UPSERT_ORDER.map(group);
   const upserts = UPSERT_ORDER.map(group);
