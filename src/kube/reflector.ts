@@ -6,6 +6,7 @@
 // diff. Used by the kube source (Pods, Namespaces, Nodes, NetworkPolicies) and by the policy
 // status aggregator (NodePolicyStatus, NetworkPolicyStatus).
 
+import { type Backoff, backoffMs } from '../backoff.ts';
 import { WeirError } from '../errors.ts';
 import { isRecord } from '../records.ts';
 import type { Logger } from '../log.ts';
@@ -103,14 +104,22 @@ export const DEFAULT_LIST_WATCH_TIMINGS: ListWatchTimings = {
   pageSize: 500,
 };
 
+/** A value in [min, max]; `random` returns [0, 1) like Math.random. Watch timeouts and relist
+ *  intervals are picked so that the watchers of a cluster do not reconnect or relist in step. */
+export function pickBetween(range: readonly [number, number], random: () => number): number {
+  const [min, max] = range;
+  return min + (max - min) * random();
+}
+
 export interface ReflectorDeps<K extends string = string> {
   readonly client: KubeClient;
   readonly log: Logger;
   readonly timings: ListWatchTimings;
-  /** The delay before retry number `attempt` (1 = the first retry). */
-  readonly backoff: (attempt: number) => number;
+  /** The retry schedule: retry n waits backoffMs(n, backoff, random), with equal jitter so that
+   *  a crowd of watchers failing together does not retry in step. */
+  readonly backoff: Backoff;
   readonly delay: (ms: number, signal: AbortSignal) => Promise<void>;
-  /** [0, 1), for the randomised watch timeouts and relist intervals. */
+  /** [0, 1), for the backoff's jitter and the randomised watch timeouts and relist intervals. */
   readonly random: () => number;
   /** Monotonic milliseconds, for the watchdog. */
   readonly now: () => number;
@@ -141,7 +150,7 @@ const RELIST = 'relist';
 export function createReflector<K extends string, T>(res: Collection<K>, codec: Codec<T>, deps: ReflectorDeps<K>, sink: ReflectorSink<T>): Reflector {
   const { client, log, timings, random, now, startList } = deps;
   const kind = res.kind;
-  const pick = ([min, max]: readonly [number, number]): number => min + (max - min) * random();
+  const pick = (range: readonly [number, number]): number => pickBetween(range, random);
   /** By name (RawRef.key): at most one object holds a name at a time, whatever its uid, and
    *  the API's DELETED events and relists speak of names. Reports use each value's own key. */
   const entries = new Map<string, T>();
@@ -389,7 +398,7 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
         relistedFor410 = false;
       }
       failures++;
-      const ms = deps.backoff(failures);
+      const ms = Math.round(backoffMs(failures, deps.backoff, random));
       hook('restart', `${why}; retrying in ${ms} ms`);
       log.debug({ kind, failures, delayMs: ms }, `${kind}: ${why}; retrying in ${ms} ms`);
       await deps.delay(ms, signal);

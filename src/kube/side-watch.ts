@@ -3,7 +3,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../log.ts';
-import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
+import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
 import type { KubeClient } from './client.ts';
 import { type Codec, type Collection, createReflector, DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings, type ReflectorSink } from './reflector.ts';
 
@@ -15,7 +15,6 @@ export interface SideWatchOptions {
 
 /** Lists and watches until `signal` aborts; never rejects. */
 export function watchCollection<T>(res: Collection, codec: Codec<T>, o: SideWatchOptions, sink: ReflectorSink<T>, signal: AbortSignal): Promise<void> {
-  const retry = { retryMinMs: DEFAULT_RETRY_MIN_MS, retryMaxMs: DEFAULT_RETRY_MAX_MS };
   const reflector = createReflector(
     res,
     codec,
@@ -23,7 +22,7 @@ export function watchCollection<T>(res: Collection, codec: Codec<T>, o: SideWatc
       client: o.client,
       log: o.log,
       timings: o.relistMs ? { ...DEFAULT_LIST_WATCH_TIMINGS, relistMs: o.relistMs } : DEFAULT_LIST_WATCH_TIMINGS,
-      backoff: (attempt) => backoffMs(attempt, retry),
+      backoff: { initialMs: DEFAULT_RETRY_MIN_MS, maxMs: DEFAULT_RETRY_MAX_MS },
       delay: (ms, s) => sleep(ms, undefined, { signal: s }).catch(() => {}),
       random: Math.random,
       now: () => performance.now(),

@@ -23,7 +23,7 @@ import { createFailureLog } from './failures.ts';
 import { nodeDigestOf } from './node-status.ts';
 import { createPacer } from '../pacer.ts';
 import type { PassResult } from '../pacer.ts';
-import { backoffMs, DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
+import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
 import { buildPolicyStatus, parsePolicyStatus, policyStatusKey, samePolicyStatus, sameStrings } from './policy-status.ts';
 import type { PolicyStatus, PolicyStatusInput } from './policy-status.ts';
 import { createRealizationTracker, encodeDigest } from './realization.ts';
@@ -47,6 +47,8 @@ export interface PolicyStatusAggregatorOptions {
   /** Sees every request the writer sends (e.g. to count them). */
   readonly onRequest?: (r: RequestRecord) => void;
   readonly watchTimings?: Partial<ListWatchTimings>;
+  /** [0, 1) like Math.random (the default): the watches' retry jitter and randomised timings. */
+  readonly random?: () => number;
   /** V8's collector (agent/gc.ts; `compact` gives the freed pages back): asked for a full
    *  collection whenever a pass's writes have grown the heap by WRITE_HEAP_GROWTH, and for a
    *  compacting one after a pass that wrote COMPACT_AFTER_WRITES objects or more. Default:
@@ -169,9 +171,9 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
       client,
       log,
       timings,
-      backoff: (attempt: number) => backoffMs(attempt, retry),
+      backoff: { initialMs: retry.retryMinMs, maxMs: retry.retryMaxMs },
       delay,
-      random: Math.random,
+      random: o.random ?? Math.random,
       now: () => performance.now(),
       onWatchEvent: () => {},
     };

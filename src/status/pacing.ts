@@ -1,23 +1,16 @@
 // The status writers' schedule: their retry bounds, and when the next write may run for a
 // writer that keeps its own timer (the event recorder). The delays come from the one backoff
-// helper (src/backoff.ts); this file only speaks the writers' option names. Pure.
+// (src/backoff.ts). Pure.
 
-import { backoffMs as backoff } from '../backoff.ts';
+import { backoffMs } from '../backoff.ts';
 import type { PacingOptions } from '../pacer.ts';
-
-export type { PacingOptions } from '../pacer.ts';
 
 export const DEFAULT_RETRY_MIN_MS = 1_000;
 export const DEFAULT_RETRY_MAX_MS = 60_000;
 
-/** The delay a run of `failures` consecutive failures asks for (0 without failures). */
-export function backoffMs(failures: number, o: Pick<PacingOptions, 'retryMinMs' | 'retryMaxMs'>): number {
-  return backoff(failures, { initialMs: o.retryMinMs, maxMs: o.retryMaxMs });
-}
-
 /** How long from `now` until the next pass may start, given when the last one started. */
 export function delayUntilNext(lastStartMs: number | null, failures: number, nowMs: number, o: PacingOptions): number {
   if (lastStartMs === null) return 0;
-  const gap = Math.max(o.minIntervalMs, backoffMs(failures, o));
+  const gap = Math.max(o.minIntervalMs, backoffMs(failures, { initialMs: o.retryMinMs, maxMs: o.retryMaxMs }));
   return Math.max(0, lastStartMs + gap - nowMs);
 }

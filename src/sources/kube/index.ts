@@ -3,5 +3,5 @@
 export { createKubeSource } from './source.ts';
 export type { KubeSourceOptions, SourceWatchEvent as WatchEvent } from './source.ts';
 export type { WatchTransition } from '../../kube/reflector.ts';
-export { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
+export { DEFAULT_KUBE_TIMINGS } from './timings.ts';
 export type { KubeTimings } from './timings.ts';

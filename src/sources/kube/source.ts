@@ -16,7 +16,7 @@ import { createReflector } from '../../kube/reflector.ts';
 import type { Reflector, WatchEvent } from '../../kube/reflector.ts';
 import type { ObjectKind } from '../../model/types.ts';
 import { resourceCodec, resourcesFor, upsertOf } from './resources.ts';
-import { backoffDelay, DEFAULT_KUBE_TIMINGS } from './timings.ts';
+import { DEFAULT_KUBE_TIMINGS } from './timings.ts';
 import type { KubeTimings } from './timings.ts';
 
 /** A watch transition of one of the source's four kinds. */
@@ -124,7 +124,7 @@ export function createKubeSource(opts: KubeSourceOptions): Source {
         client: kubeClient,
         log,
         timings,
-        backoff: (attempt: number) => backoffDelay(attempt, timings, random),
+        backoff: { initialMs: timings.backoffInitialMs, maxMs: timings.backoffMaxMs },
         delay: opts.delay ?? abortableDelay,
         random,
         now: opts.now ?? (() => performance.now()),

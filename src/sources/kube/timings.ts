@@ -1,8 +1,8 @@
 // The kube source's schedule in one place: watch lifetimes, the watchdog, the periodic relist,
-// the retry backoff and the batching window. Ranges are picked at random per use so that the
-// agents of a cluster do not reconnect or relist in step.
+// the retry backoff and the batching window. Ranges are picked at random per use, and retries
+// are jittered, so that the agents of a cluster do not reconnect or relist in step
+// (src/kube/reflector.ts).
 
-import { backoffMs } from '../../backoff.ts';
 import { DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings } from '../../kube/reflector.ts';
 
 /** The list+watch schedule of every kind, plus the retry backoff and the batching window. */
@@ -20,16 +20,3 @@ export const DEFAULT_KUBE_TIMINGS: KubeTimings = {
   backoffMaxMs: 30_000,
   coalesceMs: 5,
 };
-
-/** A value in [min, max]; `random` returns [0, 1) like Math.random. */
-export function pickBetween(range: readonly [number, number], random: () => number): number {
-  const [min, max] = range;
-  return min + (max - min) * random();
-}
-
-/** Delay before retry number `attempt` (1 = the first retry; 0 counts as the first): the one
- *  backoff (src/backoff.ts) with equal jitter, so a crowd of agents spreads out while each still
- *  waits at least half the step. */
-export function backoffDelay(attempt: number, t: Pick<KubeTimings, 'backoffInitialMs' | 'backoffMaxMs'>, random: () => number): number {
-  return Math.round(backoffMs(Math.max(1, attempt), { initialMs: t.backoffInitialMs, maxMs: t.backoffMaxMs }, random));
-}

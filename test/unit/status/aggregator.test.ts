@@ -84,7 +84,7 @@ describe('policy status aggregator', () => {
     await api.stop();
   });
 
-  const start = (identity: string, results?: Results<PassResult>) => {
+  const start = (identity: string, results?: Results<PassResult>, random?: () => number) => {
     const a = createPolicyStatusAggregator({
       kubeConfig: api.kubeConfig(`token-${identity}`),
       identity,
@@ -95,6 +95,7 @@ describe('policy status aggregator', () => {
       retryMinMs: 1_000,
       retryMaxMs: 8_000,
       ...(results ? { onWrite: results.push } : {}),
+      ...(random ? { random } : {}),
     });
     running.push(a);
     a.start();
@@ -353,6 +354,19 @@ describe('policy status aggregator', () => {
       assert.equal(api.requests.filter(isList).length, lists + 2, 'each kind relisted once');
       await until(() => results.all.includes('ok', 1), 'a pass after the relist');
       assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '1/1');
+    });
+
+    test('the holder retries a failed list after an equal-jitter backoff drawn from the injected random', async () => {
+      api.fail({ method: 'GET', path: /\/nodepolicystatuses$/, status: 500, reason: 'InternalError', times: 1 });
+      const a = start('node-a', undefined, () => 0);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      // With random 0 the retry waits half of the 1 s first step: replicas that fail together
+      // spread their retries over the second half of the step instead of retrying in step.
+      await until(() => clock.hasTimerAt(T0 + 500), 'the list retry scheduled at +500 ms');
+      const lists = api.requests.filter((r) => isList(r) && r.path.endsWith('/nodepolicystatuses')).length;
+      clock.advance(500);
+      await until(() => api.requests.filter((r) => isList(r) && r.path.endsWith('/nodepolicystatuses')).length > lists, 'the list retried');
     });
 
     test('a node catching up with one policy keeps the others it holds enforced', async () => {
