@@ -5,10 +5,10 @@
 // as not having realized anything).
 
 import type { KubeClient } from '../kube/client.ts';
-import { rawRefOf } from '../kube/reflector.ts';
+import { rawRefOf } from '../kube/collection.ts';
 import { isRecord } from '../records.ts';
 import { watchCollection } from '../kube/side-watch.ts';
-import type { Codec } from '../kube/reflector.ts';
+import type { Codec } from '../kube/collection.ts';
 import type { Logger } from '../log.ts';
 import { nodeStatusListPath } from '../status/bodies.ts';
 import { nodeDigestOf, parseFailing } from '../status/node-status.ts';

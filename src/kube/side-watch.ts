@@ -5,7 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../log.ts';
 import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
 import type { KubeClient } from './client.ts';
-import { type Codec, type Collection, createReflector, DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings, type ReflectorSink } from './reflector.ts';
+import type { Codec, Collection } from './collection.ts';
+import { createReflector, DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings, type ReflectorSink } from './reflector.ts';
 
 export interface SideWatchOptions {
   readonly client: KubeClient;

@@ -6,9 +6,9 @@
 
 import type { KubeClient } from '../kube/client.ts';
 import { isStatus } from '../kube/client.ts';
-import { rawRefOf } from '../kube/reflector.ts';
+import { rawRefOf } from '../kube/collection.ts';
 import { watchCollection } from '../kube/side-watch.ts';
-import type { Codec } from '../kube/reflector.ts';
+import type { Codec } from '../kube/collection.ts';
 import type { Logger } from '../log.ts';
 import { type DaemonSetRef, daemonSetPath, uninstallTokenOf } from './daemonset-ref.ts';
 

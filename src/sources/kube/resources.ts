@@ -3,9 +3,9 @@
 // for exact diffs.
 
 import { decodeNamespace, decodePod } from '../../kube/core-v1-proto.ts';
-import { rawRefOf } from '../../kube/reflector.ts';
+import { rawRefOf } from '../../kube/collection.ts';
 import { isRecord } from '../../records.ts';
-import type { Codec, Collection, Decoded, RawRef } from '../../kube/reflector.ts';
+import type { Codec, Collection, Decoded, RawRef } from '../../kube/collection.ts';
 import type { ObjectKind, Pod, RawNetworkPolicy } from '../../model/types.ts';
 import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
 import { type Interner, ValueInterner } from '../intern.ts';

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KubeApiError } from '../../../src/errors.ts';
 import type { KubeClient } from '../../../src/kube/client.ts';
-import { type Codec, createReflector, DEFAULT_LIST_WATCH_TIMINGS, pickBetween, rawRefOf } from '../../../src/kube/reflector.ts';
+import { type Codec, rawRefOf } from '../../../src/kube/collection.ts';
+import { createReflector, DEFAULT_LIST_WATCH_TIMINGS, pickBetween } from '../../../src/kube/reflector.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { rng } from '../../support/rng.ts';
 
