@@ -2,7 +2,7 @@
 # The agent's container image, built without Docker (run as root).
 #
 #   image.sh build   build the image (cached by content hash); prints the path of the OCI image
-#                    archive, .cache/image/weir-VERSION.oci.tar
+#                    archive, ~/.cache/weir/image/weir-VERSION.oci.tar
 #   image.sh spec    print, as JSON, what the image is made of (Debian packages, entrypoint,
 #                    cmd, working directory, environment): the test that keeps the Dockerfile
 #                    in step compares it with the Dockerfile, and the smoke test with the image
