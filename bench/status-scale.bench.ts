@@ -33,7 +33,7 @@ import { silentLogger } from '../src/log.ts';
 import { agentFieldManager, applyQuery, nodeObjectBody, nodeStatusBody, nodeStatusPath, policyStatusPath } from '../src/status/bodies.ts';
 import { buildNodeStatus } from '../src/status/node-status.ts';
 import type { EnforcedPolicy } from '../src/status/node-status.ts';
-import { createPolicyStatusAggregator } from '../src/status/index.ts';
+import { createPolicyStatusAggregator } from '../src/controller/aggregator.ts';
 import type { PolicyStatusInput } from '../src/status/index.ts';
 import { rng } from '../test/support/rng.ts';
 

@@ -3,6 +3,7 @@
 
 import type { Logger } from '../log.ts';
 import { KubeApiError } from '../kube/client.ts';
+import type { PassResult } from '../pacer.ts';
 
 export interface FailureLog {
   /** A pass failed: warns if this failure differs from the previous one, else logs at debug. */
@@ -37,5 +38,17 @@ export function createFailureLog(log: Logger, writer: string, grant: string): Fa
       last = null;
       log.info({ writer }, `${writer}: status writes succeed again`);
     },
+  };
+}
+
+/** A paced status writer's onResult (src/pacer.ts): a failed pass is logged unless the writer
+ *  is stopping (its aborted requests are no news), a good one ends the failure, and every result
+ *  goes on to `onWrite`. */
+export function passReporter(failures: FailureLog, stopping: AbortSignal, onWrite?: (result: PassResult) => void): (result: PassResult, err?: unknown) => void {
+  return (result, err) => {
+    if (result === 'error') {
+      if (!stopping.aborted) failures.failed(err);
+    } else failures.succeeded();
+    onWrite?.(result);
   };
 }

@@ -7,7 +7,7 @@ import type { Logger } from '../log.ts';
 import { agentFieldManager, applyQuery, nodeObjectBody, nodePath, nodeStatusBody, nodeStatusPath } from './bodies.ts';
 import { systemClock } from '../clock.ts';
 import type { Clock } from '../clock.ts';
-import { createFailureLog } from './failures.ts';
+import { createFailureLog, passReporter } from './failures.ts';
 import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from '../kube/client.ts';
 import type { RequestRecord } from '../kube/client.ts';
 import { buildNodeStatus, nodeStatusNeedsWrite, parseNodeStatus } from './node-status.ts';
@@ -130,12 +130,7 @@ export function createNodeStatusReporter(o: NodeStatusReporterOptions): NodeStat
     retryMinMs: o.retryMinMs ?? DEFAULT_RETRY_MIN_MS,
     retryMaxMs: o.retryMaxMs ?? DEFAULT_RETRY_MAX_MS,
     run: pass,
-    onResult: (result, err) => {
-      if (result === 'error') {
-        if (!signal.aborted) failures.failed(err);
-      } else failures.succeeded();
-      o.onWrite?.(result);
-    },
+    onResult: passReporter(failures, signal, o.onWrite),
   });
 
   return {

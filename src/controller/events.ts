@@ -6,16 +6,16 @@
 
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from '../log.ts';
-import { eventBody, eventName, eventRepeatBody, eventsPath } from './bodies.ts';
-import type { EventType } from './bodies.ts';
+import { eventBody, eventName, eventRepeatBody, eventsPath } from '../status/bodies.ts';
+import type { EventType } from '../status/bodies.ts';
 import { systemClock } from '../clock.ts';
 import type { Clock } from '../clock.ts';
-import { truncate } from './conditions.ts';
-import { createFailureLog } from './failures.ts';
+import { truncate } from '../status/conditions.ts';
+import { createFailureLog } from '../status/failures.ts';
 import { createKubeClient, isStatus, MERGE_PATCH } from '../kube/client.ts';
 import type { RequestRecord } from '../kube/client.ts';
-import type { PolicyRef } from './node-status.ts';
-import { delayUntilNext } from './pacing.ts';
+import type { PolicyRef } from '../status/node-status.ts';
+import { delayUntilNext } from '../status/pacing.ts';
 
 export interface EventRecorderOptions {
   readonly kubeConfig: KubeConfig;

@@ -4,10 +4,11 @@
 
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, test } from 'node:test';
-import { createPolicyStatusAggregator } from '../../../src/status/index.ts';
-import type { PassResult, PolicyStatusAggregator, PolicyStatusInput } from '../../../src/status/index.ts';
+import { createPolicyStatusAggregator } from '../../../src/controller/aggregator.ts';
+import type { PolicyStatusAggregator } from '../../../src/controller/aggregator.ts';
+import type { PassResult, PolicyStatusInput } from '../../../src/status/index.ts';
 import { buildNodeStatus } from '../../../src/status/node-status.ts';
-import { captureLog, FakeApi, FakeClock, isList, Results, settle, until } from './fake-api.ts';
+import { captureLog, FakeApi, FakeClock, isList, Results, settle, until } from '../status/fake-api.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const LEASE = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/weir-policy-status';

@@ -5,7 +5,7 @@
 
 import type { Logger } from '../log.ts';
 import type { Clock } from '../clock.ts';
-import type { FailureLog } from './failures.ts';
+import type { FailureLog } from '../status/failures.ts';
 import { isStatus } from '../kube/client.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { decideLease, leaseBody, nextLeaseSpec, observe, parseLease } from './lease.ts';

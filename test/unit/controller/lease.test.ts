@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { decideLease, leaseBody, nextLeaseSpec, observe, parseLease } from '../../../src/status/lease.ts';
-import type { LeaseRecord } from '../../../src/status/lease.ts';
+import { decideLease, leaseBody, nextLeaseSpec, observe, parseLease } from '../../../src/controller/lease.ts';
+import type { LeaseRecord } from '../../../src/controller/lease.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const rec = (holder: string | null, extra: Partial<LeaseRecord> = {}): LeaseRecord => ({

@@ -3,9 +3,9 @@
 
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, test } from 'node:test';
-import { createEventRecorder } from '../../../src/status/index.ts';
-import type { EventRecorder } from '../../../src/status/index.ts';
-import { captureLog, FakeApi, FakeClock, Results, settle } from './fake-api.ts';
+import { createEventRecorder } from '../../../src/controller/events.ts';
+import type { EventRecorder } from '../../../src/controller/events.ts';
+import { captureLog, FakeApi, FakeClock, Results, settle } from '../status/fake-api.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const web = { namespace: 'shop', name: 'web', uid: 'u-web' };

@@ -2,7 +2,7 @@
 // when *this* agent last saw the lease record change, on its own clock (as client-go does),
 // so clock skew between nodes cannot make a live holder look expired. Pure.
 
-import { microTime } from './conditions.ts';
+import { microTime } from '../status/conditions.ts';
 
 export interface LeaseRecord {
   /** null: nobody holds it (never taken, or released). */
