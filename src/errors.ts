@@ -17,6 +17,12 @@ export type ErrorCode =
   | 'WEIR_AUDIT_STREAM'
   | 'WEIR_AUDIT_READER';
 
+/** The last `n` lines of a command's stderr: where its own message usually is. */
+const lastLines = (stderr: string, n: number): string => stderr.trim().split('\n').slice(-n).join('\n');
+
+/** A tool as messages name it: `iptables-restore (IPv6)`; ipset has no family. */
+const toolName = (tool: string, family: 4 | 6 | undefined): string => `${tool}${family ? ` (IPv${family})` : ''}`;
+
 export interface WeirErrorOptions {
   readonly cause?: unknown;
 }
@@ -53,7 +59,7 @@ export class CommandError extends WeirError {
     stderr: string,
     options?: WeirErrorOptions,
   ) {
-    const tail = stderr.trim().split('\n').slice(-5).join('\n');
+    const tail = lastLines(stderr, 5);
     const what = code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)' : code === 'WEIR_COMMAND_TIMEOUT' ? 'did not finish in time and was killed' : `exited with ${exitCode}`;
     super(code, `${command} ${args.join(' ')} ${what}${tail ? `: ${tail}` : ''}`, options);
     this.command = command;
@@ -75,7 +81,7 @@ export class RestoreError extends WeirError {
     const line = m ? Number(m[1]) : undefined;
     const lineText = line !== undefined ? payload.split('\n')[line - 1] : undefined;
     const where = line !== undefined ? ` at payload line ${line}${lineText ? ` (${lineText})` : ''}` : '';
-    super('WEIR_RESTORE_FAILED', `${tool}${family ? ` (IPv${family})` : ''} rejected the payload${where}: ${stderr.trim()}`, options);
+    super('WEIR_RESTORE_FAILED', `${toolName(tool, family)} rejected the payload${where}: ${stderr.trim()}`, options);
     this.tool = tool;
     this.family = family;
     this.line = line;
@@ -93,7 +99,7 @@ export class XtablesLockError extends WeirError {
   readonly attempts: number;
   readonly stderr: string;
   constructor(tool: string, family: 4 | 6 | undefined, attempts: number, stderr: string, options?: WeirErrorOptions) {
-    super('WEIR_XTABLES_LOCK', `${tool}${family ? ` (IPv${family})` : ''} could not take the xtables lock in ${attempts} tries: ${stderr.trim().split('\n').pop() ?? ''}`, options);
+    super('WEIR_XTABLES_LOCK', `${toolName(tool, family)} could not take the xtables lock in ${attempts} tries: ${lastLines(stderr, 1)}`, options);
     this.tool = tool;
     this.family = family;
     this.attempts = attempts;
@@ -165,7 +171,7 @@ export class AuditReaderError extends WeirError {
   readonly signal: string | undefined;
   readonly stderr: string;
   constructor(command: readonly string[], exitCode: number | undefined, signal: string | undefined, stderr: string, options?: WeirErrorOptions) {
-    const tail = stderr.trim().split('\n').slice(-3).join('\n');
+    const tail = lastLines(stderr, 3);
     const how = exitCode !== undefined ? `exited with ${exitCode}` : signal !== undefined ? `was killed by ${signal}` : 'could not be started';
     super('WEIR_AUDIT_READER', `audit reader: ${command.join(' ')} ${how}${tail ? `: ${tail}` : ''}`, options);
     this.command = command;

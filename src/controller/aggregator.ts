@@ -4,39 +4,24 @@
 // computes each policy's status from the latest input and the nodes' digests, and applies only
 // what differs from what the API server holds (./policy-status-writer.ts).
 
-import type { KubeConfig } from '@kubernetes/client-node';
 import { v8Collector } from '../agent/gc.ts';
 import { systemClock } from '../clock.ts';
-import type { Clock } from '../clock.ts';
 import { createKubeClient } from '../kube/client.ts';
-import type { KubeClient, RequestRecord } from '../kube/client.ts';
+import type { KubeClient } from '../kube/client.ts';
 import { DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings } from '../kube/reflector.ts';
-import type { Logger } from '../log.ts';
-import type { PassResult } from '../pacer.ts';
 import { createFailureLog, passReporter } from '../status/failures.ts';
-import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from '../status/pacing.ts';
+import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS, type PacedWriterOptions } from '../status/pacing.ts';
 import type { PolicyStatusInput } from '../status/policy-status.ts';
 import { createLeaseElector } from './elector.ts';
 import { type PolicyStatusCache, startPolicyStatusCache } from './policy-status-cache.ts';
 import { createPolicyStatusWriter } from './policy-status-writer.ts';
 
-export interface PolicyStatusAggregatorOptions {
-  readonly kubeConfig: KubeConfig;
+export interface PolicyStatusAggregatorOptions extends PacedWriterOptions {
   /** This replica's identity in the Lease: its pod name. */
   readonly identity: string;
-  readonly log: Logger;
-  readonly clock?: Clock;
   readonly leaseNamespace?: string;
   readonly leaseName?: string;
   readonly leaseDurationSeconds?: number;
-  /** Passes run at most this often. */
-  readonly minIntervalMs?: number;
-  /** Backoff of failed passes and failed lists/watches. */
-  readonly retryMinMs?: number;
-  readonly retryMaxMs?: number;
-  readonly onWrite?: (result: PassResult) => void;
-  /** Sees every request the writer sends (e.g. to count them). */
-  readonly onRequest?: (r: RequestRecord) => void;
   readonly watchTimings?: Partial<ListWatchTimings>;
   /** [0, 1) like Math.random (the default): the watches' retry jitter and randomised timings. */
   readonly random?: () => number;

@@ -4,35 +4,26 @@
 // series' count), at most one write per series per window. Best effort: a failed write is
 // logged and dropped, and record() never waits.
 
-import type { KubeConfig } from '@kubernetes/client-node';
-import type { Logger } from '../log.ts';
 import { eventBody, eventName, eventRepeatBody, eventsPath } from '../status/bodies.ts';
 import type { EventType } from '../status/bodies.ts';
 import { systemClock } from '../clock.ts';
-import type { Clock } from '../clock.ts';
 import { truncate } from '../status/conditions.ts';
 import { createFailureLog } from '../status/failures.ts';
 import { createKubeClient, isStatus, MERGE_PATCH } from '../kube/client.ts';
-import type { RequestRecord } from '../kube/client.ts';
 import type { PolicyRef } from '../status/node-status.ts';
-import { delayUntilNext } from '../status/pacing.ts';
+import { delayUntilNext, type StatusWriterOptions } from '../status/pacing.ts';
 
-export interface EventRecorderOptions {
-  readonly kubeConfig: KubeConfig;
-  /** source.component and reportingComponent, e.g. 'weir-agent'. */
+export interface EventRecorderOptions extends StatusWriterOptions {
+  /** source.component and reportingComponent, e.g. 'weir-controller'. */
   readonly component: string;
-  /** source.host and reportingInstance: the node name. */
+  /** source.host and reportingInstance: the replica's name. */
   readonly host: string;
-  readonly log: Logger;
-  readonly clock?: Clock;
   /** At most one write per series per this many ms. */
   readonly windowMs?: number;
   /** Writes waiting beyond this are dropped (an event storm must not grow memory). */
   readonly maxQueued?: number;
   /** Called after every attempted write. */
   readonly onWrite?: (result: 'ok' | 'error') => void;
-  /** Sees every request the writer sends (e.g. to count them). */
-  readonly onRequest?: (r: RequestRecord) => void;
 }
 
 export interface EventRecorder {

@@ -2,35 +2,19 @@
 // reporter writes the latest state later, rate limited, only when it changed, with server-side
 // apply under the node's own field manager. Nothing here can block or fail enforcement.
 
-import type { KubeConfig } from '@kubernetes/client-node';
-import type { Logger } from '../log.ts';
 import { agentFieldManager, applyQuery, nodeObjectBody, nodePath, nodeStatusBody, nodeStatusPath } from './bodies.ts';
 import { systemClock } from '../clock.ts';
-import type { Clock } from '../clock.ts';
 import { createFailureLog, passReporter } from './failures.ts';
 import { APPLY_PATCH, createKubeClient, isStatus, KubeApiError } from '../kube/client.ts';
-import type { RequestRecord } from '../kube/client.ts';
 import { buildNodeStatus, nodeStatusNeedsWrite, parseNodeStatus } from './node-status.ts';
 import type { NodeStatus, NodeStatusInput } from './node-status.ts';
 import { createPacer } from '../pacer.ts';
-import type { PassResult } from '../pacer.ts';
-import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS } from './pacing.ts';
+import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS, type PacedWriterOptions } from './pacing.ts';
 
-export interface NodeStatusReporterOptions {
-  readonly kubeConfig: KubeConfig;
+export interface NodeStatusReporterOptions extends PacedWriterOptions {
   readonly nodeName: string;
-  readonly log: Logger;
-  readonly clock?: Clock;
-  /** At most one write per this many ms; the latest input wins. */
-  readonly minIntervalMs?: number;
-  readonly retryMinMs?: number;
-  readonly retryMaxMs?: number;
   /** A change of lastSyncTime alone is written at most this often. */
   readonly heartbeatMs?: number;
-  /** Called after every pass: 'skipped' when there was nothing new to write. */
-  readonly onWrite?: (result: PassResult) => void;
-  /** Sees every request the writer sends (e.g. to count them). */
-  readonly onRequest?: (r: RequestRecord) => void;
 }
 
 export interface NodeStatusReporter {
