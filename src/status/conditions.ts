@@ -1,6 +1,8 @@
 // metav1.Condition rules, shared by both status kinds: a CamelCase reason, a bounded message,
 // and a lastTransitionTime that moves only when the status does. Pure: the time is passed in.
 
+import { compareStrings } from '../model/order.ts';
+
 export type ConditionStatus = 'True' | 'False' | 'Unknown';
 
 /** What a writer decides; lastTransitionTime is added by mergeConditions. */
@@ -84,7 +86,5 @@ export function parseConditions(raw: unknown): Condition[] {
 
 /** Canonical text of a condition list, independent of its order (for "did anything change"). */
 export function conditionsKey(conditions: readonly Condition[]): string {
-  return JSON.stringify(
-    [...conditions].sort((a, b) => (a.type < b.type ? -1 : a.type > b.type ? 1 : 0)).map((c) => [c.type, c.status, c.observedGeneration ?? null, c.lastTransitionTime, c.reason, c.message]),
-  );
+  return JSON.stringify([...conditions].sort((a, b) => compareStrings(a.type, b.type)).map((c) => [c.type, c.status, c.observedGeneration ?? null, c.lastTransitionTime, c.reason, c.message]));
 }

@@ -7,6 +7,7 @@
 import { conditionsKey, mergeConditions, parseConditions, REASON_PATTERN, rfc3339, truncate } from './conditions.ts';
 import type { Condition, ConditionSpec } from './conditions.ts';
 import { decodeDigest, digestOf, encodeDigest } from './realization.ts';
+import { compareStrings } from '../model/order.ts';
 
 export interface PolicyRef {
   readonly namespace: string;
@@ -159,7 +160,7 @@ function listed(ps: readonly EnforcedPolicy[]): FailingPolicy[] {
 
 function sortPolicies<T extends PolicyRef>(ps: readonly T[]): T[] {
   const key = (p: PolicyRef) => `${p.namespace}\0${p.name}\0${p.uid}`;
-  return [...ps].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+  return [...ps].sort((a, b) => compareStrings(key(a), key(b)));
 }
 
 /** Reads the status of a NodePolicyStatus back; malformed parts are left out. */

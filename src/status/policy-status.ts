@@ -3,6 +3,7 @@
 
 import { conditionsKey, mergeConditions, parseConditions } from './conditions.ts';
 import type { Condition, ConditionSpec } from './conditions.ts';
+import { compareStrings } from '../model/order.ts';
 
 /** One policy as the agent holding the aggregator lease sees it. */
 export interface PolicyStatusInput {
@@ -124,7 +125,7 @@ export function sameStrings(a: readonly string[], b: readonly string[]): boolean
 
 /** The conditions in conditionsKey's order (stable, by type): the list itself when it already is. */
 function byType(cs: readonly Condition[]): readonly Condition[] {
-  for (let i = 1; i < cs.length; i++) if (cs[i].type < cs[i - 1].type) return [...cs].sort((x, y) => (x.type < y.type ? -1 : x.type > y.type ? 1 : 0));
+  for (let i = 1; i < cs.length; i++) if (cs[i].type < cs[i - 1].type) return [...cs].sort((x, y) => compareStrings(x.type, y.type));
   return cs;
 }
 

@@ -11,6 +11,7 @@
 // deleted. Pure, apart from the state the tracker keeps.
 
 import { createHash } from 'node:crypto';
+import { sameStrings } from './policy-status.ts';
 import type { PolicyStatusInput, Realization } from './policy-status.ts';
 
 /** Buckets per digest: more buckets keep a change from hiding unrelated policies for longer,
@@ -127,7 +128,7 @@ export function createRealizationTracker(buckets: number = DIGEST_BUCKETS): Real
           t = { uid: p.uid, generation: p.generation, bucket: bucketOf(p.uid, buckets), hi, lo, desired, pending: desired.length === 0 ? null : new Set(desired), seen: now };
           tracked.set(p.uid, t);
         } else {
-          if (!sameList(t.desired, desired)) {
+          if (!sameStrings(t.desired, desired)) {
             const before = new Set(t.desired);
             for (const n of desired) if (!before.has(n)) (t.pending ??= new Set()).add(n);
             if (t.pending !== null) {
@@ -175,10 +176,4 @@ export function createRealizationTracker(buckets: number = DIGEST_BUCKETS): Real
 function sortedUnique(list: readonly string[]): readonly string[] {
   for (let i = 1; i < list.length; i++) if (!(list[i - 1] < list[i])) return [...new Set(list)].sort();
   return list;
-}
-
-function sameList(a: readonly string[], b: readonly string[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }
