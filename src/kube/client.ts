@@ -7,8 +7,8 @@
 // so tokens, exec plugins, client certificates and proxies work as for any client-node call, and
 // the request goes out through the undici dispatcher it builds. A request answered whole goes
 // through the dispatcher's own request() rather than fetch: fetch's web streams and
-// Request/Response objects cost twice the CPU per write, and the status writer's 4,000 writes
-// left some 40 MB more resident that way (measured). Watches are read here rather than with
+// Request/Response objects cost more CPU per write and leave more memory resident
+// (docs/performance.md). Watches are read here rather than with
 // client-node's Watch: Watch aborts any watch that is silent for 30 s (a private, fixed timer),
 // while the API server bookmarks an idle watch only about once a minute; and it cannot be
 // cancelled before the response headers arrive. Silence is judged by the reflector's watchdog
@@ -122,8 +122,8 @@ export function createKubeClient(kc: KubeConfig, opts: KubeClientOptions = {}): 
   };
 
   /** Sends; resolves to the status and the response (body unread). A streamed answer (a list or
-   *  a watch) is read through fetch, whose stream hands the splitters chunks of about 14 KB where
-   *  request()'s hands 4 KB ones: a list of 5,000 pods took less CPU that way (measured). */
+   *  a watch) is read through fetch, whose stream hands the splitters larger chunks than
+   *  request()'s: a large list takes less CPU that way (docs/performance.md). */
   async function open(req: KubeRequest, how: 'answer' | 'stream' | 'watch'): Promise<Answer> {
     const watch = how === 'watch';
     const { method, path } = req;

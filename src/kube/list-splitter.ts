@@ -1,6 +1,7 @@
 // Splits a list response (`{"kind":..., "metadata":{...}, "items":[{...}, ...]}`) into the JSON
-// text of each item as the body streams in, so a list of 100k pods (one 250 MB answer when the
-// API server serves it from its watch cache) is never held as one string or one parsed tree.
+// text of each item as the body streams in, so a list of a large cluster's pods (one answer of
+// hundreds of megabytes when the API server serves it from its watch cache: docs/performance.md)
+// is never held as one string or one parsed tree.
 // Only the top-level "items" array is split; everything else is kept and parsed at the end.
 
 const QUOTE = 0x22;

@@ -3,8 +3,9 @@
 // backoff; 410 and a periodic timer relist and diff against the cache, which repairs any event
 // the watch missed. The cache holds decoded values only (a codec turns raw JSON into them), and
 // a change is reported only when a value's canonical form changes, so every report is an exact
-// diff (what a collection and its codec are: ./collection.ts). Used by the kube source (Pods, Namespaces, Nodes, NetworkPolicies) and by the policy
-// status aggregator (NodePolicyStatus, NetworkPolicyStatus).
+// diff (what a collection and its codec are: ./collection.ts). Used by the kube source (Pods,
+// Namespaces, Nodes, NetworkPolicies), the controller's policy status cache (NodePolicyStatus,
+// NetworkPolicyStatus) and the side watches (./side-watch.ts).
 
 import { type Backoff, backoffMs } from '../backoff.ts';
 import { WeirError } from '../errors.ts';
@@ -167,8 +168,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
 
   async function list(signal: AbortSignal): Promise<number> {
     // The first list fills an empty cache: nothing can be gone at its end, so each object goes
-    // in as it arrives instead of being held in a wrapper until the list ends (130k of them
-    // at 100k pods, all garbage a moment later). Nothing is reported before listed() anyway.
+    // in as it arrives instead of being held in a wrapper until the list ends (one per object,
+    // all garbage a moment later). Nothing is reported before listed() anyway.
     const direct = !listedOnce && entries.size === 0;
     let changes = 0;
     const fresh: Decoded<T>[] = [];
@@ -181,8 +182,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       if (cont !== '') query.continue = cont;
       // The first list may come from the API server's watch cache (as client-go's reflector
       // does): the watch from its resourceVersion delivers whatever is newer. It spares etcd a
-      // read of the whole collection; at 100k pods the cache answers in one piece, which the
-      // client streams. Relists repair missed events, so they read the latest state.
+      // read of the whole collection; the cache answers in one piece, which the client
+      // streams. Relists repair missed events, so they read the latest state.
       else if (!listedOnce) query.resourceVersion = '0';
       if (res.fieldSelector !== undefined) query.fieldSelector = res.fieldSelector;
       const body = await client.list({ method: 'GET', path: res.path, query, signal, timeoutMs: timings.listTimeoutMs, protobuf: res.protobuf }, (item) => {
@@ -332,8 +333,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
         hook('error', why);
         if (err instanceof KubeApiError && err.status === 410 && phase === 'watch' && (healthy || !relistedFor410)) {
           // 410 is routine after a long disconnect, and the server's way of saying "relist":
-          // do it at once. Backing off here (up to 30 s after an outage) kept a change the
-          // watch had missed unrepaired all that time. A failing list backs off as usual.
+          // do it at once. Backing off here (up to the backoff's cap after an outage) kept a
+          // change the watch had missed unrepaired all that time. A failing list backs off as usual.
           needList = true;
           relistWhy = `410 Gone: ${err.message}`;
           relistedFor410 = true; // a second 410 before any progress backs off: no tight loop

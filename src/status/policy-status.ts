@@ -5,7 +5,7 @@ import { conditionsKey, mergeConditions, parseConditions } from './conditions.ts
 import type { Condition, ConditionSpec } from './conditions.ts';
 import { compareStrings } from '../model/order.ts';
 
-/** One policy as the agent holding the aggregator lease sees it. */
+/** One policy as the controller hands it to the aggregator (src/controller/policy-inputs.ts). */
 export interface PolicyStatusInput {
   readonly namespace: string;
   readonly name: string;
@@ -101,7 +101,7 @@ export function parsePolicyStatus(raw: unknown): PolicyStatus | null {
 }
 
 /** Whether two statuses have the same policyStatusKey, without building either key: a pass
- *  compares every policy's status with the stored one, 20k strings of garbage each time. */
+ *  compares every policy's status with the stored one, a string of garbage per policy each time. */
 export function samePolicyStatus(a: PolicyStatus, b: PolicyStatus): boolean {
   if (a.observedGeneration !== b.observedGeneration || a.nodesDesired !== b.nodesDesired || a.nodesRealized !== b.nodesRealized) return false;
   if (a.realized !== b.realized || a.mode !== b.mode || !sameStrings(a.nodesPending, b.nodesPending)) return false;

@@ -1,5 +1,5 @@
 // Which nodes hold which policy generation, from bounded NodePolicyStatus objects. A node does not
-// list the policies it enforces (20k of them would not fit an etcd object); it reports, for each
+// list the policies it enforces (a large cluster's would not fit an etcd object); it reports, for each
 // of DIGEST_BUCKETS buckets of policy uids, the XOR of a 64-bit hash of every (uid, generation)
 // pair it enforces in that bucket. The aggregator computes the same digests from its own view
 // (the policies whose desired nodes include the node): a bucket that matches proves the node
@@ -90,7 +90,7 @@ interface Tracked {
   readonly hi: number;
   readonly lo: number;
   /** Desired nodes, sorted and unique, as of the last update (the input's own array when it
-   *  already is: 20k copies were most of the tracker's memory). */
+   *  already is: a copy per policy was most of the tracker's memory). */
   desired: readonly string[];
   /** Desired nodes not yet proven to hold `generation`; null when none (at rest: an empty Set
    *  per policy cost more than everything else the tracker holds). */

@@ -17,9 +17,9 @@ export interface Resource extends Collection<ObjectKind> {
 }
 
 /** Namespaces and nodes before pods and policies, the order of the first batch's events. Pods
- *  and Namespaces are listed as protobuf: at 100k pods the API server serves it in half the
- *  time of JSON, and skipping what Weir does not read decodes it about 4× faster than
- *  JSON.parse. Policies need their whole spec, and there is one Node: both stay JSON. */
+ *  and Namespaces are listed as protobuf: the API server serves it faster than JSON, and
+ *  skipping what Weir does not read decodes it faster than JSON.parse (docs/performance.md).
+ *  Policies need their whole spec, and there is one Node: both stay JSON. */
 export function resourcesFor(nodeName: string | undefined): readonly Resource[] {
   return [
     { kind: 'Namespace', path: '/api/v1/namespaces', namespaced: false, protobuf: decodeNamespace },
@@ -92,7 +92,7 @@ const SPEC_HELD_BY_GENERATION = Symbol('spec held by generation');
 /**
  * What the source holds of a policy between events. Its spec is needed only to compile it, and
  * the API server raises metadata.generation with every change of the spec, so a policy is held
- * without it (about 1 KB each at bench:agent's shapes) and compared by generation. One whose
+ * without it (most of its memory: docs/performance.md) and compared by generation. One whose
  * generation the server did not set (convert.ts then says 1) keeps its spec (see decode).
  */
 const heldPolicy = (policy: RawNetworkPolicy): RawNetworkPolicy => ({ ...policy, spec: SPEC_HELD_BY_GENERATION });
@@ -103,7 +103,7 @@ const hasGeneration = (raw: unknown): boolean => {
 };
 
 /** How the reflector of `res` decodes: model objects themselves (a view entry wrapping each
- *  would cost about 130 bytes), keyed by model key (a pod by uid). Two held policies are the
+ *  would cost memory per object), keyed by model key (a pod by uid). Two held policies are the
  *  same if all but their specs are equal, generation included; a held policy is never the same
  *  as one with its spec (whose generation, if the server did not set it, says nothing). */
 export function resourceCodec(res: Resource): Codec<ModelObject> {
