@@ -1,5 +1,6 @@
 // A list+watch of one small collection beside the main source (the nodes' reports, the
-// uninstall signal): real time, the status writers' backoff, watch errors logged as warnings.
+// uninstall signal): real time, the status writers' retry bounds (jittered, as every reflector's),
+// watch errors logged as warnings.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../log.ts';

@@ -5,7 +5,6 @@
 
 export { createNodeStatusReporter, DEFAULT_HEARTBEAT_MS, DEFAULT_NODE_MIN_INTERVAL_MS } from './node-reporter.ts';
 export type { NodeStatusReporter, NodeStatusReporterOptions } from './node-reporter.ts';
-export type { EventType } from './bodies.ts';
 export type { Clock } from '../clock.ts';
 export type { PassResult } from '../pacer.ts';
 export type { ApplyOutcome, EnforcedPolicy, NodeCounts, NodeProblem, NodeStatusInput, PolicyRef } from './node-status.ts';
