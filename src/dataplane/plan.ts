@@ -156,8 +156,8 @@ export function planSets(desired: DesiredDataplane, dirty: ReadonlyMap<string, R
 }
 
 /** Below this many members added and deleted one `ipset restore` is cheapest; above, each
- *  family's lines (no line names sets of both) go to a restore of its own, side by side: at
- *  287k members, 1.08 s -> 0.75 s. */
+ *  family's lines (no line names sets of both) go to a restore of its own, side by side
+ *  (measured: docs/design/dataplane.md, "Figures behind the choices"). */
 export const SPLIT_SETS_AT_MEMBERS = 10_000;
 
 /** Applies a successful step-1 plan to the set record: headers and sizes, no members. */
@@ -273,12 +273,12 @@ export interface LayeredPlan extends ChainsPlan {
 
 /**
  * The change planChains would write, as additions only, for nf_tables: a transaction that
- * deletes a rule makes iptables-nft-restore wait an RCU grace period (10-20 ms) before it can
- * exit; one that only adds does not. A new chain is created and filled. A changed chain gets its
- * new rules inserted above the old ones, then an unconditional RETURN between them: falling off
- * the end of a user chain is a RETURN too, so the chain acts exactly as the new rules say. A
- * chain no longer desired stays, reached only through shadowed rules. All of those are
- * `pending`: a later planChains write (the tidy) rewrites or deletes them.
+ * deletes a rule makes iptables-nft-restore wait an RCU grace period before it can exit
+ * (docs/design/dataplane.md); one that only adds does not. A new chain is created and filled.
+ * A changed chain gets its new rules inserted above the old ones, then an unconditional RETURN
+ * between them: falling off the end of a user chain is a RETURN too, so the chain acts exactly
+ * as the new rules say. A chain no longer desired stays, reached only through shadowed rules.
+ * All of those are `pending`: a later planChains write (the tidy) rewrites or deletes them.
  *
  * Undefined when the change cannot be written that way: a hook or the accept hook must move, an
  * older Weir's leftovers must go, or the rules it would leave shadowed, beyond those already

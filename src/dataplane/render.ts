@@ -251,8 +251,8 @@ export const setCreate = (name: string, type: SetType, family: Family, maxElem: 
 export const setAdd = (name: string, member: string) => `add ${name} ${member} -exist`;
 export const setDel = (name: string, member: string) => `del ${name} ${member} -exist`;
 /** The adds (or deletes) of many members of one set: kept as the member list and turned into
- *  text only as it is written, a bounded piece at a time (ipsetPieces). A first write of 287k
- *  members held all of it as text twice over (about 35 MB, plus its copy made for the pipe). */
+ *  text only as it is written, a bounded piece at a time (ipsetPieces), so a large first write
+ *  never holds all of it as text (docs/design/dataplane.md, "Figures behind the choices"). */
 export interface MemberLines {
   readonly op: 'add' | 'del';
   readonly set: string;
@@ -264,8 +264,8 @@ export const setMemberLines = (op: 'add' | 'del', set: string, members: readonly
 export const setDestroy = (name: string) => `destroy ${name}`;
 export const setSwap = (from: string, to: string) => `swap ${from} ${to}`;
 
-/** Lines a piece of ipsetPieces holds at most: about 45 KB of member lines, which V8 allocates
- *  in its young generation, so a piece written to the pipe is garbage collected young. */
+/** Lines a piece of ipsetPieces holds at most: few enough that V8 allocates a piece in its young
+ *  generation, so a piece written to the pipe is garbage collected young. */
 export const LINES_PER_PIECE = 1000;
 
 /** The text of a restore batch in pieces of at most LINES_PER_PIECE lines, each ending in a

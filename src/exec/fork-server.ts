@@ -1,10 +1,10 @@
 // Starts Weir's commands from a small shell instead of from the agent. Node starts a process
-// with fork() on the thread that asks: the kernel copies the page tables of the whole agent
-// (2-3 ms at 265 MB, more as the heap grows) while the event loop waits, and every write,
-// read and hook check pays it. A shell of a megabyte forks in a fraction of a millisecond and
-// leaves the agent's loop free. The shell reads one line per command; the command's stdin,
-// stdout and stderr are files of a private directory, so payloads of any size pass without
-// framing, and commands run side by side.
+// with fork() on the thread that asks: the kernel copies the page tables of the whole agent,
+// longer as the heap grows, while the event loop waits, and every write, read and hook check
+// pays it (docs/design/dataplane.md, "Figures behind the choices"). A small shell forks far
+// faster and leaves the agent's loop free. The shell reads one line per command; the
+// command's stdin, stdout and stderr are files of a private directory, so payloads of any
+// size pass without framing, and commands run side by side.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';

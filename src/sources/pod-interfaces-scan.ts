@@ -42,7 +42,7 @@ export function createPodInterfaceScanner(runner: CommandRunner, bridge: string,
   // and settled.
   let cache = new Map<string, { readonly ips: readonly string[]; readonly since: number }>();
   let warnedNoBridge = false;
-  // Scans repeat every 100 ms while a pod is unbound: each problem is said once while it lasts.
+  // Scans repeat soon while a pod is unbound: each problem is said once while it lasts.
   let said = new Set<string>();
   let saying = new Set<string>();
   const warnOnce = (key: string, fields: object, msg: string) => {
