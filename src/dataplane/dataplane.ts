@@ -112,7 +112,7 @@ export interface Dataplane {
 export function createDataplane(config: DataplaneConfig): Dataplane {
   const { names, log } = config;
   const families = [...new Set(config.families)].sort();
-  const tools = lazyTools({ runner: config.runner, backend: config.backend, log, lockRetry: config.lockRetry, sleep: config.sleep, onRetry: config.onMetric?.retry });
+  const tools = lazyTools({ runner: config.runner, backend: config.backend, log, retry: config.lockRetry, sleep: config.sleep, onRetry: config.onMetric?.retry });
   const ipvs = ipvsMode(config.ipvs ?? 'off', config.runner);
   const ledger = createLedger(config.maxShadowedRules);
   const state: DataplaneState = { applied: emptyState(), needRead: true, dirty: emptyDirty() };

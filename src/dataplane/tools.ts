@@ -2,24 +2,16 @@
 // use, not at construction: `auto` reads the kernel, and a dataplane is built before the agent
 // may touch it.
 
-import type { Logger } from '../log.ts';
-import type { CommandRunner } from '../exec/runner.ts';
 import { createIpset, type Ipset } from './ipset.ts';
-import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type RetryInfo, type RetryPolicy } from './iptables.ts';
+import { createIptables, detectBackend, type Backend, type BackendChoice, type Iptables, type IptablesOptions } from './iptables.ts';
 
 export interface Tools {
   readonly iptables: Iptables;
   readonly ipset: Ipset;
 }
 
-export interface ToolsConfig {
-  readonly runner: CommandRunner;
-  readonly backend: BackendChoice;
-  readonly log: Logger;
-  readonly lockRetry?: RetryPolicy;
-  readonly sleep?: (ms: number) => Promise<void>;
-  readonly onRetry?: (info: RetryInfo) => void;
-}
+/** What iptables is built with, but the backend may be `auto`: chosen on first use. */
+export type ToolsConfig = Omit<IptablesOptions, 'backend'> & { readonly backend: BackendChoice };
 
 export interface Toolbox {
   /** The tools, choosing the backend on the first call. */
@@ -35,7 +27,7 @@ export function lazyTools(config: ToolsConfig): Toolbox {
       if (tools === undefined) {
         const backend = await detectBackend(config.runner, config.backend, config.log);
         tools = {
-          iptables: createIptables({ runner: config.runner, backend, log: config.log, retry: config.lockRetry, sleep: config.sleep, onRetry: config.onRetry }),
+          iptables: createIptables({ ...config, backend }),
           ipset: createIpset(config.runner),
         };
       }
