@@ -1,5 +1,5 @@
 // The agent's way to V8's collector, for the few moments of a cold start where a collection
-// pays (agent/reconciler.ts, collectGarbage; the kube source's lists).
+// pays (agent/first-compute-collections.ts; the kube source's lists).
 
 import v8 from 'node:v8';
 
@@ -16,10 +16,9 @@ const FULL: GcOptions = { type: 'major', execution: 'sync' };
  * undefined without it. `compact` asks for the collection V8 runs on a low-memory
  * notification: old space compacted and its free pages given back to the system, which a
  * plain full collection leaves committed. That one also leaves V8 a low limit for the heap's
- * next growth, so the changes right after it paid full collections of their own (300 policy
- * adds making new peer sets in-process: p99 7.4-13 ms and up to 102 ms, against 4.1-4.5 ms);
- * a plain collection after it sets V8's usual limit again (p99 4.1-5.2 ms), keeping the pages
- * given back.
+ * next growth, which the changes right after it would pay for in full collections of their
+ * own; a plain collection after it sets V8's usual limit again, keeping the pages given back
+ * (docs/design/agent.md, "Figures behind the choices").
  */
 export function v8Collector(): ((compact: boolean) => void) | undefined {
   const gc = (globalThis as { gc?: (options?: GcOptions) => void }).gc;
@@ -41,7 +40,8 @@ export interface ListHeapGuardOptions {
   readonly onCollect?: (beforeBytes: number, afterBytes: number, ms: number) => void;
 }
 
-/** At 100k pods the first lists leave about 85 MB live; V8 normally collects on its own on the way. */
+/** A large cluster's first lists leave more than `growthBytes` live, and V8 normally collects
+ *  on its own on the way (docs/design/agent.md, "Figures behind the choices"). */
 const LIST_HEAP_GUARD: ListHeapGuardOptions = {
   every: 2_000,
   growthBytes: 64 * 2 ** 20,
@@ -53,9 +53,8 @@ const LIST_HEAP_GUARD: ListHeapGuardOptions = {
  * every `every` objects, a full collection when V8's heap in use has grown by `growthBytes`
  * since the lowest this list saw it at (what V8's own collections bring it down to). Each list
  * starts afresh, so a relist at rest is measured from the heap it found, not from an empty
- * one. In one cold start of five or six at 100k pods V8's pages grew to 245 MB while the lists
- * arrived instead of about 144, with about 80 more minor collections (a peak RSS of 390-408
- * MB); V8's own heuristics did not stop it.
+ * one. V8's own heuristics sometimes let its pages grow far past what the lists hold, for a
+ * much higher peak (docs/design/agent.md, "Figures behind the choices").
  */
 export function listHeapGuard(collect: (compact: boolean) => void, options: Partial<ListHeapGuardOptions> = {}): () => () => void {
   const opts = { ...LIST_HEAP_GUARD, ...options };

@@ -35,7 +35,7 @@ export const FLAGS = {
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
   'favour-memory': {
     type: 'boolean',
-    help: 'once the first full state is written, let V8 hold less memory: at 100k pods the agent rests at about 225 MB instead of 260-270; in earlier measurements it cost up to 10 ms of one-pod change p99 and 1-2% more of a core at rest',
+    help: 'once the first full state is written, let V8 hold less memory at rest, for more garbage collections during changes and a little more CPU at rest: for a very large cluster (figures in docs/design/agent.md)',
   },
   'first-compute-slice': {
     type: 'string',
