@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { COLLECT_GARBAGE_FROM, FirstComputeCollections } from '../../../src/agent/first-compute-collections.ts';
+import { silentLogger } from '../../../src/log.ts';
 import { diff, EMPTY, Mirror, newCalc, pod, policy, snapshot, world } from '../calc/fixtures.ts';
 import { batch, recordingComputes, recordResyncs, setup } from './loop-fixtures.ts';
 
@@ -52,5 +54,39 @@ describe('collections during the first compute', () => {
     one.applyEvents(events);
     one.applyEvents(batch('r2').events);
     assert.equal(snapshot(mirror.view(one.desired.topChain)), snapshot(one.desired));
+  });
+});
+
+describe('FirstComputeCollections alone', () => {
+  const collections = (o: { slice?: number; collect?: boolean }) => {
+    const ran: boolean[] = [];
+    const c = new FirstComputeCollections({
+      collectGarbage: o.collect === false ? undefined : (compact) => ran.push(compact),
+      firstComputeSlice: o.slice,
+      log: silentLogger(),
+      clock: { now: () => 0, setTimeout: () => 0, clearTimeout: () => {} },
+    });
+    return { c, ran };
+  };
+
+  test('without a collector the first full state is computed whole, however large', () => {
+    const { c } = collections({ collect: false, slice: 2 });
+    assert.equal(c.beforeFirstCompute(10 * COLLECT_GARBAGE_FROM), Number.POSITIVE_INFINITY);
+  });
+
+  test('a state larger than one slice is sliced and collected even below COLLECT_GARBAGE_FROM; the compacting collection runs once', () => {
+    const { c, ran } = collections({ slice: 2 });
+    assert.equal(c.beforeFirstCompute(3), 2);
+    c.betweenSlices();
+    c.afterWrite();
+    c.afterWrite();
+    assert.deepEqual(ran, [false, false, true]);
+  });
+
+  test('a small state that fits one slice is computed whole with no collection, before or after', () => {
+    const { c, ran } = collections({ slice: 50_000 });
+    assert.equal(c.beforeFirstCompute(COLLECT_GARBAGE_FROM - 1), Number.POSITIVE_INFINITY);
+    c.afterWrite();
+    assert.deepEqual(ran, []);
   });
 });

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { FORGET_ATTEMPTS } from '../../../src/agent/flow-cleanup.ts';
+import { FlowCleanup, FORGET_ATTEMPTS } from '../../../src/agent/flow-cleanup.ts';
+import { silentLogger } from '../../../src/log.ts';
+import { createMetrics } from '../../../src/metrics/index.ts';
+import { FakeClock } from './loop-fixtures.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
 import { pod } from '../calc/fixtures.ts';
 import { batch, setup } from './loop-fixtures.ts';
@@ -60,5 +63,58 @@ describe("deleting released addresses' tracked connections", () => {
     await clock.advance(1_000);
     assert.deepEqual(dataplane.forgotten, [['10.244.1.5']]);
     await r.whenIdle();
+  });
+});
+
+describe('FlowCleanup alone', () => {
+  /** A forgetter whose rounds end when the test says. */
+  function cleanup() {
+    const rounds: { addresses: string[]; end: (ok: boolean) => void }[] = [];
+    const c = new FlowCleanup({
+      dataplane: {
+        forgetFlows: (addresses) =>
+          new Promise<number>((resolve, reject) => rounds.push({ addresses: [...addresses], end: (ok) => (ok ? resolve(addresses.length) : reject(new Error('conntrack: boom'))) })),
+      },
+      log: silentLogger(),
+      metrics: createMetrics({ defaultMetrics: false }),
+      clock: new FakeClock(),
+      onEnded: () => {},
+    });
+    return { c, rounds };
+  }
+
+  test('addresses added while a round runs go in the next one, started as soon as it succeeds', async () => {
+    const { c, rounds } = cleanup();
+    c.add(['10.0.0.1']);
+    c.start();
+    c.add(['10.0.0.2']);
+    c.start();
+    assert.deepEqual(
+      rounds.map((r) => r.addresses),
+      [['10.0.0.1']],
+      'one round at a time',
+    );
+    rounds[0].end(true);
+    await c.whenDone();
+    assert.deepEqual(
+      rounds.map((r) => r.addresses),
+      [['10.0.0.1'], ['10.0.0.2']],
+    );
+    rounds[1].end(true);
+    await c.whenDone();
+    assert.equal(c.running, false);
+  });
+
+  test('a failed round waits for the next start; after stop() none starts', async () => {
+    const { c, rounds } = cleanup();
+    c.add(['10.0.0.1']);
+    c.start();
+    rounds[0].end(false);
+    await c.whenDone();
+    assert.equal(rounds.length, 1, 'no retry on its own');
+    c.stop();
+    c.start();
+    assert.equal(rounds.length, 1);
+    assert.equal(c.running, false);
   });
 });

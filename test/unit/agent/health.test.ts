@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { DEFAULT_UNHEALTHY_AFTER_MS, unhealthyAfterMs, WriteHealth } from '../../../src/agent/health.ts';
 import { RestoreError } from '../../../src/errors.ts';
 import { batch, setup } from './loop-fixtures.ts';
 
@@ -57,5 +58,36 @@ describe('health and readiness', () => {
     const body = JSON.stringify({ ready: r.readiness(), health: r.health() });
     assert.deepEqual(r.readiness(), { ready: false, revision: '', reason: 'ApplyFailed', error: 'WEIR_RESTORE_FAILED' });
     for (const secret of ['10.9.8.7', 'cali-pi-secret', 'ns/db', 'line']) assert.ok(!body.includes(secret), `${secret} in ${body}`);
+  });
+});
+
+describe('WriteHealth alone', () => {
+  test('the bound is three resync intervals, or the default with the resync off, unless one is given', () => {
+    assert.equal(unhealthyAfterMs(1000), 3000);
+    assert.equal(unhealthyAfterMs(0), DEFAULT_UNHEALTHY_AFTER_MS);
+    assert.equal(unhealthyAfterMs(1000, 42), 42);
+  });
+
+  test('a write owed stays owed from the first moment it was wanted, until one succeeds', () => {
+    const h = new WriteHealth(1000);
+    h.owe(0);
+    h.owe(500);
+    h.started(600);
+    h.failed({ code: 'WEIR_RESTORE_FAILED', message: 'line 2 failed' });
+    assert.equal(h.health(1000).healthy, true);
+    assert.deepEqual(h.health(1001), { healthy: false, reason: 'NoWriteSucceeded', error: 'WEIR_RESTORE_FAILED' });
+    h.succeeded();
+    assert.deepEqual(h.health(10_000), { healthy: true, reason: 'Ok' });
+    assert.equal(h.lastError, null);
+  });
+
+  test('readiness says NotSynced before ApplyFailed, and ApplyFailed before ChangesPending', () => {
+    const h = new WriteHealth(1000);
+    h.failed({ code: 'E', message: 'm' });
+    assert.equal(h.readiness({ synced: false, revision: 'r1', pending: true }).reason, 'NotSynced');
+    assert.equal(h.readiness({ synced: true, revision: 'r1', pending: true }).reason, 'ApplyFailed');
+    h.succeeded();
+    assert.equal(h.readiness({ synced: true, revision: 'r1', pending: true }).reason, 'ChangesPending');
+    assert.deepEqual(h.readiness({ synced: true, revision: 'r1', pending: false }), { ready: true, revision: 'r1', reason: 'Ready' });
   });
 });

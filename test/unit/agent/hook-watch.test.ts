@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { batch, counterValue, setup, stopWhileAdvancing } from './loop-fixtures.ts';
+import { HookWatch } from '../../../src/agent/hook-watch.ts';
+import { silentLogger } from '../../../src/log.ts';
+import { createMetrics } from '../../../src/metrics/index.ts';
+import { batch, counterValue, FakeClock, setup, stopWhileAdvancing } from './loop-fixtures.ts';
 
 describe('the hook check', () => {
   test('a hook found missing is repaired by a resync at once, counted and only then checked again', async () => {
@@ -127,5 +130,56 @@ describe('the hook check', () => {
     );
     assert.equal(await counterValue(metrics, 'errors', { reason: 'UNKNOWN' }), 1);
     await r.stop();
+  });
+});
+
+describe('HookWatch alone', () => {
+  function watch(intact: () => Promise<boolean>) {
+    const clock = new FakeClock();
+    const damage: number[] = [];
+    let ended = 0;
+    const w = new HookWatch({
+      dataplane: { hookIntact: intact },
+      log: silentLogger(),
+      metrics: createMetrics({ defaultMetrics: false }),
+      clock,
+      intervalMs: 5000,
+      onDamage: (now) => damage.push(now),
+      onEnded: () => ended++,
+    });
+    return { clock, damage, ended: () => ended, w };
+  }
+
+  test('no check is due before a resync has written the hook; a pass writing changes puts a due one off by at most an interval', async () => {
+    const { w } = watch(async () => true);
+    w.startIfDue(60_000, false);
+    assert.equal(w.running, false, 'never rearmed');
+    w.rearm(0);
+    w.startIfDue(4999, false);
+    assert.equal(w.running, false, 'not due yet');
+    w.startIfDue(9999, true);
+    assert.equal(w.running, false, 'put off by a pass that writes changes');
+    w.startIfDue(10_000, true);
+    assert.equal(w.running, true, 'a whole interval late: it starts anyway');
+    await w.whenDone();
+  });
+
+  test('an intact hook is due again an interval after its check ends; a missing one owes a resync and is not due until rearmed', async () => {
+    let intact = true;
+    const { clock, damage, ended, w } = watch(async () => intact);
+    w.rearm(0);
+    clock.t = 5000;
+    w.startIfDue(5000, false);
+    assert.equal(w.dueAt, null, 'not due while it runs');
+    await w.whenDone();
+    assert.equal(w.running, false);
+    assert.equal(w.dueAt, 10_000);
+    intact = false;
+    clock.t = 10_000;
+    w.startIfDue(10_000, false);
+    await w.whenDone();
+    assert.deepEqual(damage, [10_000]);
+    assert.equal(w.dueAt, null);
+    assert.equal(ended(), 2);
   });
 });
