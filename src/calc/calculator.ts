@@ -97,7 +97,7 @@ class ActiveSet implements DesiredSet {
   /** References from unions it is a part of. */
   unionRefs = 0;
   /** Member -> number of pods (or blocks) contributing it: two pods may briefly share an IP.
-   *  Its keys are the members; no second collection, since sets can hold 100k entries. */
+   *  Its keys are the members; no second collection, since sets can be very large (sizes in docs/performance.md). */
   readonly counts = new Map<string, number>();
   readonly members: Members;
   /** Union sets this set is a part of: they follow its members. */
