@@ -1,6 +1,7 @@
 // Test helpers for the status writers: a loopback fake API server that stores objects, records
-// every request and serves watches (with 410 Gone once its history is compacted), a clock whose timers run only when a test advances it, a logger that
-// keeps its lines, and a waiter for the writers' onWrite results.
+// every request and serves watches (with 410 Gone once its history is compacted), a logger that
+// keeps its lines, and a waiter for the writers' onWrite results. The fake clock is
+// test/support/fake-clock.ts's, re-exported here.
 
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
@@ -8,8 +9,9 @@ import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import type { Clock } from '../../../src/clock.ts';
 import type { Logger } from '../../../src/log.ts';
+
+export { FakeClock, microtasks } from '../../support/fake-clock.ts';
 
 export type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
 
@@ -285,67 +287,6 @@ function watches(w: Watcher, key: string): boolean {
 /** Whether a request is a list (a GET of a collection, not a watch). */
 export function isList(r: Recorded): boolean {
   return r.method === 'GET' && r.query.get('watch') !== 'true' && /\/(nodepolicystatuses|networkpolicystatuses)$/.test(r.path);
-}
-
-/** A clock whose timers run only when the test advances it. Starts at a fixed wall time. */
-export class FakeClock implements Clock {
-  t: number;
-  private timers: { at: number; fn: () => void; id: number }[] = [];
-  private seq = 0;
-  constructor(start: number = Date.parse('2025-06-01T12:00:00Z')) {
-    this.t = start;
-  }
-  now(): number {
-    return this.t;
-  }
-  setTimeout(fn: () => void, ms: number): unknown {
-    const id = ++this.seq;
-    this.timers.push({ at: this.t + ms, fn, id });
-    return id;
-  }
-  clearTimeout(h: unknown): void {
-    this.timers = this.timers.filter((x) => x.id !== h);
-  }
-  pending(): number {
-    return this.timers.length;
-  }
-  /** Whether a timer is due at exactly `at`. */
-  hasTimerAt(at: number): boolean {
-    return this.timers.some((x) => x.at === at);
-  }
-  /** Moves time forward, running the timers that fall due, in order. */
-  advance(ms: number): void {
-    const end = this.t + ms;
-    for (;;) {
-      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
-      const next = this.timers[0];
-      if (!next || next.at > end) break;
-      this.timers.shift();
-      this.t = Math.max(this.t, next.at);
-      next.fn();
-    }
-    this.t = end;
-  }
-  /** Like advance, but awaits `between()` after each timer, so that async work a timer
-   *  started can schedule the next timer before time moves on. */
-  async advanceAsync(ms: number, between: () => Promise<void>): Promise<void> {
-    const end = this.t + ms;
-    for (;;) {
-      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
-      const next = this.timers[0];
-      if (!next || next.at > end) break;
-      this.timers.shift();
-      this.t = Math.max(this.t, next.at);
-      next.fn();
-      await between();
-    }
-    this.t = end;
-  }
-}
-
-/** Lets pending promise callbacks run (no I/O). */
-export async function microtasks(): Promise<void> {
-  for (let k = 0; k < 20; k++) await Promise.resolve();
 }
 
 export interface LogLine {
