@@ -1,11 +1,11 @@
 // A loopback fake of the Kubernetes API server for the four collections the kube source reads:
 // paginated lists and chunked watch streams, with the faults a real server will not produce on
-// demand (HTTP errors, held or stalled responses, ended streams, compacted history).
+// demand (HTTP errors, held or stalled responses, ended streams, compacted history). Its server
+// core is test/support/fake-api-server.ts, shared with the status writers' read-write fake.
 
-import { createServer } from 'node:http';
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { LoopbackApi, type Obj, sendEvent, sendListPage, sendStatus } from '../../support/fake-api-server.ts';
 
 export type Kind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';
 
@@ -17,8 +17,6 @@ const PATHS: Record<Kind, string> = {
 };
 const NAMESPACED: Record<Kind, boolean> = { Pod: true, Namespace: false, Node: false, NetworkPolicy: true };
 export const TOKEN = 'fake-token';
-
-type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
 
 /** What the next list or watch request of a kind gets instead of a normal answer. */
 export type Fault =
@@ -57,34 +55,19 @@ export class FakeApiServer {
   /** Watches from a resourceVersion below this get 410 Gone. */
   private readonly oldest = new Map<Kind, number>();
   private readonly faults = new Map<string, Fault[]>();
-  private readonly watchers = new Set<Watcher>();
-  private server: Server | null = null;
-  private port = 0;
+  private readonly server = new LoopbackApi<Watcher>((req, res) => this.handle(req, res));
   private uidSeq = 0;
 
-  async start(): Promise<void> {
-    this.server = createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    this.port = (this.server.address() as AddressInfo).port;
+  start(): Promise<void> {
+    return this.server.start();
   }
 
-  async close(): Promise<void> {
-    for (const w of this.watchers) w.res.destroy();
-    this.watchers.clear();
-    this.server?.closeAllConnections();
-    await new Promise<void>((resolve) => this.server?.close(() => resolve()) ?? resolve());
+  close(): Promise<void> {
+    return this.server.close();
   }
 
   kubeConfig(token = TOKEN): KubeConfig {
-    const kc = new KubeConfig();
-    kc.loadFromOptions({
-      // client-node refuses plain http unless skipTLSVerify is set.
-      clusters: [{ name: 'fake', server: `http://127.0.0.1:${this.port}`, skipTLSVerify: true }],
-      users: [{ name: 'agent', token }],
-      contexts: [{ name: 'fake', cluster: 'fake', user: 'agent' }],
-      currentContext: 'fake',
-    });
-    return kc;
+    return this.server.kubeConfig(token);
   }
 
   /** Queues a fault for the next list or watch request of a kind. */
@@ -98,7 +81,7 @@ export class FakeApiServer {
   }
 
   openWatches(kind: Kind): number {
-    return [...this.watchers].filter((w) => w.kind === kind).length;
+    return [...this.server.watches].filter((w) => w.kind === kind).length;
   }
 
   /** The stored object (as served, with uid and resourceVersion). */
@@ -144,11 +127,7 @@ export class FakeApiServer {
 
   /** Ends every open watch stream of a kind, as the server does at timeoutSeconds. */
   endWatches(kind: Kind): void {
-    for (const w of [...this.watchers]) {
-      if (w.kind !== kind) continue;
-      this.watchers.delete(w);
-      w.res.end();
-    }
+    this.server.endWatches((w) => w.kind === kind);
   }
 
   /** Forgets the history of a kind: a watch resuming from before now gets 410 Gone. */
@@ -172,23 +151,23 @@ export class FakeApiServer {
   }
 
   private broadcast(kind: Kind, type: string, object: Obj): void {
-    for (const w of this.watchers) {
+    for (const w of this.server.watches) {
       if (w.kind !== kind || w.stalled) continue;
       if (w.name !== null && object.metadata.name !== w.name && type !== 'BOOKMARK') continue;
-      w.res.write(`${JSON.stringify({ type, object })}\n`);
+      sendEvent(w, type, object);
     }
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://fake');
     const kind = (Object.keys(PATHS) as Kind[]).find((k) => PATHS[k] === url.pathname);
-    if (req.headers.authorization !== `Bearer ${TOKEN}`) return status(res, 401, 'Unauthorized', 'bad token');
-    if (kind === undefined || req.method !== 'GET') return status(res, 404, 'NotFound', `no route ${url.pathname}`);
+    if (req.headers.authorization !== `Bearer ${TOKEN}`) return sendStatus(res, 401, 'Unauthorized', 'bad token');
+    if (kind === undefined || req.method !== 'GET') return sendStatus(res, 404, 'NotFound', `no route ${url.pathname}`);
     const verb = url.searchParams.get('watch') === 'true' ? 'watch' : 'list';
     this.requests.push({ kind, verb, query: url.searchParams });
     const fault = this.faults.get(`${kind} ${verb}`)?.shift();
     if (fault !== undefined && 'hold' in fault) await fault.hold;
-    if (fault !== undefined && 'status' in fault && fault.status !== undefined) return status(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
+    if (fault !== undefined && 'status' in fault && fault.status !== undefined) return sendStatus(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
     const selector = url.searchParams.get('fieldSelector');
     const name = selector?.startsWith('metadata.name=') ? selector.slice('metadata.name='.length) : null;
     if (verb === 'list') return this.list(kind, url.searchParams, name, res, fault !== undefined && 'truncate' in fault);
@@ -196,38 +175,16 @@ export class FakeApiServer {
   }
 
   private list(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse, truncate: boolean): void {
-    // As the real API server: a continue token carries its own resourceVersion.
-    if (q.get('continue') !== null && q.get('resourceVersion') !== null) {
-      status(res, 400, 'BadRequest', 'specifying resource version is not allowed when using continue');
-      return;
-    }
     const all = [...this.store(kind).entries()]
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([, o]) => o)
       .filter((o) => name === null || o.metadata.name === name);
-    const limit = Number(q.get('limit') ?? '0') || all.length;
-    const token = q.get('continue');
-    const { offset, rv } = token === null ? { offset: 0, rv: this.rv } : (JSON.parse(Buffer.from(token, 'base64').toString()) as { offset: number; rv: number });
-    const items = all.slice(offset, offset + limit);
-    const more = offset + limit < all.length;
-    const metadata: Record<string, string> = { resourceVersion: String(rv) };
-    if (more) metadata.continue = Buffer.from(JSON.stringify({ offset: offset + limit, rv })).toString('base64');
-    const body = JSON.stringify({ kind: `${kind}List`, apiVersion: 'v1', metadata, items });
-    if (truncate) {
-      res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-      res.write(body.slice(0, Math.floor(body.length / 2)), () => res.destroy());
-      return;
-    }
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(body);
+    sendListPage(res, `${kind}List`, all, q, this.rv, truncate);
   }
 
   private watch(kind: Kind, q: URLSearchParams, name: string | null, res: ServerResponse, stalled: boolean): void {
-    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-    res.flushHeaders();
     const w: Watcher = { kind, res, name, stalled };
-    this.watchers.add(w);
-    res.on('close', () => this.watchers.delete(w));
+    this.server.openWatch(w);
     if (stalled) return;
     const from = q.get('resourceVersion');
     if (from === null || from === '' || from === '0') {
@@ -235,9 +192,7 @@ export class FakeApiServer {
       return;
     }
     if (Number(from) < (this.oldest.get(kind) ?? 0)) {
-      const gone = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410, message: `too old resource version: ${from}` };
-      res.end(`${JSON.stringify({ type: 'ERROR', object: gone })}\n`);
-      this.watchers.delete(w);
+      this.server.gone(w, from);
       return;
     }
     for (const e of this.history.get(kind) ?? []) if (e.rv > Number(from)) this.broadcastTo(w, e.type, e.object);
@@ -245,18 +200,13 @@ export class FakeApiServer {
 
   private broadcastTo(w: Watcher, type: string, object: Obj): void {
     if (w.name !== null && object.metadata.name !== w.name) return;
-    w.res.write(`${JSON.stringify({ type, object })}\n`);
+    sendEvent(w, type, object);
   }
 }
 
 function keyOf(kind: Kind, o: Obj): string {
   const name = String(o.metadata.name);
   return NAMESPACED[kind] ? `${String(o.metadata.namespace ?? 'default')}/${name}` : name;
-}
-
-function status(res: ServerResponse, code: number, reason: string, message: string): void {
-  res.writeHead(code, { 'content-type': 'application/json' });
-  res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason, message, code }));
 }
 
 // ---- raw objects as the API server serves them ----------------------------------------------

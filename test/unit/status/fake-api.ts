@@ -3,17 +3,16 @@
 // keeps its lines, and a waiter for the writers' onWrite results. The fake clock is
 // test/support/fake-clock.ts's, re-exported here.
 
-import { createServer } from 'node:http';
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Writable } from 'node:stream';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import type { Logger } from '../../../src/log.ts';
 
-export { FakeClock, microtasks } from '../../support/fake-clock.ts';
+import { LoopbackApi, type Obj, readBody, sendEvent, sendJson, sendListPage, sendStatus } from '../../support/fake-api-server.ts';
 
-export type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
+export { FakeClock, microtasks } from '../../support/fake-clock.ts';
+export type { Obj };
 
 export interface Recorded {
   readonly method: string;
@@ -87,36 +86,23 @@ export class FakeApi {
   readonly faults: Fault[] = [];
   private readonly store = new Map<string, Obj>();
   private readonly history: HistoryEvent[] = [];
-  private readonly watchers = new Set<Watcher>();
   /** Watches from a resourceVersion below this get 410 Gone. */
   private oldest = 0;
   private rv = 100;
   private uidSeq = 0;
-  private server: Server | null = null;
+  private readonly server = new LoopbackApi<Watcher>((req, res) => this.handle(req, res));
 
-  async start(): Promise<void> {
-    this.server = createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+  start(): Promise<void> {
+    return this.server.start();
   }
 
-  async stop(): Promise<void> {
-    for (const w of this.watchers) w.res.destroy();
-    this.watchers.clear();
-    this.server?.closeAllConnections();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  stop(): Promise<void> {
+    return this.server.close();
   }
 
   /** A kubeconfig for this server; `token` tells clients apart in `requests`. */
   kubeConfig(token: string = 'test-token'): KubeConfig {
-    const port = (this.server!.address() as AddressInfo).port;
-    const kc = new KubeConfig();
-    kc.loadFromOptions({
-      clusters: [{ name: 'fake', server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
-      users: [{ name: 'agent', token }],
-      contexts: [{ name: 'fake', cluster: 'fake', user: 'agent' }],
-      currentContext: 'fake',
-    });
-    return kc;
+    return this.server.kubeConfig(token);
   }
 
   /** Stores an object at its item path (uid and resourceVersion added when missing). */
@@ -143,7 +129,7 @@ export class FakeApi {
 
   /** Open watch streams. */
   openWatches(): number {
-    return this.watchers.size;
+    return this.server.watches.size;
   }
 
   /** Forgets the history and ends every watch: resuming from any resourceVersion served so far
@@ -151,28 +137,23 @@ export class FakeApi {
   compact(): void {
     this.oldest = ++this.rv;
     this.history.length = 0;
-    for (const w of this.watchers) w.res.end();
-    this.watchers.clear();
+    this.server.endWatches();
   }
 
   private record(e: HistoryEvent): void {
     this.history.push(e);
-    for (const w of this.watchers) if (watches(w, e.key)) w.res.write(`${JSON.stringify({ type: e.type, object: e.object })}\n`);
+    for (const w of this.server.watches) if (watches(w, e.key)) sendEvent(w, e.type, e.object);
   }
 
   private watch(p: Parsed, url: URL, res: ServerResponse): void {
-    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-    res.flushHeaders();
+    const w: Watcher = { prefix: p.prefix, plural: p.plural, ns: p.ns, res };
+    this.server.openWatch(w);
     const from = Number(url.searchParams.get('resourceVersion') ?? '0');
     if (from !== 0 && from < this.oldest) {
-      const gone = { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Expired', code: 410, message: `too old resource version: ${from}` };
-      res.end(`${JSON.stringify({ type: 'ERROR', object: gone })}\n`);
+      this.server.gone(w, from);
       return;
     }
-    const w: Watcher = { prefix: p.prefix, plural: p.plural, ns: p.ns, res };
-    this.watchers.add(w);
-    res.on('close', () => this.watchers.delete(w));
-    for (const e of this.history) if (e.rv > from && watches(w, e.key)) res.write(`${JSON.stringify({ type: e.type, object: e.object })}\n`);
+    for (const e of this.history) if (e.rv > from && watches(w, e.key)) sendEvent(w, e.type, e.object);
   }
 
   get(path: string): Obj | undefined {
@@ -191,20 +172,14 @@ export class FakeApi {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const text = Buffer.concat(chunks).toString();
+    const body = await readBody(req);
     const url = new URL(req.url ?? '/', 'http://fake');
     const method = req.method ?? 'GET';
-    const body = text === '' ? undefined : (JSON.parse(text) as unknown);
     const contentType = req.headers['content-type'];
     this.requests.push({ method, path: url.pathname, query: url.searchParams, contentType, authorization: req.headers.authorization, body });
 
-    const send = (status: number, value: unknown): void => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(value));
-    };
-    const failure = (status: number, reason: string, message: string): void => send(status, { kind: 'Status', apiVersion: 'v1', status: 'Failure', message, reason, code: status });
+    const send = (status: number, value: unknown): void => sendJson(res, status, value);
+    const failure = (status: number, reason: string, message: string): void => sendStatus(res, status, reason, message);
 
     for (const f of this.faults) {
       if ((f.times ?? Infinity) <= 0) continue;
@@ -220,7 +195,7 @@ export class FakeApi {
       if (method === 'GET' && url.searchParams.get('watch') === 'true') return this.watch(p, url, res);
       if (method === 'GET') {
         const items = [...this.store.entries()].filter(([k]) => k.startsWith(`${p.prefix}|`) && k.split('|')[2] === p.plural && (p.ns === null || k.split('|')[1] === p.ns)).map(([, o]) => o);
-        return send(200, { kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: String(this.rv) }, items });
+        return sendListPage(res, 'List', items, url.searchParams, this.rv);
       }
       if (method === 'POST') {
         const o = body as Obj;
