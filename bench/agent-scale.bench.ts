@@ -41,6 +41,7 @@ import type { Api } from './peers/api.ts';
 import { NetnsProcess } from './peers/enforcers.ts';
 import { type Usage, usageOf } from './peers/usage.ts';
 import { Clients, collection, loadAverage, type Population, podObject, podStatus, policyObject, populate, progress, secs, settle, benchNumber } from './populate-cluster.ts';
+import { percentile } from './stats.ts';
 import { makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -94,11 +95,6 @@ const NODES = Math.max(1, Math.round(size.pods / size.localPods));
 // ---------------------------------------------------------------------------------------------
 // Figures
 
-function pct(xs: readonly number[], p: number): number {
-  if (xs.length === 0) return Number.NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
-}
 const f1 = (x: number): string => (Number.isNaN(x) ? '-' : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : x.toFixed(0));
 const mb = (x: number | undefined): string => (x === undefined ? '-' : `${x.toFixed(0)} MB`);
 const log = (s = ''): void => console.log(s);
@@ -834,7 +830,7 @@ async function main(): Promise<void> {
     if (allResyncs.length > 0)
       log(
         `every periodic resync of the run: p50 ${f1(
-          pct(
+          percentile(
             allResyncs.map((w) => w.rec.ms ?? 0),
             50,
           ),
@@ -857,16 +853,16 @@ async function main(): Promise<void> {
 }
 
 function kindRow(r: KindResult): string {
-  const pp = (xs: number[]) => `${f1(pct(xs, 50))} / ${f1(pct(xs, 99))}`;
-  const steps = Object.entries(r.steps).map(([step, xs]) => `${step} ${f1(pct(xs, 50))}`);
+  const pp = (xs: number[]) => `${f1(percentile(xs, 50))} / ${f1(percentile(xs, 99))}`;
+  const steps = Object.entries(r.steps).map(([step, xs]) => `${step} ${f1(percentile(xs, 50))}`);
   const notes = [r.resyncs > 0 ? `${r.resyncs} landed in a periodic resync` : '', r.missed > 0 ? `${r.missed} MISSED: no write within 30 s` : ''].filter(Boolean);
   return [
     r.kind.padEnd(26),
     pp(r.latency).padStart(23),
     pp(r.agentMs).padStart(20),
     pp(r.computeMs).padStart(16),
-    f1(pct(r.other, 50)).padStart(10),
-    f1(pct(r.api, 50)).padStart(15),
+    f1(percentile(r.other, 50)).padStart(10),
+    f1(percentile(r.api, 50)).padStart(15),
     ` ${`${r.changedKernel}/${r.latency.length}`.padStart(14)}`,
     ` ${steps.join(', ')}${notes.length > 0 ? `  (${notes.join('; ')})` : ''}`,
   ].join(' ');
@@ -875,10 +871,10 @@ function kindRow(r: KindResult): string {
 function summary(fig: Figures, pop: Population): void {
   log(`\n== targets (issue 10), ${pop.pods} pods / ${pop.policies} policies${pop.podsError ? ` (NOT the full size: ${pop.podsError})` : ''}`);
   const onePod = fig.results.filter((r) => r.kind.startsWith('pod '));
-  const p99 = (rs: KindResult[], pick: (r: KindResult) => number[]) => pct(rs.flatMap(pick), 99);
+  const p99 = (rs: KindResult[], pick: (r: KindResult) => number[]) => percentile(rs.flatMap(pick), 99);
   const worst = (rs: KindResult[], pick: (r: KindResult) => number[]) =>
     rs
-      .map((r) => [r.kind, pct(pick(r), 99)] as const)
+      .map((r) => [r.kind, percentile(pick(r), 99)] as const)
       .sort((x, y) => y[1] - x[1])
       .slice(0, 2)
       .map(([k, v]) => `${k} ${f1(v)}`)

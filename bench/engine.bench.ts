@@ -12,6 +12,7 @@ import { createDataplane, processRunner, recordingRunner } from '../src/dataplan
 import { silentLogger } from '../src/log.ts';
 import type { ModelEvent } from '../src/model/types.ts';
 import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
+import { percentile } from './stats.ts';
 import { initialEvents, makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
 const scale = Number(process.env.WEIR_BENCH_SCALE ?? 1);
@@ -36,11 +37,6 @@ const memory = () => {
   const m = process.memoryUsage();
   return `rss ${mb(m.rss)} MB, heap used ${mb(m.heapUsed)} MB of ${mb(m.heapTotal)} MB, external ${mb(m.external)} MB, peak rss ${mb(process.resourceUsage().maxRSS * 1024)} MB`;
 };
-
-function percentile(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
-}
 
 async function main(): Promise<void> {
   console.log(`synthetic cluster: ${size.pods} pods, ${size.namespaces} namespaces, ${size.policies} policies, ~${size.localPods} pods on ${NODE}`);

@@ -12,13 +12,9 @@ import { join } from 'node:path';
 import { buildControlPlane } from '../test/integration/controlplane.ts';
 import { KubeIntegration, policyObject } from '../test/integration/kube-harness.ts';
 import type { LogRecord } from '../test/support/agent-process.ts';
+import { percentile } from './stats.ts';
 
 const CHANGES = Number(process.env.WEIR_BENCH_CHANGES ?? 60);
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
-}
 
 function changed(r: LogRecord): boolean {
   const s = r.stats as Record<string, number> | undefined;
@@ -66,14 +62,14 @@ async function measure(k: KubeIntegration, label: string, change: (i: number) =>
   }
   const f = (x: number) => x.toFixed(1).padStart(7);
   console.log(
-    `${label.padEnd(22)} kubectl->enforced p50 ${f(pct(fromKubectl, 50))} p99 ${f(pct(fromKubectl, 99))}   API write->enforced p50 ${f(pct(fromApi, 50))} p99 ${f(pct(fromApi, 99))}  (ms, n=${CHANGES})`,
+    `${label.padEnd(22)} kubectl->enforced p50 ${f(percentile(fromKubectl, 50))} p99 ${f(percentile(fromKubectl, 99))}   API write->enforced p50 ${f(percentile(fromApi, 50))} p99 ${f(percentile(fromApi, 99))}  (ms, n=${CHANGES})`,
   );
   const slowest = fromApi
     .map((ms, i) => ({ ms, i }))
     .sort((a, b) => b.ms - a.ms)
     .slice(0, 3);
   for (const { ms, i } of slowest) console.log(`  slow: #${i} API write->enforced ${ms.toFixed(1)} ms (${seen[i]})`);
-  return pct(fromApi, 99);
+  return percentile(fromApi, 99);
 }
 
 const TARGET_P99_MS = 50;

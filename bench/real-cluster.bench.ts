@@ -21,7 +21,7 @@ import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import type { RealCluster } from '../test/cluster/harness.ts';
-import { percentile } from './peers/table.ts';
+import { percentile } from './stats.ts';
 
 // Before the harness is loaded, which reads the name once: this bench must only ever bring up,
 // use and take down a cluster of its own, whatever name the caller's environment holds.

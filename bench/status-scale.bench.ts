@@ -36,6 +36,7 @@ import type { EnforcedPolicy } from '../src/status/node-status.ts';
 import { createPolicyStatusAggregator } from '../src/controller/aggregator.ts';
 import type { PolicyStatusInput } from '../src/status/index.ts';
 import { rng } from '../test/support/rng.ts';
+import { percentile } from './stats.ts';
 
 const NODES = Number(process.env.WEIR_BENCH_NODES ?? 1000);
 const POLICIES = Number(process.env.WEIR_BENCH_POLICIES ?? 20_000);
@@ -371,10 +372,9 @@ async function main(): Promise<void> {
     const c1 = await stats();
     report('changes', c0, c1, (performance.now() - t2) / 1000);
     await snapshot('changes');
-    const sorted = [...converge].sort((a, b) => a - b);
     console.log(
       `policy change to Enforced at the new generation (${CHANGES} changes, ${SPREAD + 1} nodes each, node ${nodeName(0)} enforcing all ${POLICIES}): ` +
-        `p50 ${sorted[Math.floor(sorted.length / 2)].toFixed(0)} ms, max ${sorted[sorted.length - 1].toFixed(0)} ms`,
+        `p50 ${percentile(converge, 50).toFixed(0)} ms, max ${percentile(converge, 100).toFixed(0)} ms`,
     );
     console.log(`passes: ${JSON.stringify(c1.passes)}; total ${since()}`);
     await client.close();

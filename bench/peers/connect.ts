@@ -14,7 +14,8 @@ import { type Ctx, idle, kernelState, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
 import { key, phantomPlace, policyObject, type PodDef } from './env.ts';
 import { type Capture, captureRules, medianRate, repliesFirst, replayRates } from './replay.ts';
-import { dist, percentile, type Value } from './table.ts';
+import { percentile } from '../stats.ts';
+import { dist, type Value } from './table.ts';
 
 const NS = 'bench';
 export const SERVER: PodDef = { namespace: NS, name: 'server', node: 'node-a', ips: ['10.244.1.10', 'fd00:10:244:1::10'], labels: { app: 'server' } };

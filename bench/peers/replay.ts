@@ -13,7 +13,8 @@ import { createCluster } from '../../src/sim/cluster.ts';
 import { registerExitCleanup } from '../../src/sim/cleanup.ts';
 import { connectLatency, connectRate } from './connect-loop.ts';
 import { SIM_NODES, startHelper, type BenchEnv, type Turn } from './env.ts';
-import { percentile, type Value } from './table.ts';
+import { percentile } from '../stats.ts';
+import type { Value } from './table.ts';
 
 /** What an enforcer left in one node's namespace: its IPv4 tables and every ipset. */
 export interface NodeRules {

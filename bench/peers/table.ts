@@ -1,13 +1,8 @@
 // The one table the bench prints: a row per figure, a column per enforcer (p50 / p99 where the
 // figure is a distribution), and the ratio kube-router / Weir, with which of the two wins.
 
+import { percentile } from '../stats.ts';
 import type { EnforcerName } from './enforcers.ts';
-
-export function percentile(xs: readonly number[], p: number): number {
-  if (xs.length === 0) return Number.NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
-}
 
 export interface Value {
   readonly p50: number;
