@@ -26,7 +26,7 @@
 // WEIR_BENCH_AGENT_LOG_DIR: keep each agent's output there, every line with its ms since spawn.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { createWriteStream, mkdirSync, readdirSync, readFileSync, type WriteStream } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -36,11 +36,13 @@ import { NODE_FLAGS } from '../src/cli/node-flags.ts';
 import { registerExitCleanup } from '../src/sim/cleanup.ts';
 import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
 import { bridgeApiServer, type Bridge } from '../test/integration/bridge.ts';
-import { startControlPlane, type ControlPlane } from '../test/integration/controlplane.ts';
+import type { ControlPlane } from '../test/integration/controlplane.ts';
 import type { Api } from './peers/api.ts';
 import { NetnsProcess } from './peers/enforcers.ts';
 import { type Usage, usageOf } from './peers/usage.ts';
-import { Clients, collection, loadAverage, type Population, podObject, podStatus, policyObject, populate, progress, secs, settle, benchNumber } from './populate-cluster.ts';
+import { Clients, collection, type Population, startApiServer, podObject, podStatus, policyObject, populate, progress, secs, settle, benchNumber } from './populate-cluster.ts';
+import { ProcessLog } from './process-log.ts';
+import { heap, log, machine, mb, section, sourceState, words } from './report.ts';
 import { percentile } from './stats.ts';
 import { makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
 
@@ -67,7 +69,6 @@ const CHANGES = Math.max(1, Math.round(num(flags.changes, process.env.WEIR_BENCH
 const SLOW_COMPUTE_MS = 2;
 /** Extra Node flags for the agent only, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to see where
  *  its time goes (the profile is written when the bench stops it). */
-const words = (v: string | undefined) => (v ?? '').split(' ').filter((f) => f !== '');
 const AGENT_NODE_FLAGS = words(process.env.WEIR_BENCH_AGENT_NODE_FLAGS);
 const AGENT_ARGS = words(process.env.WEIR_BENCH_AGENT_ARGS);
 /** A directory to keep every agent's output in (agent-1.log, ...), e.g. with --trace-gc above. */
@@ -96,29 +97,6 @@ const NODES = Math.max(1, Math.round(size.pods / size.localPods));
 // Figures
 
 const f1 = (x: number): string => (Number.isNaN(x) ? '-' : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : x.toFixed(0));
-const mb = (x: number | undefined): string => (x === undefined ? '-' : `${x.toFixed(0)} MB`);
-const log = (s = ''): void => console.log(s);
-
-/** Printed before every section: above 1 the figures were taken under load. */
-function section(title: string): void {
-  const load = loadAverage();
-  log(`\n== ${title}  (load average ${load.toFixed(2)}${load > 1 ? ': UNDER LOAD, figures of this section were taken while other work shared the cores' : ''})`);
-}
-
-function machine(): string {
-  const nproc = spawnSync('nproc', { encoding: 'utf8' }).stdout.trim();
-  const kernel = spawnSync('uname', ['-r'], { encoding: 'utf8' }).stdout.trim();
-  const ipt = spawnSync('iptables', ['--version'], { encoding: 'utf8' }).stdout.trim();
-  const mem = /MemTotal:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1];
-  const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-  return `${nproc} cores, ${Math.round(Number(mem) / 1024 / 1024)} GB RAM, kernel ${kernel}, ${ipt}, node ${process.version}, load average ${load}`;
-}
-
-function sourceState(): string {
-  const git = (args: string[]) => spawnSync('git', ['-C', REPO, ...args], { encoding: 'utf8' }).stdout.trim();
-  const dirty = git(['status', '--porcelain', '--', 'src', 'scripts/build.ts']).split('\n').filter(Boolean).length;
-  return `commit ${git(['rev-parse', '--short', 'HEAD'])}${dirty > 0 ? ` + ${dirty} uncommitted file(s) in src/ (built as they were)` : ''}`;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Where the cold start's time goes: CPU of each process involved, and the same lists made by
@@ -259,28 +237,25 @@ const isWrite = (r: LogRecord): boolean => r.msg === 'applied changes' || r.msg 
 
 class Agent extends NetnsProcess {
   readonly spawnedAt: number;
-  readonly lines: string[] = [];
   /** The first line of each message, when it was received, and the CPU snapshot then. */
   readonly firstAt = new Map<string, { at: number; rec: LogRecord; cpu: CpuSnapshot }>();
   /** Taken at the first line of each message (cheap: a few reads of /proc). */
   snapshot: () => CpuSnapshot = () => ({});
   readonly writes: Write[] = [];
-  readonly warnings: string[] = [];
+  readonly output: ProcessLog<LogRecord>;
   revision = 0;
   #compute: number[] = [];
   #computeCpu: number[] = [];
   readonly #waiters = new Set<{ test: (w: Write) => boolean; resolve: (w: Write) => void; reject: (e: Error) => void }>();
 
-  readonly #logFile: WriteStream | undefined;
-
   constructor(netns: string, argv: readonly string[]) {
     super(netns, [process.execPath, ...argv]);
     this.spawnedAt = performance.now();
     agentsStarted++;
-    if (AGENT_LOG_DIR) this.#logFile = createWriteStream(join(AGENT_LOG_DIR, `agent-${agentsStarted}.log`));
-    this.child.once('close', () => this.#logFile?.end());
+    this.output = new ProcessLog(this.spawnedAt, AGENT_LOG_DIR ? { path: join(AGENT_LOG_DIR, `agent-${agentsStarted}.log`) } : undefined);
+    this.child.once('close', () => this.output.end());
     this.child.once('exit', (code, signal) => {
-      const e = new Error(`the agent exited (${code ?? signal}); last lines:\n${this.lines.slice(-10).join('\n')}`);
+      const e = new Error(`the agent exited (${code ?? signal}); last lines:\n${this.output.last(10)}`);
       for (const w of [...this.#waiters]) w.reject(e);
       this.#waiters.clear();
     });
@@ -302,13 +277,9 @@ class Agent extends NetnsProcess {
       };
       const timer = setTimeout(() => {
         this.#waiters.delete(w);
-        reject(
-          new Error(
-            `agent: no write for "${what}" within ${timeoutMs} ms${this.exited ? ` (exited ${this.child.exitCode ?? this.child.signalCode})` : ''}; last lines:\n${this.lines.slice(-6).join('\n')}`,
-          ),
-        );
+        reject(new Error(`agent: no write for "${what}" within ${timeoutMs} ms${this.exited ? ` (exited ${this.child.exitCode ?? this.child.signalCode})` : ''}; last lines:\n${this.output.last(6)}`));
       }, timeoutMs);
-      if (this.exited) w.reject(new Error(`the agent has exited (${this.child.exitCode ?? this.child.signalCode}); last lines:\n${this.lines.slice(-10).join('\n')}`));
+      if (this.exited) w.reject(new Error(`the agent has exited (${this.child.exitCode ?? this.child.signalCode}); last lines:\n${this.output.last(10)}`));
       else this.#waiters.add(w);
     });
   }
@@ -325,18 +296,9 @@ class Agent extends NetnsProcess {
 
   protected onLine(line: string): void {
     const at = performance.now();
-    this.#logFile?.write(`${(at - this.spawnedAt).toFixed(1)} ${line}\n`);
-    this.lines.push(line);
-    if (this.lines.length > 200) this.lines.shift();
-    let rec: LogRecord;
-    try {
-      rec = JSON.parse(line) as LogRecord;
-    } catch {
-      this.warnings.push(line);
-      return;
-    }
+    const rec = this.output.read(line, at);
+    if (rec === undefined) return;
     if (typeof rec.msg === 'string' && !this.firstAt.has(rec.msg)) this.firstAt.set(rec.msg, { at, rec, cpu: this.snapshot() });
-    if ((rec.level ?? 0) >= 40) this.warnings.push(line);
     if (rec.msg === 'model updated' && typeof rec.ms === 'number') {
       this.#compute.push(rec.ms);
       this.#computeCpu.push(typeof rec.cpuMs === 'number' ? rec.cpuMs : Number.NaN);
@@ -397,7 +359,7 @@ async function coldStartOnce(cp: ControlPlane, argv: readonly string[], netns: s
     const listed = a.firstAt.get('kube: every kind listed; sending the full state');
     const metrics = await scrapeMetrics(netns);
     const ms = first.at - a.spawnedAt;
-    const line = `${secs(ms)} (list ${listed ? secs(listed.at - a.spawnedAt) : '-'}, compute ${f1(first.computeMs ?? Number.NaN)} ms, write ${f1(first.rec.ms ?? Number.NaN)} ms); RSS ${mb(first.usage?.rssMB)}, VmHWM ${mb(first.usage?.hwmMB)}; ${heap(metrics)}; GC ${gcPauses('', metrics)}`;
+    const line = `${secs(ms)} (list ${listed ? secs(listed.at - a.spawnedAt) : '-'}, compute ${f1(first.computeMs ?? Number.NaN)} ms, write ${f1(first.rec.ms ?? Number.NaN)} ms); RSS ${mb(first.usage?.rssMB)}, VmHWM ${mb(first.usage?.hwmMB)}; ${heap(metrics, 'weir_')}; GC ${gcPauses('', metrics)}`;
     return { ms, hwmMB: first.usage?.hwmMB, line };
   } finally {
     await agent?.stop();
@@ -453,26 +415,6 @@ function bucketQuantile(h: Histogram, q: number): string {
   if (h.count <= 0) return '-';
   for (const [le, c] of [...h.buckets].sort((x, y) => x[0] - y[0])) if (c >= q * h.count) return le === Number.POSITIVE_INFINITY ? '> largest bucket' : `<= ${f1(le * 1000)} ms`;
   return '?';
-}
-
-/** A gauge of a Prometheus text exposition (summed over its series). */
-function gauge(text: string, name: string): number | undefined {
-  let v: number | undefined;
-  for (const line of text.split('\n')) {
-    const m = /^(\w+)(?:\{[^}]*\})? (\S+)$/.exec(line);
-    if (m && m[1] === name) v = (v ?? 0) + Number(m[2]);
-  }
-  return v;
-}
-
-/** What V8 holds, beside RSS: a gap between them is memory the heap no longer uses that the
- *  process has not returned, or buffers outside the heap. */
-function heap(text: string): string {
-  const g = (name: string) => {
-    const v = gauge(text, name);
-    return v === undefined ? '-' : (v / 2 ** 20).toFixed(0);
-  };
-  return `V8 heap used ${g('weir_nodejs_heap_size_used_bytes')} of ${g('weir_nodejs_heap_size_total_bytes')} MB, external ${g('weir_nodejs_external_memory_bytes')} MB`;
 }
 
 const describeHistogram = (h: Histogram): string => `n=${h.count}, mean ${f1(h.count > 0 ? (h.sum / h.count) * 1000 : Number.NaN)} ms, p50 ${bucketQuantile(h, 0.5)}, p99 ${bucketQuantile(h, 0.99)}`;
@@ -661,8 +603,8 @@ interface Figures {
 
 async function main(): Promise<void> {
   log(`bench:agent: Weir's targets on the built agent process against a real kube-apiserver`);
-  log(`machine: ${machine()}`);
-  log(`source: ${sourceState()}`);
+  log(`machine: ${machine({ iptables: true })}`);
+  log(`source: ${sourceState('built')}`);
   log(
     `cluster (bench/synthetic.ts shapes, scale ${scale}): ${size.pods} pods on ${NODES} nodes (~${size.localPods} on ${NODE}), ${size.namespaces} namespaces, ${size.policies} policies; ${CHANGES} changes of each kind`,
   );
@@ -690,9 +632,7 @@ async function main(): Promise<void> {
   });
   try {
     section('1. populating the API server');
-    progress('starting etcd and kube-apiserver');
-    cp = await startControlPlane();
-    log(`kube-apiserver ready in ${secs(cp.startMs)} at ${cp.server}`);
+    cp = await startApiServer(log);
     clients = new Clients(cp, CONCURRENCY);
     // This node alone: the agent watches its own Node object only.
     const pop = await populate(cp, clients, { size, concurrency: CONCURRENCY, maxPopulateS: MAX_POPULATE_S, nodes: 1, log });
@@ -762,7 +702,7 @@ async function main(): Promise<void> {
     if (listed && written) log(`  CPU from the lists done to the full write: ${cpuBetween(listed.cpu, written.cpu)}`);
     log(`COLD START: spawn -> full state written       ${secs(figures.coldStartMs)}`);
     const metrics0 = await scrapeMetrics(netns);
-    log(`RSS right after: ${mb(figures.rssAfterStart)}, peak so far (VmHWM) ${mb(figures.hwmAfterStart)}; ${heap(metrics0)}`);
+    log(`RSS right after: ${mb(figures.rssAfterStart)}, peak so far (VmHWM) ${mb(figures.hwmAfterStart)}; ${heap(metrics0, 'weir_')}`);
     const u0 = a.usage();
     const writes0 = a.writes.length;
     await sleep(REST_S * 1000);
@@ -770,7 +710,7 @@ async function main(): Promise<void> {
     figures.rssRest = u1?.rssMB;
     const restWrites = a.writes.slice(writes0);
     log(
-      `${REST_S} s later, at rest: RSS ${mb(u1?.rssMB)}, VmHWM ${mb(u1?.hwmMB)}, ${heap(await scrapeMetrics(netns))}, CPU ${u0 && u1 ? ((100 * (u1.cpuS - u0.cpuS)) / REST_S).toFixed(1) : '-'}% of a core; writes meanwhile: ${restWrites.map((w) => `${w.rec.msg} ${f1(w.rec.ms ?? Number.NaN)} ms`).join(', ') || 'none'}`,
+      `${REST_S} s later, at rest: RSS ${mb(u1?.rssMB)}, VmHWM ${mb(u1?.hwmMB)}, ${heap(await scrapeMetrics(netns), 'weir_')}, CPU ${u0 && u1 ? ((100 * (u1.cpuS - u0.cpuS)) / REST_S).toFixed(1) : '-'}% of a core; writes meanwhile: ${restWrites.map((w) => `${w.rec.msg} ${f1(w.rec.ms ?? Number.NaN)} ms`).join(', ') || 'none'}`,
     );
 
     section(`3. incremental changes through the API server, ${CHANGES} of each, one at a time`);
@@ -825,7 +765,7 @@ async function main(): Promise<void> {
     log(
       `CPU at rest: ${figures.cpuRestPct?.toFixed(1) ?? '-'}% of a core over ${REST_S} s (the process and its waited-for children); periodic resyncs meanwhile: ${resyncs.length}${resyncs.length > 0 ? ` (${resyncs.map((w) => `${f1(w.rec.ms ?? Number.NaN)} ms`).join(', ')})` : ''}`,
     );
-    log(`RSS at the end: ${mb(figures.rssEnd)}, peak over the whole run (VmHWM) ${mb(figures.hwmEnd)}; ${heap(await scrapeMetrics(netns))}`);
+    log(`RSS at the end: ${mb(figures.rssEnd)}, peak over the whole run (VmHWM) ${mb(figures.hwmEnd)}; ${heap(await scrapeMetrics(netns), 'weir_')}`);
     const allResyncs = a.writes.filter((w) => w.rec.resync).slice(1);
     if (allResyncs.length > 0)
       log(
@@ -836,9 +776,9 @@ async function main(): Promise<void> {
           ),
         )} ms, max ${f1(Math.max(...allResyncs.map((w) => w.rec.ms ?? 0)))} ms (n=${allResyncs.length})`,
       );
-    if (a.warnings.length > 0) {
-      log(`agent warnings and errors: ${a.warnings.length}; the first ones:`);
-      for (const l of a.warnings.slice(0, 5)) log(`  ${l.slice(0, 300)}`);
+    if (a.output.warnings.length > 0) {
+      log(`agent warnings and errors: ${a.output.warnings.length}; the first ones:`);
+      for (const l of a.output.warnings.slice(0, 5)) log(`  ${l.slice(0, 300)}`);
     }
 
     summary(figures, pop);

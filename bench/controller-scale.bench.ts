@@ -29,7 +29,7 @@
 // WEIR_BENCH_CONTROLLER_LOG=FILE keeps the controller's output.
 
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { createWriteStream, mkdirSync, readdirSync, readFileSync, renameSync, type WriteStream, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -42,9 +42,11 @@ import type { ModelEvent } from '../src/model/types.ts';
 import { registerExitCleanup } from '../src/sim/cleanup.ts';
 import { agentFieldManager, nodeObjectBody, nodeStatusBody, nodeStatusPath, policyStatusListPath } from '../src/status/bodies.ts';
 import { buildNodeStatus, type EnforcedPolicy } from '../src/status/node-status.ts';
-import { type ControlPlane, startControlPlane } from '../test/integration/controlplane.ts';
+import type { ControlPlane } from '../test/integration/controlplane.ts';
 import type { Api } from './peers/api.ts';
-import { Clients, loadAverage, type Population, pool, populate, progress, secs, settle, withRetry, benchNumber } from './populate-cluster.ts';
+import { ProcessLog } from './process-log.ts';
+import { heap, log, machine, mb, metric, section, sourceState, words } from './report.ts';
+import { Clients, loadAverage, type Population, startApiServer, pool, populate, progress, secs, settle, withRetry, benchNumber } from './populate-cluster.ts';
 import { makeNamespace, makePod, makePolicy, type SyntheticSize } from './synthetic.ts';
 
 const REPO = fileURLToPath(new URL('../', import.meta.url));
@@ -76,7 +78,6 @@ const FROM_SOURCE = flags.source ?? false;
 /** Controllers run one after the other on the one populated cluster, every NetworkPolicyStatus
  *  deleted before each but the first: the spread of the figures in one run. */
 const STARTS = Math.max(1, Math.round(num(flags.starts, undefined, 1)));
-const words = (v: string | undefined) => (v ?? '').split(' ').filter((f) => f !== '');
 const EXTRA_NODE_FLAGS = words(process.env.WEIR_BENCH_CONTROLLER_NODE_FLAGS);
 const MEMDIR = process.env.WEIR_BENCH_MEMDIR;
 const HEAPSNAPSHOTS = MEMDIR !== undefined && process.env.WEIR_BENCH_HEAPSNAPSHOTS === '1';
@@ -97,30 +98,6 @@ const NODES = Math.max(1, Math.round(size.pods / size.localPods));
  *  (src/status/node-reporter.ts DEFAULT_HEARTBEAT_MS). */
 const HEARTBEAT_MS = 5 * 60_000;
 const TARGET_MB = 300;
-
-// ---------------------------------------------------------------------------------------------
-// Figures
-
-const log = (s = ''): void => console.log(s);
-const mb = (x: number | undefined): string => (x === undefined || Number.isNaN(x) ? '-' : `${x.toFixed(0)} MB`);
-
-function section(title: string): void {
-  const load = loadAverage();
-  log(`\n== ${title}  (load average ${load.toFixed(2)}${load > 1 ? ': UNDER LOAD, figures of this section were taken while other work shared the cores' : ''})`);
-}
-
-function machine(): string {
-  const nproc = spawnSync('nproc', { encoding: 'utf8' }).stdout.trim();
-  const kernel = spawnSync('uname', ['-r'], { encoding: 'utf8' }).stdout.trim();
-  const mem = /MemTotal:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1];
-  return `${nproc} cores, ${Math.round(Number(mem) / 1024 / 1024)} GB RAM, kernel ${kernel}, node ${process.version}, load average ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`;
-}
-
-function sourceState(): string {
-  const git = (args: string[]) => spawnSync('git', ['-C', REPO, ...args], { encoding: 'utf8' }).stdout.trim();
-  const dirty = git(['status', '--porcelain', '--', 'src', 'scripts/build.ts']).split('\n').filter(Boolean).length;
-  return `commit ${git(['rev-parse', '--short', 'HEAD'])}${dirty > 0 ? ` + ${dirty} uncommitted file(s) in src/ (run as they were)` : ''}`;
-}
 
 // ---------------------------------------------------------------------------------------------
 // What each node enforces, and its NodePolicyStatus
@@ -299,18 +276,16 @@ interface LogRecord {
 class Controller {
   readonly child: ChildProcess;
   readonly spawnedAt = performance.now();
-  readonly lines: string[] = [];
-  readonly warnings: string[] = [];
+  readonly output: ProcessLog<LogRecord>;
   readonly firstAt = new Map<string, number>();
   port: number | undefined;
   /** RSS samples: [ms since spawn, MB]. */
   readonly samples: [number, number][] = [];
   readonly #timer: NodeJS.Timeout;
-  readonly #file: WriteStream | undefined;
 
   constructor(argv: readonly string[]) {
     this.child = spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'pipe'], cwd: MEMDIR ?? REPO });
-    this.#file = LOG_FILE ? createWriteStream(LOG_FILE, { flags: 'a' }) : undefined;
+    this.output = new ProcessLog(this.spawnedAt, LOG_FILE ? { path: LOG_FILE, append: true } : undefined);
     for (const s of [this.child.stdout!, this.child.stderr!]) createInterface({ input: s }).on('line', (l) => this.#onLine(l));
     this.#timer = setInterval(() => {
       const m = this.mem();
@@ -341,8 +316,8 @@ class Controller {
   async logged(msg: string, timeoutMs: number): Promise<number> {
     const until = performance.now() + timeoutMs;
     while (!this.firstAt.has(msg)) {
-      if (this.exited) throw new Error(`the controller exited (${this.child.exitCode ?? this.child.signalCode}); last lines:\n${this.lines.slice(-10).join('\n')}`);
-      if (performance.now() > until) throw new Error(`the controller did not log "${msg}" within ${timeoutMs} ms; last lines:\n${this.lines.slice(-10).join('\n')}`);
+      if (this.exited) throw new Error(`the controller exited (${this.child.exitCode ?? this.child.signalCode}); last lines:\n${this.output.last(10)}`);
+      if (performance.now() > until) throw new Error(`the controller did not log "${msg}" within ${timeoutMs} ms; last lines:\n${this.output.last(10)}`);
       await sleep(50);
     }
     return this.firstAt.get(msg)!;
@@ -366,43 +341,16 @@ class Controller {
       await gone;
       clearTimeout(force);
     }
-    this.#file?.end();
+    this.output.end();
   }
 
   #onLine(line: string): void {
     const at = performance.now();
-    this.#file?.write(`${(at - this.spawnedAt).toFixed(1)} ${line}\n`);
-    this.lines.push(line);
-    if (this.lines.length > 200) this.lines.shift();
-    let rec: LogRecord;
-    try {
-      rec = JSON.parse(line) as LogRecord;
-    } catch {
-      this.warnings.push(line);
-      return;
-    }
+    const rec = this.output.read(line, at);
+    if (rec === undefined) return;
     if (typeof rec.msg === 'string' && !this.firstAt.has(rec.msg)) this.firstAt.set(rec.msg, at);
     if (typeof rec.port === 'number' && rec.msg?.startsWith('serving /metrics')) this.port = rec.port;
-    if ((rec.level ?? 0) >= 40) this.warnings.push(line);
   }
-}
-
-/** A gauge or counter of a Prometheus text exposition, summed over the series that pass `filter`. */
-function metric(text: string, name: string, filter: (labels: string) => boolean = () => true): number | undefined {
-  let v: number | undefined;
-  for (const line of text.split('\n')) {
-    const m = /^(\w+)(?:\{([^}]*)\})? (\S+)$/.exec(line);
-    if (m && m[1] === name && filter(m[2] ?? '')) v = (v ?? 0) + Number(m[3]);
-  }
-  return v;
-}
-
-function heap(text: string): string {
-  const g = (name: string) => {
-    const v = metric(text, name);
-    return v === undefined ? '-' : (v / 2 ** 20).toFixed(0);
-  };
-  return `V8 heap used ${g('weir_controller_nodejs_heap_size_used_bytes')} of ${g('weir_controller_nodejs_heap_size_total_bytes')} MB, external ${g('weir_controller_nodejs_external_memory_bytes')} MB`;
 }
 
 /** GC pauses of each kind since the process started, from its /metrics. */
@@ -550,7 +498,7 @@ async function oneStart(
   // The pass compacts V8's heap once its last write is answered: a few seconds on.
   await sleep(5000);
   const metricsDone = await ctl.metrics();
-  log(`5 s later: ${memLine(ctl.mem())}; ${heap(metricsDone)}`);
+  log(`5 s later: ${memLine(ctl.mem())}; ${heap(metricsDone, 'weir_controller_')}`);
   log(`CPU of the controller: ${atListed?.cpuS.toFixed(1) ?? '-'} s by the end of the lists, ${atDone?.cpuS.toFixed(1) ?? '-'} s by the last write; GC pauses so far: ${gcPauses(metricsDone)}`);
   log(`the controller's passes so far (weir_status_writes_total): ${passes(metricsDone)}`);
   await memoryFiles(ctl, `${label}first-pass`);
@@ -565,15 +513,15 @@ async function oneStart(
   const restTo = performance.now() - ctl.spawnedAt;
   const metricsRest = await ctl.metrics();
   const cpuRest = r0 && r1 ? (100 * (r1.cpuS - r0.cpuS)) / REST_S : Number.NaN;
-  log(`  ${memLine(r1)}; largest RSS sampled during the rest ${mb(ctl.maxRss(restFrom, restTo))}; ${heap(metricsRest)}`);
+  log(`  ${memLine(r1)}; largest RSS sampled during the rest ${mb(ctl.maxRss(restFrom, restTo))}; ${heap(metricsRest, 'weir_controller_')}`);
   log(
     `  CPU ${cpuRest.toFixed(1)}% of a core; NodePolicyStatus heartbeats meanwhile ${beats - beats0}; NetworkPolicyStatus writes meanwhile ${watch.events.added - ev0.added + watch.events.modified - ev0.modified + watch.events.deleted - ev0.deleted}`,
   );
   log(`  the controller's passes in all: ${passes(metricsRest)}`);
   await memoryFiles(ctl, `${label}rest`);
-  if (ctl.warnings.length > 0) {
-    log(`controller warnings and errors: ${ctl.warnings.length}; the first ones:`);
-    for (const l of ctl.warnings.slice(0, 5)) log(`  ${l.slice(0, 300)}`);
+  if (ctl.output.warnings.length > 0) {
+    log(`controller warnings and errors: ${ctl.output.warnings.length}; the first ones:`);
+    for (const l of ctl.output.warnings.slice(0, 5)) log(`  ${l.slice(0, 300)}`);
   }
   return {
     listedMs: listedAt,
@@ -589,7 +537,7 @@ async function oneStart(
 async function main(): Promise<void> {
   log(`bench:controller: weir controller's memory against a real kube-apiserver`);
   log(`machine: ${machine()}`);
-  log(`source: ${sourceState()}`);
+  log(`source: ${sourceState('run')}`);
   log(`cluster (bench/synthetic.ts shapes, scale ${scale}): ${size.pods} pods on ${NODES} nodes (${size.localPods} each), ${size.namespaces} namespaces, ${size.policies} policies`);
 
   let main: string;
@@ -616,9 +564,7 @@ async function main(): Promise<void> {
   });
   try {
     section('1. populating the API server');
-    progress('starting etcd and kube-apiserver');
-    cp = await startControlPlane();
-    log(`kube-apiserver ready in ${secs(cp.startMs)} at ${cp.server}`);
+    cp = await startApiServer(log);
     clients = new Clients(cp, CONCURRENCY);
     const pop = await populate(cp, clients, { size, concurrency: CONCURRENCY, maxPopulateS: MAX_POPULATE_S, nodes: NODES, log });
     const t0 = performance.now();

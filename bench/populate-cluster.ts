@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Pod, RawNetworkPolicy } from '../src/model/types.ts';
-import type { ControlPlane } from '../test/integration/controlplane.ts';
+import { type ControlPlane, startControlPlane } from '../test/integration/controlplane.ts';
 import { Api, ApiError, type KubeObject } from './peers/api.ts';
 import { makeNamespace, makePod, makePolicy, type SyntheticSize } from './synthetic.ts';
 
@@ -18,6 +18,14 @@ const CRDS = join(fileURLToPath(new URL('../', import.meta.url)), 'crds');
 export const secs = (ms: number): string => `${(ms / 1000).toFixed(1)} s`;
 /** Progress goes to stderr, so stdout holds the figures alone. */
 export const progress = (s: string): void => void process.stderr.write(`  .. ${s}\n`);
+
+/** Starts the bench's etcd and kube-apiserver, saying how long they took. */
+export async function startApiServer(log: (s: string) => void): Promise<ControlPlane> {
+  progress('starting etcd and kube-apiserver');
+  const cp = await startControlPlane();
+  log(`kube-apiserver ready in ${secs(cp.startMs)} at ${cp.server}`);
+  return cp;
+}
 
 export function loadAverage(): number {
   return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);

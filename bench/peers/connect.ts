@@ -12,7 +12,7 @@ import { inParallel } from './api.ts';
 import { buildConnectLoop, connectLatency, connectRate } from './connect-loop.ts';
 import { type Ctx, idle, kernelState, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
-import { key, phantomPlace, policyObject, type PodDef } from './env.ts';
+import { key, phantomPlace, policyObject, type PodDef, type Turn } from './env.ts';
 import { type Capture, captureRules, medianRate, repliesFirst, replayRates } from './replay.ts';
 import { percentile } from '../stats.ts';
 import { dist, type Value } from './table.ts';
@@ -26,6 +26,21 @@ export const OTHER_B: PodDef = { namespace: NS, name: 'other-b', node: 'node-b',
 const PEER_LABELS = 50;
 /** The port every policy of the scene allows, served by connect-loop's own server in the server pod. */
 export const PORT = 8080;
+
+/**
+ * Starts connect-loop's server in the server pod and waits until each client pod's verdict on
+ * it holds (`verdicts`: pod key -> allowed), i.e. the enforcer has caught up; resolves with
+ * when that was first seen, after its first sync (Turn.until).
+ */
+export async function serveUntil(t: Turn, bin: string, verdicts: Readonly<Record<string, boolean>>, timeoutMs: number, what: string): Promise<number> {
+  await t.spawnHelper(t.pod(key(SERVER)).netns, [bin, 'serve', String(PORT), key(SERVER)]);
+  const ip = SERVER.ips[0];
+  return t.until(
+    Object.entries(verdicts).map(([from, allowed]) => ({ from, ip, port: PORT, allowed })),
+    timeoutMs,
+    what,
+  );
+}
 
 /** The bench namespace, its five simulated pods and the 50 phantom peers; idempotent. */
 let sceneReady = false;
@@ -98,16 +113,7 @@ export async function benchConnect(ctx: Ctx): Promise<void> {
         await ctx.env.turn(spec, async (t) => {
           const policed = spec.name !== 'none';
           const server = SERVER.ips[0];
-          await t.spawnHelper(t.pod('bench/server').netns, [bin, 'serve', String(PORT), 'bench/server']);
-          const ready = await t.until(
-            [
-              { from: 'bench/client-a', ip: server, port: PORT, allowed: true },
-              { from: 'bench/client-b', ip: server, port: PORT, allowed: true },
-              { from: 'bench/other-a', ip: server, port: PORT, allowed: !policed },
-            ],
-            120_000,
-            `${k} policies`,
-          );
+          const ready = await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(CLIENT_B)]: true, [key(OTHER_A)]: !policed }, 120_000, `${k} policies`);
           await quiet(t);
           const settled = await idle(t);
           if (round === 0 && policed) state.settle[spec.name] = { p50: settled.cpuS, text: `(idle ${(settled.ms / 1000).toFixed(0)} s after the first right verdicts)` };

@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildConnectLoop } from './connect-loop.ts';
-import { CLIENT_A, OTHER_A, PORT, SERVER, setPolicyCount } from './connect.ts';
+import { CLIENT_A, OTHER_A, PORT, SERVER, serveUntil, setPolicyCount } from './connect.ts';
 import { type Ctx, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
 import { key, type PodDef, type Turn } from './env.ts';
@@ -69,12 +69,11 @@ export async function benchFaults(ctx: Ctx): Promise<void> {
   const late = LATE.ips[0];
   for (const spec of ctx.enforcers(false)) {
     await ctx.env.turn(spec, async (t) => {
-      await t.spawnHelper(t.pod('bench/server').netns, [bin, 'serve', String(PORT), 'bench/server']);
+      await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(OTHER_A)]: false }, 300_000, 'enforced');
       const steady = [
         { from: key(CLIENT_A), ip: server, port: PORT, allowed: true },
         { from: key(OTHER_A), ip: server, port: PORT, allowed: false },
       ];
-      await t.until(steady, 300_000, 'enforced');
       await quiet(t);
       ctx.sampleLoad();
 

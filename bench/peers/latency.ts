@@ -13,7 +13,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildConnectLoop } from './connect-loop.ts';
-import { OTHER_A, OTHER_B, PORT, SERVER, setPolicyCount } from './connect.ts';
+import { CLIENT_A, CLIENT_B, OTHER_A, OTHER_B, PORT, SERVER, serveUntil, setPolicyCount } from './connect.ts';
 import { type Ctx, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
 import { key, type PodDef, podObject, policyObject, type Turn } from './env.ts';
@@ -155,18 +155,8 @@ export async function benchLatency(ctx: Ctx): Promise<void> {
     const changes = n >= 5000 ? Math.max(5, Math.floor(ctx.flags.changes / 3)) : ctx.flags.changes;
     for (const spec of ctx.enforcers(false)) {
       await ctx.env.turn(spec, async (t) => {
-        await t.spawnHelper(t.pod('bench/server').netns, [bin, 'serve', String(PORT), 'bench/server']);
+        await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(CLIENT_B)]: true, [key(OTHER_A)]: false, [key(OTHER_B)]: false }, 300_000, 'cold start');
         const server = SERVER.ips[0];
-        await t.until(
-          [
-            { from: 'bench/client-a', ip: server, port: PORT, allowed: true },
-            { from: 'bench/client-b', ip: server, port: PORT, allowed: true },
-            { from: key(OTHER_A), ip: server, port: PORT, allowed: false },
-            { from: key(OTHER_B), ip: server, port: PORT, allowed: false },
-          ],
-          300_000,
-          'cold start',
-        );
         cold[spec.name] = { p50: t.heldSince - t.startedAt };
         await quiet(t);
         rss[spec.name] = { p50: t.procs.get('node-a')?.usage()?.rssMB ?? Number.NaN };

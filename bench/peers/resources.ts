@@ -7,7 +7,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildConnectLoop } from './connect-loop.ts';
-import { OTHER_A, PORT, SERVER, setPolicyCount } from './connect.ts';
+import { CLIENT_A, OTHER_A, SERVER, serveUntil, setPolicyCount } from './connect.ts';
 import { type Ctx, idle, quiet } from './context.ts';
 import type { EnforcerName } from './enforcers.ts';
 import { type Usage, usagesOf } from './usage.ts';
@@ -78,22 +78,15 @@ export async function benchResources(ctx: Ctx): Promise<void> {
   const flips = new Map<number, boolean>();
   for (const spec of ctx.enforcers(false)) {
     await ctx.env.turn(spec, async (t) => {
-      await t.spawnHelper(t.pod('bench/server').netns, [bin, 'serve', String(PORT), 'bench/server']);
+      await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(OTHER_A)]: false }, 300_000, 'enforced');
       const server = SERVER.ips[0];
-      await t.until(
-        [
-          { from: 'bench/client-a', ip: server, port: PORT, allowed: true },
-          { from: key(OTHER_A), ip: server, port: PORT, allowed: false },
-        ],
-        300_000,
-        'enforced',
-      );
       await quiet(t, 3000);
-      // Weir's Lease holder writes a status per policy after its first sync: at rest means after it.
+      // Weir's agent writes its node's NodePolicyStatus after its first sync: at rest means after it
+      // (the policies' own statuses are the cluster controller's, which this bench does not run).
       const settled = await idle(t);
       ctx.sampleLoad();
-      // Every node: the nodes of one enforcer need not cost the same (Weir's Lease holder keeps
-      // the policy statuses), and the row gives the larger, the figure to provision for.
+      // Every node: the nodes of one enforcer need not cost the same, and the row gives the
+      // larger, the figure to provision for.
       const nodes = [...t.procs.keys()].sort();
       const r0 = new Map(nodes.map((n) => [n, usageOrThrow(t, n)]));
       await sleep(REST_S * 1000);
