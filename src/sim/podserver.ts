@@ -9,7 +9,7 @@ import { connect, createServer, type Socket } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { rmSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import type { ProbeRequest, ProbeResult } from './probe-protocol.ts';
+import { onLines, type ProbeRequest, type ProbeResult } from './probe-protocol.ts';
 
 const { values } = parseArgs({
   options: {
@@ -93,17 +93,9 @@ function probeUdp(req: ProbeRequest): Promise<ProbeResult> {
 }
 
 function serveControl(conn: Socket): void {
-  let buffered = '';
-  conn.setEncoding('utf8');
   conn.on('error', () => {});
-  conn.on('data', (chunk: string) => {
-    buffered += chunk;
-    let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
-      const line = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
-      if (line.trim()) void handle(line).then((res) => conn.writable && conn.write(JSON.stringify(res) + '\n'));
-    }
+  onLines(conn, (line) => {
+    if (line.trim()) void handle(line).then((res) => conn.writable && conn.write(JSON.stringify(res) + '\n'));
   });
 }
 

@@ -2,7 +2,24 @@
 // UNIX sockets are not bound to a network namespace, so the test process can ask a server
 // to open connections from inside its pod's namespace.
 
+import type { Socket } from 'node:net';
+
 export type ProbeProto = 'tcp' | 'udp';
+
+/** Calls `onLine` with every complete line that arrives on the socket (one message a line). */
+export function onLines(sock: Socket, onLine: (line: string) => void): void {
+  let buffered = '';
+  sock.setEncoding('utf8');
+  sock.on('data', (chunk: string) => {
+    buffered += chunk;
+    let nl: number;
+    while ((nl = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, nl);
+      buffered = buffered.slice(nl + 1);
+      onLine(line);
+    }
+  });
+}
 
 export interface ProbeRequest {
   readonly id: number;

@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { ConfigError, WeirError } from '../errors.ts';
 import { type Family, familyOf } from '../model/types.ts';
 import type { Cluster, Endpoint } from './cluster.ts';
-import type { ProbeProto, ProbeRequest, ProbeResult } from './probe-protocol.ts';
+import { onLines, type ProbeProto, type ProbeRequest, type ProbeResult } from './probe-protocol.ts';
 
 /** Long enough for a first packet's neighbour resolution, short enough to keep a wave quick. */
 export const DEFAULT_PROBE_TIMEOUT_MS = 250;
@@ -214,7 +214,6 @@ export async function openProbeClient(ep: Pick<Endpoint, 'key' | 'socketPath'>):
   });
   const pending = new Map<number, { resolve: (r: ProbeResult) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   let nextId = 1;
-  let buffered = '';
   let closed: Error | undefined;
   const failAll = (err: Error) => {
     closed ??= err;
@@ -224,27 +223,21 @@ export async function openProbeClient(ep: Pick<Endpoint, 'key' | 'socketPath'>):
     }
     pending.clear();
   };
-  sock.setEncoding('utf8');
-  sock.on('data', (chunk: string) => {
-    buffered += chunk;
-    let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
-      const line = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
-      let res: ProbeResult;
-      try {
-        res = JSON.parse(line) as ProbeResult;
-      } catch (err) {
-        failAll(broken(`unreadable answer: ${line.slice(0, 100)}`, err));
-        sock.destroy();
-        return;
-      }
-      const p = pending.get(res.id);
-      if (!p) continue;
-      pending.delete(res.id);
-      clearTimeout(p.timer);
-      p.resolve(res);
+  onLines(sock, (line) => {
+    if (closed) return; // an unreadable answer ended the connection
+    let res: ProbeResult;
+    try {
+      res = JSON.parse(line) as ProbeResult;
+    } catch (err) {
+      failAll(broken(`unreadable answer: ${line.slice(0, 100)}`, err));
+      sock.destroy();
+      return;
     }
+    const p = pending.get(res.id);
+    if (!p) return;
+    pending.delete(res.id);
+    clearTimeout(p.timer);
+    p.resolve(res);
   });
   sock.on('error', (e) => failAll(broken('connection failed', e)));
   sock.on('close', () => failAll(broken('connection closed')));
