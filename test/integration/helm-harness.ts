@@ -6,17 +6,14 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
-import { type Cluster, createCluster } from '../../src/sim/cluster.ts';
-import type { Cell, Matrix } from '../../src/sim/prober.ts';
-import { baseNamespaces, basePods, NODES, type PodDef } from '../conformance/harness.ts';
-import { expectConverged } from '../support/eventually.ts';
-import { type Bridge, bridgeApiServer } from './bridge.ts';
-import { type ControlPlane, startControlPlane } from './controlplane.ts';
-import { ContainerProcess, containerScript, daemonSetPod, deploymentPod, jobPod, type Obj } from './helm-kubelet.ts';
-import { podObject } from './kube-harness.ts';
+import type { Cluster } from '../../src/sim/cluster.ts';
+import type { LoggedProcess } from '../support/logged-process.ts';
 import { ok, type Run, run } from '../support/run.ts';
+import { ApiCluster, type Obj } from './api-cluster.ts';
+import type { ControlPlane } from './controlplane.ts';
+import { ContainerProcess, containerScript, daemonSetPod, deploymentPod, jobPod } from './helm-kubelet.ts';
 
-export type { Cell, Obj };
+export type { Cell, Obj } from './api-cluster.ts';
 export const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export const CHART = join(REPO, 'charts/weir');
 const HELM_SCRIPT = join(REPO, 'scripts/helm.sh');
@@ -50,63 +47,33 @@ export const find = (docs: readonly Obj[], kind: string, name?: string): Obj | u
 
 /**
  * A real API server (no controllers, no kubelet) and the simulated two-node Flannel cluster
- * of the conformance suite, with its namespaces, nodes and pods created through the API, and
- * nothing of Weir's: the chart brings the CRDs, RBAC and admission policies.
+ * of the conformance suite (api-cluster.ts), with its namespaces, nodes and pods created through
+ * the API, and nothing of Weir's: the chart brings the CRDs, RBAC and admission policies.
  */
-export class ChartCluster {
-  readonly cp: ControlPlane;
-  readonly cluster: Cluster;
-  readonly bridges = new Map<string, Bridge>();
+export class ChartCluster extends ApiCluster {
   readonly containers: ContainerProcess[] = [];
   #runs = 0;
 
   private constructor(cp: ControlPlane, cluster: Cluster) {
-    this.cp = cp;
-    this.cluster = cluster;
+    super(cp, cluster);
   }
 
-  static async start(): Promise<ChartCluster> {
-    const [cp] = await Promise.all([startControlPlane(), buildHelm()]);
-    let cluster: Cluster | undefined;
-    try {
-      cluster = await createCluster({
-        tag: 'whelm',
-        nodes: NODES.map((n) => ({ name: n.name, podCIDRs: [...n.podCIDRs] })),
-        pods: basePods().map((p) => ({ namespace: p.namespace, name: p.name, node: p.node, ips: p.ips })),
-      });
-      const c = new ChartCluster(cp, cluster);
-      try {
-        const port = Number(new URL(cp.server).port);
-        for (const node of cluster.nodes) c.bridges.set(node.name, await bridgeApiServer(node.netns, port));
-        await c.#createCast();
-        return c;
-      } catch (err) {
-        await c.stop();
-        throw err;
-      }
-    } catch (err) {
-      await cluster?.destroy();
-      await cp.stop();
-      throw err;
-    }
+  static start(): Promise<ChartCluster> {
+    return ApiCluster.boot(
+      'whelm',
+      (cp, cluster) => new ChartCluster(cp, cluster),
+      (c) => c.createCast(),
+      buildHelm(),
+    );
+  }
+
+  protected processes(): readonly LoggedProcess[] {
+    return this.containers;
   }
 
   /** helm against this API server; resolves whatever its exit status. */
   helm(args: readonly string[], input?: string): Promise<Run> {
     return helm([...args, '--kubeconfig', this.cp.kubeconfig], input);
-  }
-
-  kubectl(args: readonly string[], input?: string): Promise<string> {
-    return this.cp.kubectl(args, input);
-  }
-
-  async getJson(args: readonly string[]): Promise<Obj> {
-    return JSON.parse(await this.kubectl([...args, '-o', 'json'])) as Obj;
-  }
-
-  /** kubectl apply -f - of objects (JSON is YAML). */
-  async apply(...objects: unknown[]): Promise<void> {
-    await this.kubectl(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
   }
 
   /**
@@ -139,7 +106,7 @@ export class ChartCluster {
       const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(deploymentPod(deployment, node)))) as Obj;
       started.push(...(await this.runPod(namespace, created.metadata.name)));
     }
-    await Promise.all(started.map((c) => c.waitFor((r) => /every kind listed/.test(r.msg), 30_000, 'the first complete view')));
+    await Promise.all(started.map((c) => c.waitFor((r) => /every kind listed/.test(r.msg ?? ''), 30_000, 'the first complete view')));
     return started;
   }
 
@@ -160,9 +127,12 @@ export class ChartCluster {
       }
     }
     const startTime = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
-    const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(jobPod(job, this.cluster.nodes[0]!.name)))) as Obj;
+    const node = this.cluster.nodes[0];
+    if (node === undefined) throw new Error('the simulated cluster has no node');
+    const created = JSON.parse(await this.kubectl(['create', '-f', '-', '-o', 'json'], JSON.stringify(jobPod(job, node.name)))) as Obj;
     const [c] = await this.runPod(namespace, created.metadata.name);
-    const code = await c!.exitCode(Math.max(1_000, deadline - Date.now()));
+    if (c === undefined) throw new Error(`job ${namespace}/${name}: its pod has no container`);
+    const code = await c.exitCode(Math.max(1_000, deadline - Date.now()));
     const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     const cond = (type: string) => ({ type, status: 'True', lastProbeTime: now, lastTransitionTime: now });
     const status =
@@ -177,7 +147,7 @@ export class ChartCluster {
             ],
           };
     await this.kubectl(['patch', 'job', name, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
-    return c!;
+    return c;
   }
 
   /**
@@ -195,11 +165,8 @@ export class ChartCluster {
     const sa: string = pod.spec.serviceAccountName ?? 'default';
     // Without a controller manager only the chart's account exists: another pod gets none.
     const accounts = await this.kubectl(['get', 'serviceaccounts', '-n', namespace, '-o', 'name']);
-    const token = accounts.split('\n').includes(`serviceaccount/${sa}`)
-      ? (await this.kubectl(['create', 'token', sa, '-n', namespace, '--duration=1h', '--bound-object-kind', 'Pod', '--bound-object-name', podName])).trim()
-      : '';
-    const admin = (await this.getJson(['config', 'view', '--raw'])) as { clusters: { cluster: Record<string, string> }[] };
-    const caCrt = Buffer.from(admin.clusters[0].cluster['certificate-authority-data'], 'base64').toString();
+    const token = accounts.split('\n').includes(`serviceaccount/${sa}`) ? await this.token(sa, namespace, '1h', podName) : '';
+    const caCrt = Buffer.from((await this.adminCluster())['certificate-authority-data'], 'base64').toString();
     const started: ContainerProcess[] = [];
     this.#runs++;
     for (const container of pod.spec.containers as Obj[]) {
@@ -238,37 +205,5 @@ export class ChartCluster {
   async stopPods(containers: readonly ContainerProcess[]): Promise<void> {
     await Promise.all(containers.map((c) => c.stop((c.pod.spec.terminationGracePeriodSeconds ?? 30) * 1000)));
     for (const c of containers) await this.kubectl(['delete', 'pod', c.pod.metadata.name, '-n', c.pod.metadata.namespace, '--grace-period=0', '--force', '--ignore-not-found']);
-  }
-
-  /** Probes the full truth table until it matches, and throws with the last diff otherwise. */
-  expect(allowed: (c: Cell) => boolean, what: string, timeoutMs = 10_000): Promise<Matrix> {
-    return expectConverged(this.cluster, allowed, what, () => this.containers.flatMap((a) => a.errors), timeoutMs);
-  }
-
-  async stop(): Promise<void> {
-    await Promise.allSettled(this.containers.map((c) => c.stop()));
-    for (const b of this.bridges.values()) await b.close().catch(() => {});
-    await this.cluster.destroy();
-    await this.cp.stop();
-  }
-
-  async #createCast(): Promise<void> {
-    const nss = Object.entries(baseNamespaces()).map(([name, labels]) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } }));
-    const nodes = this.cluster.nodes.map((n) => ({
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: n.name, labels: { 'kubernetes.io/os': 'linux', 'kubernetes.io/hostname': n.name } },
-      spec: { podCIDRs: n.podCIDRs, podCIDR: n.podCIDRs[0] },
-    }));
-    await this.apply(...nss, ...nodes);
-    await this.kubectl(['wait', '--for=jsonpath={.metadata.name}', 'namespace/alpha', '--timeout=30s']);
-    for (const p of basePods()) await this.#createPod(p);
-  }
-
-  /** A pod of the cast through the API, its status set as a kubelet would (Running, IPs). */
-  async #createPod(p: PodDef): Promise<void> {
-    await this.apply(podObject(p));
-    const status = { phase: 'Running', podIP: p.ips[0], podIPs: p.ips.map((ip) => ({ ip })), conditions: [{ type: 'Ready', status: 'True' }] };
-    await this.kubectl(['patch', 'pod', p.name, '-n', p.namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
   }
 }

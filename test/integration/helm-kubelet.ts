@@ -19,19 +19,16 @@
 //     /var/run/secrets/kubernetes.io/serviceaccount.
 // What is not simulated: seccomp and AppArmor profiles, cgroup limits, the image's own files.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { LoggedProcess } from '../support/logged-process.ts';
+import type { Obj } from './api-cluster.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const DOCKERFILE = join(REPO, 'Dockerfile');
 const MAIN = join(REPO, 'src/cli/main.ts');
-
-// biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects from kubectl's JSON, read field by field
-export type Obj = Record<string, any>;
 
 /** The image's paths, mapped to this checkout: the only liberty taken with the container. */
 const IMAGE_PATHS: Readonly<Record<string, string>> = {
@@ -286,119 +283,29 @@ export async function containerScript(spec: RunSpec): Promise<{ script: string; 
   return { script: lines.join('\n') + '\n', skipped };
 }
 
-/** A container's process on a simulated node, with its JSON log lines parsed as they arrive. */
-export class ContainerProcess {
-  readonly node: string;
+/** A container's process on a simulated node: the container script run in the node's
+ *  namespace, in a private mount namespace and a process group of its own. */
+export class ContainerProcess extends LoggedProcess {
   readonly netns: string;
   /** The pod object as the API server holds it, and the container of it that runs here. */
   readonly pod: Obj;
   readonly container: Obj;
   /** Mounts of the container that could not be simulated (see containerScript). */
   readonly skippedMounts: readonly string[];
-  readonly child: ChildProcess;
-  readonly log: string[] = [];
-  readonly errors: string[] = [];
-  readonly #waiters = new Set<{ test: (r: Obj) => boolean; resolve: () => void }>();
 
   constructor(opts: { node: string; netns: string; pod: Obj; container: Obj; script: string; skippedMounts: readonly string[] }) {
-    this.node = opts.node;
+    // The script execs down to the container's process, so the child is that process.
+    super(opts.node, {
+      label: `container ${opts.container.name} on ${opts.node}`,
+      command: 'ip',
+      args: ['netns', 'exec', opts.netns, 'unshare', '--mount', '--propagation', 'slave', 'bash', opts.script],
+      ownGroup: true,
+      plainLinesAreErrors: true,
+      graceMs: 5000,
+    });
     this.netns = opts.netns;
     this.pod = opts.pod;
     this.container = opts.container;
     this.skippedMounts = opts.skippedMounts;
-    // Its own process group: what the container started goes with it, as with a kubelet.
-    this.child = spawn('ip', ['netns', 'exec', opts.netns, 'unshare', '--mount', '--propagation', 'slave', 'bash', opts.script], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    this.child.once('exit', () => this.#killGroup());
-    createInterface({ input: this.child.stdout! }).on('line', (l) => this.#onLine(l));
-    createInterface({ input: this.child.stderr! }).on('line', (l) => this.#onLine(l));
-  }
-
-  get exited(): boolean {
-    return this.child.exitCode !== null || this.child.signalCode !== null;
-  }
-
-  /** Resolves at the first log record from now on that passes `test`. */
-  waitFor(test: (r: Obj) => boolean, timeoutMs: number, what: string): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const onExit = () => fail(`exited (${this.child.exitCode ?? this.child.signalCode})`);
-      const fail = (why: string) => {
-        clearTimeout(timer);
-        this.child.off('exit', onExit);
-        this.#waiters.delete(w);
-        reject(new Error(`container on ${this.node}: ${why} before "${what}"; last lines:\n${this.log.slice(-12).join('\n')}`));
-      };
-      const w = {
-        test,
-        resolve: () => {
-          clearTimeout(timer);
-          this.child.off('exit', onExit);
-          resolve();
-        },
-      };
-      const timer = setTimeout(() => fail(`nothing within ${timeoutMs} ms`), timeoutMs);
-      this.child.once('exit', onExit);
-      this.#waiters.add(w);
-    });
-  }
-
-  /** Resolves with the exit code (null: killed by a signal) once the process has exited. */
-  exitCode(timeoutMs: number): Promise<number | null> {
-    if (this.exited) return Promise.resolve(this.child.exitCode);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`container on ${this.node} still running after ${timeoutMs} ms; last lines:\n${this.log.slice(-12).join('\n')}`)), timeoutMs);
-      this.child.once('exit', (code) => {
-        clearTimeout(timer);
-        resolve(code);
-      });
-    });
-  }
-
-  /** Ends whatever the container's process left running (the agent's tcpdump, say), as a
-   *  kubelet ends every process of a container's cgroup. */
-  #killGroup(): void {
-    try {
-      if (this.child.pid !== undefined) process.kill(-this.child.pid, 'SIGKILL');
-    } catch {
-      // ESRCH: nothing was left.
-    }
-  }
-
-  /** SIGKILL, as when the node or the process dies: nothing is released. The script execs
-   *  down to the container's process, so the child is that process. */
-  async kill(): Promise<void> {
-    if (this.exited) return;
-    const done = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-    this.child.kill('SIGKILL');
-    await done;
-  }
-
-  /** SIGTERM, as the kubelet stops a container; SIGKILL after the grace period. */
-  async stop(graceMs = 5000): Promise<void> {
-    if (this.exited) return;
-    const done = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-    this.child.kill('SIGTERM');
-    const force = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
-    await done;
-    clearTimeout(force);
-  }
-
-  #onLine(line: string): void {
-    this.log.push(line);
-    if (this.log.length > 500) this.log.shift();
-    let rec: Obj;
-    try {
-      rec = JSON.parse(line) as Obj;
-    } catch {
-      // Not the agent's JSON (the setup script, a crash): an error worth showing.
-      this.errors.push(line);
-      return;
-    }
-    if ((rec.level ?? 0) >= 50) this.errors.push(line);
-    for (const w of [...this.#waiters]) {
-      if (w.test(rec)) {
-        this.#waiters.delete(w);
-        w.resolve();
-      }
-    }
   }
 }
