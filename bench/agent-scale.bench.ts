@@ -226,8 +226,8 @@ interface Write {
   readonly rec: LogRecord;
   readonly revision: number;
   readonly computeMs: number | undefined;
-  /** The loop thread's CPU time in those passes, as getrusage counts it: in scheduler ticks
-   *  (4 ms here) on a kernel with tick accounting, so it cannot split a compute of a few ms. */
+  /** The loop thread's CPU time in those passes, as getrusage counts it: in scheduler ticks on
+   *  a kernel with tick accounting, so it cannot split a compute shorter than a tick. */
   readonly computeCpuMs: number | undefined;
   /** Usage of the process as the line arrived. */
   readonly usage: Usage | null;

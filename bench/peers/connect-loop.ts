@@ -1,13 +1,13 @@
 // The client of the new-connection benchmark, run inside a simulated pod's network namespace.
 // It is a small C program (compiled once with the machine's cc into .cache/peers/): a connect
-// through an unpoliced veth pair costs about 20 µs, and a Node.js client would add more than
-// that of its own event loop to every sample, hiding the very rules being measured.
+// through an unpoliced veth pair is cheaper than a Node.js event loop's own share of every
+// sample, which would hide the very rules being measured (figures: docs/performance.md).
 //   lat  IP PORT COUNT TIMEOUT_MS PAUSE_US COUNT sequential connects, PAUSE_US apart; one line
 //                                          per connect: the µs from connect() to the
 //                                          handshake's end, or "x REASON" for a failure. The
 //                                          pause (spinning) spreads the samples, so that one
 //                                          scheduling hiccup of the busy machine lands on a
-//                                          few samples, not on the 2% of a 70 ms burst (the p99)
+//                                          few samples, not on the p99's share of a burst
 //   rate IP PORT INFLIGHT DURATION_MS TIMEOUT_MS
 //                                          INFLIGHT connects at once for DURATION_MS; prints
 //                                          "ok N fail M ms T"

@@ -151,7 +151,7 @@ export async function benchLatency(ctx: Ctx): Promise<void> {
     const results = new Map<string, Partial<Record<EnforcerName, Value>>>();
     const cold: Partial<Record<EnforcerName, Value>> = {};
     const rss: Partial<Record<EnforcerName, Value>> = {};
-    // kube-router takes seconds per change at 10k pods: fewer changes there keep the run short.
+    // kube-router's changes are slow at the large sizes (docs/performance.md): fewer of them keep the run short.
     const changes = n >= 5000 ? Math.max(5, Math.floor(ctx.flags.changes / 3)) : ctx.flags.changes;
     for (const spec of ctx.enforcers(false)) {
       await ctx.env.turn(spec, async (t) => {

@@ -14,7 +14,7 @@
 //                             with no agent running, next to a conntrack-only baseline (0: skip)
 //   --replay-policies=1       connect: the policy counts whose rules are replayed
 //   --pods=100,1000,10000     latency: cluster sizes; resources and faults run at the largest
-//                             (at 10k pods kube-router takes ~8 s per change: a third of --changes)
+//                             (from 5,000 pods, where kube-router's changes are slow: a third of --changes)
 //   --changes=30              latency: changes of each kind per size
 //   --churn-seconds=60        resources: length of the churn (100 pod changes/s)
 //   --churn-rate=100          resources: pod changes per second
