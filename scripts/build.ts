@@ -15,7 +15,7 @@ const outdir = resolve(process.argv[2] ?? `${repo}/dist`);
 
 await build({
   absWorkingDir: repo,
-  // src/sim/cluster.ts starts the pod server from beside the file that imports it.
+  // src/sim/servers.ts starts the pod server from beside the file that imports it.
   entryPoints: { 'cli/main': 'src/cli/main.ts', 'cli/podserver': 'src/sim/podserver.ts' },
   outdir,
   bundle: true,

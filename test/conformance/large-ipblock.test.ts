@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { A1, A2, B1, B2, Conformance, EXTERNAL, np } from './harness.ts';
 import { and, from, ingress, none, not, tcp, v } from './predicates.ts';
 
-/** Peak resident memory one agent may reach while it holds a 1 MB policy (README). */
+/** Peak resident memory one agent may reach while it holds a 1 MB policy (docs/behaviour.md). */
 const AGENT_RSS_BUDGET_MB = 512;
 const MB = 1 << 20;
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
