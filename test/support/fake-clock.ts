@@ -2,12 +2,12 @@
 
 import type { Clock } from '../../src/clock.ts';
 
-/** A clock whose timers run only when the test advances it. Starts at a fixed wall time. */
+/** A clock whose timers run only when the test advances it. Starts at `start` (0 unless given). */
 export class FakeClock implements Clock {
   t: number;
   private timers: { at: number; fn: () => void; id: number }[] = [];
   private seq = 0;
-  constructor(start: number = Date.parse('2025-06-01T12:00:00Z')) {
+  constructor(start = 0) {
     this.t = start;
   }
   now(): number {
@@ -34,13 +34,14 @@ export class FakeClock implements Clock {
     for (let next = this.#due(end); next !== undefined; next = this.#due(end)) next.fn();
     this.t = end;
   }
-  /** Like advance, but awaits `between()` after each timer, so that async work a timer
-   *  started can schedule the next timer before time moves on. */
-  async advanceAsync(ms: number, between: () => Promise<void>): Promise<void> {
+  /** Like advance, but lets pending promise callbacks run before the first timer and after each,
+   *  so that async work a timer started can schedule the next timer before time moves on. */
+  async advanceAsync(ms: number): Promise<void> {
     const end = this.t + ms;
+    await settle();
     for (let next = this.#due(end); next !== undefined; next = this.#due(end)) {
       next.fn();
-      await between();
+      await settle();
     }
     this.t = end;
   }
@@ -55,7 +56,5 @@ export class FakeClock implements Clock {
   }
 }
 
-/** Lets pending promise callbacks run (no I/O): a `between` for advanceAsync. */
-export async function microtasks(): Promise<void> {
-  for (let k = 0; k < 20; k++) await Promise.resolve();
-}
+/** One turn of the event loop: every pending promise callback runs first. */
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));

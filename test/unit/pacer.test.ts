@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { createPacer } from '../../src/pacer.ts';
 import type { PassResult } from '../../src/pacer.ts';
-import { FakeClock, microtasks } from '../support/fake-clock.ts';
+import { FakeClock } from '../support/fake-clock.ts';
 
 const O = { minIntervalMs: 1_000, retryMinMs: 500, retryMaxMs: 8_000 };
 
@@ -23,7 +23,7 @@ describe('createPacer', () => {
       },
       onResult: (r) => results.push(r),
     });
-    const advance = (ms: number) => clock.advanceAsync(ms, microtasks);
+    const advance = (ms: number) => clock.advanceAsync(ms);
     return { clock, pacer, starts, results, advance };
   }
 
@@ -93,7 +93,7 @@ describe('createPacer', () => {
       },
       onResult: () => {},
     });
-    const advance = (ms: number) => clock.advanceAsync(ms, microtasks);
+    const advance = (ms: number) => clock.advanceAsync(ms);
     pacer.poke();
     for (let t = 0; t < 4_000; t += 10) {
       pacer.poke();

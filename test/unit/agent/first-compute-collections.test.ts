@@ -13,11 +13,11 @@ describe('collections during the first compute', () => {
     recordResyncs(dataplane, order);
     dataplane.failWrites = 1;
     r.onBatch(batch('r1', false));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     r.onBatch(batch('r2'));
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     r.onBatch(batch('r3'));
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     assert.deepEqual(order, ['compute', 'gc', 'compute', 'write', 'write', 'gc compact', 'compute']);
   });
 
@@ -27,7 +27,7 @@ describe('collections during the first compute', () => {
     const { clock, dataplane, r } = setup({ calc, collectGarbage: () => order.push('gc') });
     recordResyncs(dataplane, order);
     r.onBatch(batch('r1'));
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     assert.deepEqual(order, ['compute', 'write']);
   });
 
@@ -46,9 +46,9 @@ describe('collections during the first compute', () => {
     const mirror = new Mirror();
     dataplane.markDirty = (d) => mirror.update(calc.desired, d);
     r.onBatch({ events: [...events], synced: true, revision: 'r1' });
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     r.onBatch(batch('r2'));
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     assert.deepEqual(order, ['gc', 'compute', 'gc', 'compute', 'gc', 'compute', 'gc compact', 'compute'], 'slices of 2, 2 and 1 events; later batches whole');
     const one = newCalc();
     one.applyEvents(events);

@@ -3,8 +3,8 @@ import { describe, test } from 'node:test';
 import { FlowCleanup, FORGET_ATTEMPTS } from '../../../src/agent/flow-cleanup.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createMetrics } from '../../../src/metrics/index.ts';
-import { FakeClock } from './loop-fixtures.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
+import { FakeClock } from '../../support/fake-clock.ts';
 import { pod } from '../calc/fixtures.ts';
 import { batch, setup } from './loop-fixtures.ts';
 
@@ -14,7 +14,7 @@ describe("deleting released addresses' tracked connections", () => {
     const gone = pod('ns', 'gone', { ip4: 5 });
     const podBatch = (revision: string, events: SourceBatch['events']): SourceBatch => ({ events, synced: true, revision });
     r.onBatch(podBatch('r1', [{ kind: 'Pod', op: 'upsert', object: gone }]));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(dataplane.forgotten, [], 'a new pod releases nothing');
     const order: string[] = [];
     for (const step of ['apply', 'forgetFlows'] as const) {
@@ -26,23 +26,23 @@ describe("deleting released addresses' tracked connections", () => {
     }
     dataplane.failForgets = 1;
     r.onBatch(podBatch('r2', [{ kind: 'Pod', op: 'delete', uid: gone.uid }]));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(dataplane.forgotten, [], 'the first attempt failed');
     r.onBatch(batch('r3'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(order, ['apply', 'forgetFlows', 'apply', 'forgetFlows'], 'each attempt follows a write');
     assert.deepEqual(dataplane.forgotten, [['10.244.1.5', 'fd00::5']]);
     // A conntrack that keeps failing is given up on after FORGET_ATTEMPTS writes.
     order.length = 0;
     dataplane.failForgets = FORGET_ATTEMPTS + 1;
     r.onBatch(podBatch('r4', [{ kind: 'Pod', op: 'upsert', object: gone }]));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     r.onBatch(podBatch('r5', [{ kind: 'Pod', op: 'delete', uid: gone.uid }]));
     for (let i = 0; i < FORGET_ATTEMPTS + 1; i++) {
-      await clock.advance(100);
+      await clock.advanceAsync(100);
       r.onBatch(batch(`r${6 + i}`, true, `p${i}`));
     }
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.equal(order.filter((s) => s === 'forgetFlows').length, FORGET_ATTEMPTS);
   });
 
@@ -51,16 +51,16 @@ describe("deleting released addresses' tracked connections", () => {
     const gone = pod('ns', 'gone', { ip4: 5, ip6: false });
     const later = pod('ns', 'later', { ip4: 6, ip6: false });
     r.onBatch({ events: [{ kind: 'Pod', op: 'upsert', object: gone }], synced: true, revision: 'r1' });
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     dataplane.forgetMs = 1_000;
     r.onBatch({ events: [{ kind: 'Pod', op: 'delete', uid: gone.uid }], synced: true, revision: 'r2' });
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     const writesBefore = dataplane.writes().length;
     r.onBatch({ events: [{ kind: 'Pod', op: 'upsert', object: later }], synced: true, revision: 'r3' });
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.equal(dataplane.writes().length, writesBefore + 1, 'the change was written while the deletion ran');
     assert.deepEqual(dataplane.forgotten, [], 'the deletion is still running');
-    await clock.advance(1_000);
+    await clock.advanceAsync(1_000);
     assert.deepEqual(dataplane.forgotten, [['10.244.1.5']]);
     await r.whenIdle();
   });

@@ -3,14 +3,15 @@ import { describe, test } from 'node:test';
 import { HookWatch } from '../../../src/agent/hook-watch.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createMetrics } from '../../../src/metrics/index.ts';
-import { batch, counterValue, FakeClock, setup, stopWhileAdvancing } from './loop-fixtures.ts';
+import { FakeClock } from '../../support/fake-clock.ts';
+import { batch, counterValue, setup, stopWhileAdvancing } from './loop-fixtures.ts';
 
 describe('the hook check', () => {
   test('a hook found missing is repaired by a resync at once, counted and only then checked again', async () => {
     const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 5000 });
     r.onBatch(batch('r1'));
-    await clock.advance(20);
-    await clock.advance(10_000);
+    await clock.advanceAsync(20);
+    await clock.advanceAsync(10_000);
     assert.deepEqual(
       dataplane.calls.map((c) => [c.kind, c.at]),
       [
@@ -20,7 +21,7 @@ describe('the hook check', () => {
       ],
     );
     dataplane.hook = false;
-    await clock.advance(5000);
+    await clock.advanceAsync(5000);
     assert.deepEqual(
       dataplane.calls.slice(3).map((c) => [c.kind, c.at]),
       [
@@ -30,7 +31,7 @@ describe('the hook check', () => {
     );
     assert.equal(dataplane.hook, true);
     assert.equal(await counterValue(metrics, 'driftRepairs', { what: 'hook' }), 1);
-    await clock.advance(5000);
+    await clock.advanceAsync(5000);
     assert.deepEqual(
       dataplane.calls.slice(5).map((c) => [c.kind, c.at]),
       [['hookIntact', 20_000]],
@@ -46,7 +47,7 @@ describe('the hook check', () => {
       for (let t = 0; t < 30_000; t += 30) {
         if (t === Math.floor(deletedAt / 30) * 30) dataplane.hook = false;
         r.onBatch(batch(`r${t}`, true, `p${t % 300}`));
-        await clock.advance(30);
+        await clock.advanceAsync(30);
         if (repairedAt === null && t >= deletedAt && dataplane.hook === true) repairedAt = clock.t;
       }
       assert.ok(repairedAt !== null && repairedAt - deletedAt <= 10_000, `deleted at ${deletedAt}, repaired at ${repairedAt}`);
@@ -57,12 +58,12 @@ describe('the hook check', () => {
   test('a change that arrives when the hook check is due is written first; the check follows at once', async () => {
     const { clock, dataplane, r } = setup({ hookCheckIntervalMs: 5000 });
     r.onBatch(batch('r1'));
-    await clock.advance(4990);
+    await clock.advanceAsync(4990);
     dataplane.writeMs = 20;
     r.onBatch(batch('r2', true, 'p2')); // written 4990-5010, while the check falls due
-    await clock.advance(10);
+    await clock.advanceAsync(10);
     r.onBatch(batch('r3', true, 'p3'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(
       dataplane.calls.map((c) => [c.kind, c.at]),
       [
@@ -79,9 +80,9 @@ describe('the hook check', () => {
     const { clock, dataplane, r } = setup({ hookCheckIntervalMs: 5000 });
     dataplane.hookMs = 70;
     r.onBatch(batch('r1'));
-    await clock.advance(5010); // the check fell due at 5000 and runs until 5070
+    await clock.advanceAsync(5010); // the check fell due at 5000 and runs until 5070
     r.onBatch(batch('r2', true, 'p2'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     const apply = dataplane.writes('apply')[0];
     const check = dataplane.calls.find((c) => c.kind === 'hookIntact');
     assert.ok(check && apply, `calls: ${JSON.stringify(dataplane.calls)}`);
@@ -94,12 +95,12 @@ describe('the hook check', () => {
     const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 5000 });
     dataplane.hookMs = 70;
     r.onBatch(batch('r1'));
-    await clock.advance(4990);
+    await clock.advanceAsync(4990);
     dataplane.writeMs = 100;
     dataplane.hook = false;
-    await clock.advance(20); // the check starts at 5000 and ends at 5070, inside the write
+    await clock.advanceAsync(20); // the check starts at 5000 and ends at 5070, inside the write
     r.onBatch(batch('r2', true, 'p2')); // written 5010-5110
-    await clock.advance(300);
+    await clock.advanceAsync(300);
     assert.deepEqual(
       dataplane.calls.map((c) => [c.kind, c.at]),
       [
@@ -117,9 +118,9 @@ describe('the hook check', () => {
   test('a hook check that fails is answered with a resync', async () => {
     const { clock, dataplane, metrics, r } = setup({ hookCheckIntervalMs: 1000 });
     r.onBatch(batch('r1'));
-    await clock.advance(20);
+    await clock.advanceAsync(20);
     dataplane.hook = 'throw';
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     assert.deepEqual(
       dataplane.calls.map((c) => [c.kind, c.at]),
       [

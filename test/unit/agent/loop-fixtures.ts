@@ -1,51 +1,14 @@
 // The loop's test bench, shared by the reconciler's tests and its side jobs' (health, hook
 // watch, flow cleanup, first-compute collections, loop metrics): a fake clock, a fake dataplane
-// and a Reconciler wired to them. The FakeClock is the reconciler tests' only clock.
+// and a Reconciler wired to them. The clock is test/support/fake-clock.ts's.
 
 import type { DesiredDataplane, Dirty } from '../../../src/calc/index.ts';
-import { type Clock, type DataplanePort, Reconciler, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
+import { type DataplanePort, Reconciler, type ReconcilerOptions } from '../../../src/agent/reconciler.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { createMetrics, type Metrics } from '../../../src/metrics/index.ts';
 import type { SourceBatch } from '../../../src/sources/types.ts';
+import { FakeClock } from '../../support/fake-clock.ts';
 import { newCalc, policy } from '../calc/fixtures.ts';
-
-/** A clock whose timers run only when the test advances time. */
-export class FakeClock implements Clock {
-  t = 0;
-  timers: { at: number; fn: () => void; id: number }[] = [];
-  #id = 0;
-  now() {
-    return this.t;
-  }
-  setTimeout(fn: () => void, ms: number) {
-    const id = ++this.#id;
-    this.timers.push({ at: this.t + ms, fn, id });
-    return id;
-  }
-  clearTimeout(h: unknown) {
-    this.timers = this.timers.filter((x) => x.id !== h);
-  }
-  pending() {
-    return this.timers.length;
-  }
-  /** Advances time, running due timers in order and letting the work they start settle. */
-  async advance(ms: number) {
-    const end = this.t + ms;
-    await settle();
-    for (;;) {
-      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
-      const next = this.timers[0];
-      if (!next || next.at > end) break;
-      this.timers.shift();
-      this.t = next.at;
-      next.fn();
-      await settle();
-    }
-    this.t = end;
-  }
-}
-
-export const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export type Call = { kind: 'apply' | 'tidy' | 'resync' | 'hookIntact' | 'guard'; at: number };
 
@@ -180,6 +143,6 @@ export async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors', 
 export async function stopWhileAdvancing(clock: FakeClock, r: Reconciler): Promise<void> {
   let stopped = false;
   const p = r.stop().then(() => (stopped = true));
-  for (let i = 0; i < 100 && !stopped; i++) await clock.advance(10);
+  for (let i = 0; i < 100 && !stopped; i++) await clock.advanceAsync(10);
   await p;
 }

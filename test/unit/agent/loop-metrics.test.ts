@@ -16,7 +16,7 @@ describe('what the loop measures', () => {
       synced: true,
       revision: 'r1',
     });
-    await clock.advance(20);
+    await clock.advanceAsync(20);
     const got = (await metrics.policies.get()).values.map((v) => [v.labels.state, v.value]);
     assert.deepEqual(got.sort(), [
       ['invalid', 1],
@@ -29,14 +29,14 @@ describe('what the loop measures', () => {
     const { clock, dataplane, metrics, r } = setup({ retryMinMs: 1000, retryMaxMs: 1000 });
     dataplane.failWrites = Infinity;
     r.onBatch(batch('r0', true, 'p'));
-    await clock.advance(20);
+    await clock.advanceAsync(20);
     const n = 5 * MAX_UNAPPLIED;
     for (let i = 1; i <= n; i++) {
       r.onBatch(batch(`r${i}`, true, 'p'));
-      if (i % 500 === 0) await clock.advance(1000);
+      if (i % 500 === 0) await clock.advanceAsync(1000);
     }
     dataplane.failWrites = 0;
-    await clock.advance(2000);
+    await clock.advanceAsync(2000);
     assert.equal(r.readiness().ready, true);
     const got = await metrics.enforceLatency.get();
     const count = got.values.find((v) => v.metricName === 'weir_event_to_enforced_seconds_count')?.value;

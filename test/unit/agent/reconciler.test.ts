@@ -16,7 +16,7 @@ describe('reconcile loop', () => {
       threadCpuMs: () => (cpu += 2.5),
     });
     r.onBatch(batch('r1'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     const computed = lines.filter((l) => l.msg === 'model updated');
     assert.equal(computed.length, 1);
     assert.equal(computed[0].cpuMs, 2.5);
@@ -40,7 +40,7 @@ describe('reconcile loop', () => {
       );
     const { clock, metrics, r } = setup({ calc });
     r.onBatch(b);
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(held, [2, 1, 0], 'events still held by the batch after each one was taken');
     assert.equal(b.events.length, 0);
     assert.equal(calc.cluster.policies.size, 3);
@@ -54,7 +54,7 @@ describe('reconcile loop', () => {
     calc.takePolicyChanges = () => Array.from({ length: 500_000 }, (_, i) => ({ key: `ns/p${i}`, policy: null }));
     const { clock, dataplane, r } = setup({ calc, log: pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l)) }) });
     r.onBatch(batch('r1'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(
       lines.filter((l) => l.level >= 40).map((l) => l.msg),
       [],
@@ -69,12 +69,12 @@ describe('reconcile loop', () => {
   test('writes nothing before the source has delivered its first full state', async () => {
     const { clock, dataplane, r } = setup();
     r.onBatch(batch('r1', false));
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     assert.deepEqual(dataplane.writes(), []);
     assert.equal(r.readiness().ready, false);
     assert.equal(r.readiness().reason, 'NotSynced');
     r.onBatch(batch('r2', true));
-    await clock.advance(1000);
+    await clock.advanceAsync(1000);
     assert.deepEqual(
       dataplane.writes().map((c) => c.kind),
       ['resync'],
@@ -86,9 +86,9 @@ describe('reconcile loop', () => {
   test('a burst inside the debounce window becomes one write', async () => {
     const { clock, dataplane, r } = setup();
     r.onBatch(batch('r1'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     for (let i = 0; i < 10; i++) r.onBatch(batch(`b${i}`));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(
       dataplane.writes().map((c) => c.kind),
       ['resync', 'apply'],
@@ -100,26 +100,26 @@ describe('reconcile loop', () => {
     const { clock, dataplane, r } = setup();
     dataplane.writeMs = 30;
     r.onBatch(batch('r1'));
-    await clock.advance(0);
+    await clock.advanceAsync(0);
     assert.deepEqual(
       dataplane.writes().map((c) => c.at),
       [0],
       'no debounce on the first batch',
     );
     for (const t of [5, 10, 15]) {
-      await clock.advance(t - clock.t);
+      await clock.advanceAsync(t - clock.t);
       r.onBatch(batch(`b${t}`));
     }
-    await clock.advance(200);
+    await clock.advanceAsync(200);
     assert.deepEqual(
       dataplane.writes().map((c) => c.at),
       [0, 30],
       'the three batches during the first write are one write, when it ends (20 ms after the first of them had passed)',
     );
     assert.equal(r.readiness().revision, 'b15');
-    await clock.advance(1000 - clock.t);
+    await clock.advanceAsync(1000 - clock.t);
     r.onBatch(batch('late'));
-    await clock.advance(0);
+    await clock.advanceAsync(0);
     assert.deepEqual(dataplane.writes().at(-1)?.at, 1000, 'quiet again: at once');
   });
 
@@ -127,23 +127,23 @@ describe('reconcile loop', () => {
     const { clock, dataplane, metrics, r } = setup({ tidyDelayMs: 500 });
     dataplane.layers = true;
     r.onBatch(batch('r1'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     r.onBatch(batch('r2', true, 'p2'));
-    await clock.advance(0);
+    await clock.advanceAsync(0);
     assert.deepEqual(
       dataplane.writes().map((c) => c.kind),
       ['resync', 'apply'],
     );
-    await clock.advance(400);
+    await clock.advanceAsync(400);
     r.onBatch(batch('r3', true, 'p3'));
-    await clock.advance(0);
-    await clock.advance(499);
+    await clock.advanceAsync(0);
+    await clock.advanceAsync(499);
     assert.deepEqual(
       dataplane.writes().map((c) => c.kind),
       ['resync', 'apply', 'apply'],
       'no tidy within 500 ms of a write',
     );
-    await clock.advance(1);
+    await clock.advanceAsync(1);
     assert.deepEqual(
       dataplane.writes().map((c) => [c.kind, c.at]),
       [
@@ -156,7 +156,7 @@ describe('reconcile loop', () => {
     assert.equal(dataplane.tidyPending, 0);
     const counts = (await metrics.applyDuration.get()).values.filter((v) => v.metricName === 'weir_dataplane_apply_duration_seconds_count');
     assert.deepEqual(Object.fromEntries(counts.map((v) => [v.labels.step, v.value])), { resync: 1, total: 2, tidy: 1 }, 'the tidy is timed apart from changes');
-    await clock.advance(5000);
+    await clock.advanceAsync(5000);
     assert.equal(dataplane.writes().length, 4, 'nothing owed: no more writes');
     assert.deepEqual(r.readiness(), { ready: true, revision: 'r3', reason: 'Ready' });
   });
@@ -164,13 +164,13 @@ describe('reconcile loop', () => {
   test(`periodic resyncs read set sizes only, but every ${FULL_READ_EVERY}th reads every member; a resync after a failure reads all`, async () => {
     const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
     r.onBatch(batch('r1'));
-    await clock.advance(0);
-    await clock.advance(FULL_READ_EVERY * 1000);
+    await clock.advanceAsync(0);
+    await clock.advanceAsync(FULL_READ_EVERY * 1000);
     assert.deepEqual(dataplane.resyncReads, ['all', ...Array(FULL_READ_EVERY - 1).fill('counts'), 'all']);
     dataplane.failWrites = 1;
     r.onBatch(batch('r2', true, 'p2'));
-    await clock.advance(0);
-    await clock.advance(100);
+    await clock.advanceAsync(0);
+    await clock.advanceAsync(100);
     assert.deepEqual(dataplane.resyncReads.slice(-1), ['all'], 'the retry after the failed write');
     await stopWhileAdvancing(clock, r);
   });
@@ -179,16 +179,16 @@ describe('reconcile loop', () => {
     const { clock, dataplane, r } = setup();
     dataplane.failWrites = 3;
     r.onBatch(batch('r1'));
-    await clock.advance(0);
+    await clock.advanceAsync(0);
     assert.equal(dataplane.writes().length, 1, 'a batch after a quiet spell is written at once');
     assert.deepEqual(r.readiness(), { ready: false, revision: '', reason: 'ApplyFailed', error: 'UNKNOWN' });
-    await clock.advance(99);
+    await clock.advanceAsync(99);
     assert.equal(dataplane.writes().length, 1, 'not before the first backoff of 100 ms');
-    await clock.advance(1);
+    await clock.advanceAsync(1);
     assert.equal(dataplane.writes().length, 2);
-    await clock.advance(200);
+    await clock.advanceAsync(200);
     assert.equal(dataplane.writes().length, 3, 'second backoff 200 ms');
-    await clock.advance(400);
+    await clock.advanceAsync(400);
     assert.equal(dataplane.writes().length, 4, 'capped at 400 ms');
     assert.deepEqual(
       dataplane.writes().map((c) => c.kind),
@@ -200,7 +200,7 @@ describe('reconcile loop', () => {
   test('the periodic resync reads the kernel back', async () => {
     const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000 });
     r.onBatch(batch('r1'));
-    await clock.advance(2000);
+    await clock.advanceAsync(2000);
     assert.deepEqual(
       dataplane.writes().map((c) => [c.kind, c.at]),
       [
@@ -218,10 +218,10 @@ describe('what each pass tells the reporters', () => {
     const passes: boolean[] = [];
     const { clock, r } = setup({ resyncIntervalMs: 1000, onPass: (o) => passes.push(o.modelChanged) });
     r.onBatch(batch('r1'));
-    await clock.advance(20);
-    await clock.advance(2000);
+    await clock.advanceAsync(20);
+    await clock.advanceAsync(2000);
     r.onBatch(batch('r2'));
-    await clock.advance(20);
+    await clock.advanceAsync(20);
     assert.deepEqual(passes, [true, false, false, true]);
     await r.stop();
   });
@@ -236,11 +236,11 @@ describe('backoff while events keep arriving', () => {
     dataplane.writeMs = 25; // so that batches also arrive while a write runs
     for (let t = 0; t < 3000; t += 30) {
       r.onBatch(batch(`r${t}`, true, `p${t}`));
-      await clock.advance(30);
+      await clock.advanceAsync(30);
     }
     const starts = dataplane.writes().map((c) => c.at);
     assert.deepEqual(starts, [0, 1025], 'the first write at once, the next one backoff (1 s) after its end');
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     assert.deepEqual(
       dataplane.writes().map((c) => c.at),
       [0, 1025, 3050],
@@ -253,18 +253,18 @@ describe('backoff while events keep arriving', () => {
     const { clock, dataplane, r } = setup({ resyncIntervalMs: 1000, hookCheckIntervalMs: 500, retryMinMs: 1000 });
     await r.start();
     r.onBatch(batch('r1'));
-    await clock.advance(100);
+    await clock.advanceAsync(100);
     dataplane.failWrites = Infinity;
     dataplane.writeMs = 50;
     r.onBatch(batch('r2'));
-    await clock.advance(65); // the write runs from 120 to 170
+    await clock.advanceAsync(65); // the write runs from 120 to 170
     r.onBatch(batch('r3')); // asks for a pass at 185, while the write still runs
-    await clock.advance(5); // the write has failed: a retry is due at 1170
+    await clock.advanceAsync(5); // the write has failed: a retry is due at 1170
     await stopWhileAdvancing(clock, r);
     assert.equal(clock.pending(), 0, 'no timer left');
     const calls = dataplane.calls.length;
     r.onBatch(batch('r4'));
-    await clock.advance(60_000);
+    await clock.advanceAsync(60_000);
     assert.equal(dataplane.calls.length, calls, 'nothing ran after stop()');
     assert.equal(clock.pending(), 0);
   });
@@ -276,13 +276,13 @@ describe('the start-up guard', () => {
     dataplane.guardDoes = true;
     await r.start();
     r.onBatch(batch('r0', false));
-    await clock.advance(60_000);
+    await clock.advanceAsync(60_000);
     assert.deepEqual(
       dataplane.calls.map((c) => c.kind),
       ['guard'],
     );
     r.onBatch(batch('r1'));
-    await clock.advance(20);
+    await clock.advanceAsync(20);
     assert.deepEqual(
       dataplane.calls.map((c) => c.kind),
       ['guard', 'resync'],
@@ -295,7 +295,7 @@ describe('the start-up guard', () => {
     dataplane.guardDoes = 'throw';
     await r.start();
     r.onBatch(batch('r1'));
-    await clock.advance(20);
+    await clock.advanceAsync(20);
     assert.deepEqual(
       dataplane.calls.map((c) => c.kind),
       ['guard', 'resync'],

@@ -11,7 +11,7 @@ import type { Logger } from '../../../src/log.ts';
 
 import { LoopbackApi, type Obj, readBody, sendEvent, sendJson, sendListPage, sendStatus } from '../../support/fake-api-server.ts';
 
-export { FakeClock, microtasks } from '../../support/fake-clock.ts';
+export { FakeClock } from '../../support/fake-clock.ts';
 export type { Obj };
 
 export interface Recorded {
