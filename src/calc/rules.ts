@@ -187,17 +187,20 @@ export function allowAlternatives(policy: CompiledPolicy, direction: Direction, 
   return out;
 }
 
+/** A peer set tested by address alone, which a union can stand for. */
+export type MergeablePeer = SetRef & { readonly dir: 'src' | 'dst' };
+
 /**
  * An alternative that is at most one peer set (pods or plain prefixes, by address) plus
  * protocol and port matches: alternatives with the same `rest` can share one union set of
  * their peers, one lookup for all of them. null peer: any address. null: not mergeable
  * (ipBlock excepts, named ports).
  */
-export function mergeable(alt: AllowAlternative): { readonly peer: SetRef | null; readonly rest: readonly Match[] } | null {
-  let peer: SetRef | null = null;
+export function mergeable(alt: AllowAlternative): { readonly peer: MergeablePeer | null; readonly rest: readonly Match[] } | null {
+  let peer: MergeablePeer | null = null;
   const rest: Match[] = [];
   for (const m of alt.matches) {
-    if (m.kind === 'setRef' && peer === null && !m.negate && m.dir !== 'dst,dst') peer = m;
+    if (m.kind === 'setRef' && peer === null && !m.negate && m.dir !== 'dst,dst') peer = { kind: 'setRef', spec: m.spec, dir: m.dir };
     else if (m.kind === 'proto') rest.push(m);
     else return null;
   }
@@ -371,46 +374,4 @@ export function topChainRules(t: TopChainInput): Rule[] {
     rules.push({ matches: [{ kind: 'mark', value: t.marks.accept, mask: t.marks.accept }], action: { kind: 'accept' }, comment: 'allowed by policy' });
   }
   return rules;
-}
-
-/** Where traffic of pods this node does not know (yet) stops: see dispatchTailRules. */
-export interface FailClosedInput {
-  /** The bridge local pods hang off ('' when there is none to police). */
-  readonly podBridge: string;
-  /** This node's pod CIDRs of the family (from its Node object; none before it is known). */
-  readonly podCIDRs: readonly string[];
-}
-
-/**
- * The last rules of a top dispatch chain. A packet reaching them matched no known local pod:
- * if it comes from (goes to) this node's pod CIDRs or the pod bridge, it belongs to a pod Weir
- * does not know (a new pod, a spoofed address, a node before its first sync) and is dropped.
- * Anything else (traffic of other nodes' pods passing through, the other end of a connection)
- * falls through to the other dispatch chain.
- */
-export function dispatchTailRules(dir: 'from' | 'to', t: FailClosedInput): Rule[] {
-  const addrDir = dir === 'from' ? 'src' : 'dst';
-  const what = dir === 'from' ? 'from' : 'to';
-  const rules: Rule[] = t.podCIDRs.map((cidr) => ({
-    matches: [{ kind: 'addr', dir: addrDir, cidr }],
-    action: { kind: 'drop' },
-    comment: `${what} an address of this node's pod CIDR that is no known pod`,
-  }));
-  if (t.podBridge !== '') {
-    rules.push({
-      matches: [{ kind: 'iface', dir: dir === 'from' ? 'in' : 'out', name: t.podBridge }],
-      action: { kind: 'drop' },
-      comment: `${what} the pod bridge with an address that is no known pod`,
-    });
-  }
-  return rules;
-}
-
-/** The last rule of a dispatch bucket: an address of the block that is no known (bound) pod. */
-export function bucketTailRule(dir: 'from' | 'to'): Rule {
-  return {
-    matches: [],
-    action: { kind: 'drop' },
-    comment: dir === 'from' ? 'from an address that is no known pod, or not from its own bridge port' : 'to an address that is no known pod',
-  };
 }

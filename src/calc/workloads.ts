@@ -1,0 +1,253 @@
+// Local workloads: pods of this node that policy applies to. Each gets a to- and a from-chain
+// per family it has an address in, consulting the policies that select it; the reference
+// counts kept here decide which policies are active on this node.
+
+import type { ClusterState } from '../model/cluster.ts';
+import { isPoliced } from '../model/cluster.ts';
+import { compareStrings } from '../model/order.ts';
+import { selectorMatches } from '../model/selector.ts';
+import type { CompiledPolicy, Family, Pod } from '../model/types.ts';
+import { familyOf } from '../model/types.ts';
+import type { AuditTag, AuditVerdict } from './audit-tags.ts';
+import type { AuditLevels } from './audit-levels.ts';
+import type { ChainStore } from './chain-store.ts';
+import type { Match, Rule } from './desired.ts';
+import type { DispatchTree } from './dispatch.ts';
+import type { Names } from './names.ts';
+import type { PolicyChains } from './policy-chains.ts';
+import type { AllowAction, Direction, MarkBits, SetSpec } from './rules.ts';
+import { mergeable, setKey, workloadChainRules } from './rules.ts';
+import type { ActiveSet, SetRegistry } from './set-registry.ts';
+import type { AuditWriting } from './tag-catalog.ts';
+
+export interface WorkloadChainsDeps {
+  readonly nodeName: string;
+  readonly names: Names;
+  readonly families: readonly Family[];
+  readonly marks: MarkBits;
+  readonly allowAction: AllowAction;
+  readonly cluster: ClusterState;
+  readonly sets: SetRegistry;
+  readonly chains: ChainStore;
+  readonly dispatch: DispatchTree;
+  readonly policies: PolicyChains;
+  readonly levels: AuditLevels;
+  readonly audit: AuditWriting | undefined;
+  /** A policy's count of local workloads changed (it may become active or inactive). */
+  readonly policyRefsChanged: (key: string) => void;
+}
+
+interface Workload {
+  readonly pod: Pod;
+  /** The enforced policies selecting the pod that isolate each direction, sorted by key. */
+  readonly ingress: readonly CompiledPolicy[];
+  readonly egress: readonly CompiledPolicy[];
+  /** The same for audit-only policies: they never isolate. */
+  readonly auditIngress: readonly CompiledPolicy[];
+  readonly auditEgress: readonly CompiledPolicy[];
+  /** NFLOG prefixes of its chains' audit rules. */
+  readonly tags: readonly string[];
+  /** Sets its chains use directly (merged peers), one reference each. */
+  readonly sets: readonly ActiveSet[];
+}
+
+type WorkloadAudit = NonNullable<Parameters<typeof workloadChainRules>[0]['audit']>;
+
+export class WorkloadChains {
+  readonly #d: WorkloadChainsDeps;
+  readonly #workloads = new Map<string, Workload>();
+  readonly #byNs = new Map<string, Set<string>>();
+  /** Local workloads selected by each policy key (in any direction it isolates or audits). */
+  readonly #policyRefs = new Map<string, number>();
+  /** Set references to drop at the end of the batch (see releaseDeferred). */
+  #releaseLater: ActiveSet[] = [];
+
+  constructor(deps: WorkloadChainsDeps) {
+    this.#d = deps;
+  }
+
+  get size(): number {
+    return this.#workloads.size;
+  }
+
+  has(uid: string): boolean {
+    return this.#workloads.has(uid);
+  }
+
+  isLocal(pod: Pod): boolean {
+    return pod.nodeName === this.#d.nodeName && isPoliced(pod);
+  }
+
+  /** Local workloads a policy selects (0: not active on this node). */
+  refsOf(key: string): number {
+    return this.#policyRefs.get(key) ?? 0;
+  }
+
+  /** Keys of the policies active on this node, in no order. */
+  activeKeys(): Iterable<string> {
+    return this.#policyRefs.keys();
+  }
+
+  /** Recomputes the chains of every workload of a namespace (its policies or audit level changed). */
+  refreshNamespace(ns: string): void {
+    for (const uid of [...(this.#byNs.get(ns) ?? [])]) {
+      const w = this.#workloads.get(uid);
+      if (w) this.refresh(uid, w.pod);
+    }
+  }
+
+  /** Recomputes which policies select a pod and rewrites its chains (none if it is not local). */
+  refresh(uid: string, pod: Pod | undefined): void {
+    const old = this.#workloads.get(uid);
+    const tags: string[] = [];
+    const sets: ActiveSet[] = [];
+    const next: Workload | undefined = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tags, sets } : undefined;
+    const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress].map((p) => p.key) : []);
+    const before = keys(old);
+    const after = keys(next);
+    for (const k of after) if (!before.has(k)) this.#refPolicy(k, +1);
+    for (const k of before) if (!after.has(k)) this.#refPolicy(k, -1);
+
+    if (old && (!next || old.pod.namespace !== next.pod.namespace)) this.#byNs.get(old.pod.namespace)?.delete(uid);
+    if (next) {
+      let s = this.#byNs.get(next.pod.namespace);
+      if (!s) this.#byNs.set(next.pod.namespace, (s = new Set()));
+      s.add(uid);
+      this.#workloads.set(uid, next);
+    } else this.#workloads.delete(uid);
+    // A pod's addresses are in its dispatch bucket even when pods briefly share one.
+    const who = (next ?? old)?.pod;
+    if (who) this.#d.dispatch.moveWorkload(uid, `${who.namespace}/${who.name}/${uid}`, old?.pod.ips ?? [], next?.pod.ips ?? []);
+    this.#writeChains(uid, next, tags, sets);
+    this.#d.audit?.tags.retire(old?.tags ?? [], next?.tags ?? []);
+    // Released at the end of the batch: a set this workload stops using may be taken up by a
+    // policy chain in the same batch (its audit level changed), and is then never rebuilt.
+    this.#releaseLater.push(...(old?.sets ?? []));
+  }
+
+  /** Drops the set references workloads gave up this batch (after policies synced). */
+  releaseDeferred(): void {
+    for (const set of this.#releaseLater.splice(0)) this.#d.sets.release(set);
+  }
+
+  #select(pod: Pod): Pick<Workload, 'ingress' | 'egress' | 'auditIngress' | 'auditEgress'> {
+    const lists = { ingress: [] as CompiledPolicy[], egress: [] as CompiledPolicy[], auditIngress: [] as CompiledPolicy[], auditEgress: [] as CompiledPolicy[] };
+    for (const p of this.#d.cluster.policiesIn(pod.namespace)) {
+      if (p.podSelector !== null && !selectorMatches(p.podSelector, pod.labels)) continue;
+      const audit = p.enforcement === 'audit';
+      if (p.ingress !== null) (audit ? lists.auditIngress : lists.ingress).push(p);
+      if (p.egress !== null) (audit ? lists.auditEgress : lists.egress).push(p);
+    }
+    for (const l of Object.values(lists)) l.sort((a, b) => compareStrings(a.key, b.key));
+    return lists;
+  }
+
+  /** Its chains per family; `w` undefined (or no address of a family): none. The NFLOG
+   *  prefixes and sets the chains use go into `tags` and `sets`. */
+  #writeChains(uid: string, w: Workload | undefined, tags: string[], sets: ActiveSet[]): void {
+    const { names, chains } = this.#d;
+    const tw = names.toWorkload(uid);
+    const fw = names.fromWorkload(uid);
+    for (const f of this.#d.families) {
+      const ip = w?.pod.ips.find((a) => familyOf(a) === f);
+      if (!w || ip === undefined) {
+        chains.delete(f, tw);
+        chains.delete(f, fw);
+        continue;
+      }
+      const podRef = `${w.pod.namespace}/${w.pod.name}`;
+      const chainOf = (dir: Direction) => (p: CompiledPolicy) => (dir === 'ingress' ? names.policyIngress(p.key) : names.policyEgress(p.key));
+      const rulesOf = (dir: Direction, enforced: readonly CompiledPolicy[], auditOnly: readonly CompiledPolicy[]) =>
+        workloadChainRules({
+          direction: dir,
+          podRef,
+          podIp: ip,
+          policyChains: enforced.length > 0 ? this.#consultOrder(f, dir, enforced, chainOf(dir), sets) : null,
+          auditOnlyChains: auditOnly.map(chainOf(dir)),
+          marks: this.#d.marks,
+          commonChain: names.workloadCommon,
+          allowAction: this.#d.allowAction,
+          acceptChain: names.accept,
+          audit: this.#audit(uid, dir, enforced, auditOnly, tags),
+        });
+      chains.set(f, tw, rulesOf('ingress', w.ingress, w.auditIngress));
+      chains.set(f, fw, rulesOf('egress', w.egress, w.auditEgress));
+    }
+  }
+
+  /**
+   * What an isolated workload consults, in order: policies audited at level all (their own
+   * chains, so each allow is logged under its rule), then one rule per port signature whose
+   * set is the union of every other enforced policy's peers with that signature (one lookup
+   * however many policies), then the chains of policies with rules that cannot merge. The
+   * per-packet cost follows the distinct port signatures, not the number of policies.
+   */
+  #consultOrder(f: Family, dir: Direction, enforced: readonly CompiledPolicy[], chainOf: (p: CompiledPolicy) => string, sets: ActiveSet[]): (string | readonly Rule[])[] {
+    const shapes = this.#d.policies;
+    const first = enforced.filter((p) => shapes.ownChain(p)).map(chainOf);
+    const groups = new Map<string, { rest: readonly Match[]; any: boolean; parts: Map<string, SetSpec>; dir: 'src' | 'dst' }>();
+    const remainder: string[] = [];
+    for (const p of enforced) {
+      if (shapes.ownChain(p)) continue;
+      let rest = false;
+      for (const alt of shapes.alternativesOf(p, dir, f)) {
+        const m = mergeable(alt);
+        if (!m) {
+          rest = true;
+          continue;
+        }
+        const sig = JSON.stringify([m.peer?.dir ?? '', m.rest]);
+        let g = groups.get(sig);
+        if (!g) groups.set(sig, (g = { rest: m.rest, any: false, parts: new Map(), dir: m.peer?.dir ?? 'dst' }));
+        if (m.peer === null) g.any = true;
+        else g.parts.set(setKey(m.peer.spec), m.peer.spec);
+      }
+      if (rest) remainder.push(chainOf(p));
+    }
+    const merged: Rule[] = [];
+    const allow = { kind: 'setMark', value: this.#d.marks.accept, mask: this.#d.marks.accept } as const;
+    const comment = `merged peers of ${dir} policies`;
+    for (const sig of [...groups.keys()].sort(compareStrings)) {
+      const g = groups.get(sig);
+      if (!g) continue;
+      if (g.any) {
+        merged.push({ matches: g.rest, action: allow, comment });
+        continue;
+      }
+      const parts = [...g.parts].sort(([a], [b]) => compareStrings(a, b)).map(([, spec]) => spec);
+      const spec: SetSpec = parts.length === 1 ? parts[0] : { family: f, peer: { kind: 'union', key: `union|${parts.map(setKey).join('\n')}`, parts } };
+      const set = this.#d.sets.acquire(spec);
+      sets.push(set);
+      merged.push({ matches: [{ kind: 'set', set: set.name, dir: g.dir }, ...g.rest], action: allow, comment });
+    }
+    return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
+  }
+
+  /** The default drop is logged when an isolating policy is audited; what audit-only policies
+   *  would drop always is (that is what they are for). */
+  #audit(uid: string, dir: Direction, enforced: readonly CompiledPolicy[], auditOnly: readonly CompiledPolicy[], tags: string[]): WorkloadAudit | undefined {
+    const audit = this.#d.audit;
+    if (!audit) return undefined;
+    const tag = (verdict: AuditVerdict, policies: readonly CompiledPolicy[]): AuditTag => ({
+      verdict,
+      direction: dir,
+      policy: null,
+      reason: 'default-deny',
+      isolatedBy: policies.map((p) => ({ namespace: p.namespace, name: p.name })),
+    });
+    const d = dir === 'ingress' ? 'I' : 'E';
+    if (enforced.length > 0) {
+      if (!enforced.some((p) => this.#d.levels.of(p) !== 'off')) return undefined;
+      return { ...audit.rules, logDeny: audit.tags.log(`D${d}`, `${uid}\n${dir}`, tag('deny', enforced), tags) };
+    }
+    if (auditOnly.length === 0) return undefined;
+    return { ...audit.rules, logWouldDeny: audit.tags.log(`W${d}`, `${uid}\n${dir}`, tag('would-deny', auditOnly), tags) };
+  }
+
+  #refPolicy(key: string, delta: number): void {
+    const n = (this.#policyRefs.get(key) ?? 0) + delta;
+    if (n === 0) this.#policyRefs.delete(key);
+    else this.#policyRefs.set(key, n);
+    this.#d.policyRefsChanged(key);
+  }
+}
