@@ -12,6 +12,9 @@ export interface Collection<K extends string = string> {
   /** Decodes one item of a protobuf list into the JSON shape the codec reads; given, lists ask
    *  for protobuf (watches stay JSON: their events are few and small). */
   readonly protobuf?: (item: Buffer) => unknown;
+  /** The API server may not serve it (a CRD not installed): a list answered 404 then counts as
+   *  an empty list, said once in the log, and is tried again at each periodic relist. */
+  readonly optional?: boolean;
 }
 
 /** Identity read leniently from a raw object, for deletes and for messages about objects that

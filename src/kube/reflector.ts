@@ -3,10 +3,13 @@
 // backoff; 410 and a periodic timer relist and diff against the cache, which repairs any event
 // the watch missed. The cache holds decoded values only (a codec turns raw JSON into them), and
 // a change is reported only when a value's canonical form changes, so every report is an exact
-// diff (what a collection and its codec are: ./collection.ts). Used by the kube source (Pods,
-// Namespaces, Nodes, NetworkPolicies), the controller's policy status cache (NodePolicyStatus,
-// NetworkPolicyStatus) and the side watches (./side-watch.ts).
+// diff (what a collection and its codec are: ./collection.ts). An optional collection the
+// server does not serve (a CRD not installed) is an empty one, listed again now and then. Used
+// by the kube source (Pods, Namespaces, Nodes, NetworkPolicies, ClusterNetworkPolicies), the
+// controller's policy status cache (NodePolicyStatus, NetworkPolicyStatus) and the side watches
+// (./side-watch.ts).
 
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type Backoff, backoffMs } from '../backoff.ts';
 import { WeirError } from '../errors.ts';
 import { isRecord } from '../records.ts';
@@ -119,6 +122,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
   let current: AbortController | undefined;
   /** Set when the running watch made progress: the next failure starts the backoff afresh. */
   let healthy = false;
+  /** An optional collection the server answered 404 for, until a list succeeds. */
+  let notServed = false;
 
   function hook(type: WatchTransition, detail?: string): void {
     try {
@@ -164,6 +169,24 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       badNow.set(ref.key, err.message);
       return null;
     }
+  }
+
+  /** An optional collection the server does not serve: an empty list (what was held went with
+   *  its CRD). Said once, then again only once it is served. */
+  function markNotServed(why: string): void {
+    for (const name of [...entries.keys()]) remove(name);
+    bad = new Map();
+    rv = '';
+    needList = true;
+    // Its first list when served again is a first list: from the watch cache, and no "repair".
+    listedOnce = false;
+    hook('listed', `0 objects: not served (${why})`);
+    if (!notServed) {
+      const [min, max] = timings.relistMs.map((ms) => Math.round(ms / 1000));
+      log.info({ kind, path: res.path }, `${kind} is not served by the API server (${why}); there are none until it is, listed again every ${min}-${max} s`);
+    }
+    notServed = true;
+    sink.listed();
   }
 
   async function list(signal: AbortSignal): Promise<number> {
@@ -308,6 +331,8 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
           const changes = await list(signal);
           needList = false;
           failures = 0;
+          if (notServed) log.info({ kind, path: res.path }, `${kind} is served now; watching it`);
+          notServed = false;
           hook('listed', `${entries.size} objects at resourceVersion ${rv || '(none)'}`);
           if (listedOnce && changes > 0) {
             log.info({ kind, changes, why: relistWhy }, `${kind} relist repaired ${changes} object(s) the watch had not delivered`);
@@ -330,6 +355,17 @@ export function createReflector<K extends string, T>(res: Collection<K>, codec: 
       } catch (err) {
         if (signal.aborted) break;
         why = describe(err);
+        if (res.optional === true && err instanceof KubeApiError && err.status === 404) {
+          if (phase === 'list') {
+            markNotServed(`${err.status} ${err.reason || 'NotFound'}`);
+            // Not a failure to back off from: the usual relist interval, real time.
+            await sleep(pick(timings.relistMs), undefined, { signal }).catch(() => {});
+            continue;
+          }
+          // Gone under a watch (its CRD deleted): the next list tells.
+          needList = true;
+          relistWhy = why;
+        }
         hook('error', why);
         if (err instanceof KubeApiError && err.status === 410 && phase === 'watch' && (healthy || !relistedFor410)) {
           // 410 is routine after a long disconnect, and the server's way of saying "relist":
