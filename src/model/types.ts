@@ -79,7 +79,7 @@ export interface RawNetworkPolicy {
   readonly annotations?: Labels;
 }
 
-export type ObjectKind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';
+export type ObjectKind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy' | 'ClusterNetworkPolicy';
 
 /** One change delivered by a source. Both sources (manifests, kube) emit exactly these. */
 export type ModelEvent =
@@ -90,7 +90,9 @@ export type ModelEvent =
   | { readonly kind: 'Node'; readonly op: 'upsert'; readonly object: Node }
   | { readonly kind: 'Node'; readonly op: 'delete'; readonly name: string }
   | { readonly kind: 'NetworkPolicy'; readonly op: 'upsert'; readonly object: RawNetworkPolicy }
-  | { readonly kind: 'NetworkPolicy'; readonly op: 'delete'; readonly namespace: string; readonly name: string };
+  | { readonly kind: 'NetworkPolicy'; readonly op: 'delete'; readonly namespace: string; readonly name: string }
+  | { readonly kind: 'ClusterNetworkPolicy'; readonly op: 'upsert'; readonly object: RawClusterNetworkPolicy }
+  | { readonly kind: 'ClusterNetworkPolicy'; readonly op: 'delete'; readonly name: string };
 
 /** A local pod address and the bridge port it lives behind: learned from the node's kernel,
  *  not from the cluster, so it is not a ModelEvent of the sources' object stream. */
@@ -206,3 +208,67 @@ export interface CompiledPolicy {
 /** What the audit log records for a policy's connections: nothing, drops, or everything. */
 export type AuditLevel = 'off' | 'deny' | 'all';
 export type Enforcement = 'enforce' | 'audit';
+
+// ---- ClusterNetworkPolicy (policy.networking.k8s.io/v1beta1), raw and compiled ----------------
+// sigs.k8s.io/network-policy-api v0.3.0; cluster-network-policy.ts validates and compiles it.
+
+/** A ClusterNetworkPolicy as untrusted input: cluster-scoped, so its name is its identity. */
+export interface RawClusterNetworkPolicy {
+  readonly name: string;
+  readonly uid: string;
+  readonly generation: number;
+  /** The spec exactly as received; validated by compileClusterNetworkPolicy. */
+  readonly spec: unknown;
+  /** Problems a source found outside the spec (metadata, apiVersion), each at its field path.
+   *  Any makes the policy invalid, like a bad spec. */
+  readonly errors?: readonly PolicyError[];
+  /** Its `weir.dev/*` annotations as written. */
+  readonly annotations?: Labels;
+}
+
+/** Admin is evaluated before every NetworkPolicy, Baseline after them. */
+export type CnpTier = 'Admin' | 'Baseline';
+export type CnpAction = 'Accept' | 'Deny' | 'Pass';
+
+/** One ingress or egress rule, in spec order within its direction. */
+export interface CnpRule {
+  /** spec.ingress[i].name as written; '' when not given (the API makes it optional). */
+  readonly name: string;
+  /** Its position in spec.ingress or spec.egress; -1 for FAIL_CLOSED_CNP_RULE. */
+  readonly index: number;
+  readonly action: CnpAction;
+  /** `namespaces` and `pods` peers as PodsPeer (namespace null, namespaceSelector set; keys as
+   *  a NetworkPolicy's, so equal peers share a set), each `networks` CIDR as an IpBlockPeer
+   *  without except (may be a /0). null: any address, only in FAIL_CLOSED_CNP_RULE. */
+  readonly peers: readonly Peer[] | null;
+  /** null: `protocols` not given, so every protocol and port (ICMP too). Otherwise never empty:
+   *  numbers and ranges as { protocol, port, endPort? }; a destinationNamedPort as one entry
+   *  per protocol { protocol, name }, since the API's named port names no protocol. */
+  readonly ports: readonly PortMatch[] | null;
+}
+
+export interface CompiledClusterNetworkPolicy {
+  /** The name: a cluster-scoped object's identity. Never equal to a NetworkPolicy's key
+   *  (namespace/name), since a name holds no '/'. */
+  readonly key: string;
+  readonly name: string;
+  readonly uid: string;
+  readonly generation: number;
+  /** An invalid policy whose tier cannot be read is Admin (no NetworkPolicy can loosen it). */
+  readonly tier: CnpTier;
+  /** 0..1000, lower first; an unreadable one is 0. Ties: see compareClusterNetworkPolicies. */
+  readonly priority: number;
+  /** The pods it applies to (host-networked ones never: the caller filters them), as a peer:
+   *  namespace null, namespaceSelector and podSelector set (`{}` for a namespaces subject).
+   *  An invalid policy whose subject cannot be read selects every pod of the cluster. */
+  readonly subject: PodsPeer;
+  /** [] when the spec has none: the policy then does not affect that direction. */
+  readonly ingress: readonly CnpRule[];
+  readonly egress: readonly CnpRule[];
+  /** Non-empty means invalid: then each direction it names (spec.ingress or spec.egress given
+   *  and not empty, or the spec unreadable) holds exactly [FAIL_CLOSED_CNP_RULE], and the other
+   *  holds []. */
+  readonly errors: readonly PolicyError[];
+  /** From `weir.dev/audit`: what its rules log; null: the agent's default. */
+  readonly audit: AuditLevel | null;
+}

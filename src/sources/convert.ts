@@ -1,8 +1,9 @@
 // Kubernetes JSON objects (from the API server or a manifest) into model objects.
 // Shared by the manifest and kube sources so both emit identical events: it applies the
 // defaults the API server would, keeps only the fields the model needs, and reports every
-// problem of an object at once. A NetworkPolicy is never dropped for its metadata: it reaches
-// the model invalid (readNetworkPolicy). No file or network knowledge here.
+// problem of an object at once. A NetworkPolicy or ClusterNetworkPolicy is never dropped for its
+// metadata: it reaches the model invalid (readNetworkPolicy, readClusterNetworkPolicy). No file
+// or network knowledge here.
 
 import { WeirError } from '../errors.ts';
 import { isRecord } from '../records.ts';
@@ -12,7 +13,7 @@ import { AUDIT_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
 import { PROTOCOLS } from '../model/types.ts';
 import { describeValue, exact } from '../model/selector.ts';
 import { type Interner, NO_INTERNING } from './intern.ts';
-import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawNetworkPolicy } from '../model/types.ts';
+import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawClusterNetworkPolicy, RawNetworkPolicy } from '../model/types.ts';
 
 /** Receives problems that do not stop the conversion (an invalid IP that is dropped). */
 export type ConvertWarning = (message: string) => void;
@@ -286,14 +287,7 @@ export function readNetworkPolicy(obj: unknown, unreadableName: string, sourceEr
   const r = new Reader();
   r.problems.push(...sourceErrors);
   const { root, md, meta } = readMeta(r, obj, true);
-  let generation = 1;
-  if (md.generation !== undefined && md.generation !== null) {
-    if (typeof md.generation === 'number' && Number.isInteger(md.generation) && md.generation >= 1) {
-      generation = md.generation;
-    } else {
-      r.problem('metadata.generation', `must be a positive integer, got ${describe(md.generation)}`);
-    }
-  }
+  const generation = readGeneration(r, md);
   const identified = meta.nameReadable && meta.namespaceReadable;
   const name = identified ? meta.name : unreadableName;
   const uid = identified ? meta.uid : `${meta.namespace}/${name}`;
@@ -312,6 +306,40 @@ export function readNetworkPolicy(obj: unknown, unreadableName: string, sourceEr
 export function toNetworkPolicy(obj: unknown): RawNetworkPolicy {
   const { policy, anyNamespace } = readNetworkPolicy(obj, '');
   if (anyNamespace || policy.name === '') fail('NetworkPolicy', policy, policy.errors ?? []);
+  return policy;
+}
+
+/** metadata.generation: 1 when absent (a manifest), a problem when not a positive integer. */
+function readGeneration(r: Reader, md: Rec): number {
+  if (md.generation === undefined || md.generation === null) return 1;
+  if (typeof md.generation === 'number' && Number.isInteger(md.generation) && md.generation >= 1) return md.generation;
+  r.problem('metadata.generation', `must be a positive integer, got ${describe(md.generation)}`);
+  return 1;
+}
+
+/**
+ * Reads a ClusterNetworkPolicy without ever dropping it, as readNetworkPolicy does: each problem
+ * outside the spec goes into its errors, so the model fails it closed. Cluster-scoped: a
+ * metadata.namespace is ignored, as the API server ignores it. `unreadableName` stands in for a
+ * name that cannot be read; it must not be a valid Kubernetes name.
+ */
+export function readClusterNetworkPolicy(obj: unknown, unreadableName: string, sourceErrors: readonly PolicyError[] = []): RawClusterNetworkPolicy {
+  const r = new Reader();
+  r.problems.push(...sourceErrors);
+  const { root, md, meta } = readMeta(r, obj, false);
+  const generation = readGeneration(r, md);
+  const name = meta.nameReadable ? meta.name : unreadableName;
+  const uid = meta.nameReadable ? meta.uid : name;
+  const errors = r.problems.map((p) => (p.path === '' ? { ...p, path: '(object)' } : p));
+  const annotations = Object.keys(meta.annotations).length > 0 ? { annotations: meta.annotations } : {};
+  return { name, uid, generation, spec: root.spec, ...annotations, ...(errors.length > 0 ? { errors } : {}) };
+}
+
+/** For the kube source: a policy without a readable name throws WEIR_MANIFEST_OBJECT; any other
+ *  problem is carried. */
+export function toClusterNetworkPolicy(obj: unknown): RawClusterNetworkPolicy {
+  const policy = readClusterNetworkPolicy(obj, '');
+  if (policy.name === '') fail('ClusterNetworkPolicy', { name: '', namespace: '' }, policy.errors ?? []);
   return policy;
 }
 

@@ -18,7 +18,7 @@ export type View = ReadonlyMap<string, ViewEntry>;
 
 // Deletes run from dependents to dependencies, upserts the other way round, so a consumer
 // never sees a pod before its namespace exists within one batch.
-const UPSERT_ORDER: readonly ObjectKind[] = ['Namespace', 'Node', 'Pod', 'NetworkPolicy'];
+const UPSERT_ORDER: readonly ObjectKind[] = ['Namespace', 'Node', 'Pod', 'NetworkPolicy', 'ClusterNetworkPolicy'];
 
 /** Identity of an object: kind + namespace + name, Pods by uid. */
 export function objectKey(u: ModelUpsert): string {
@@ -31,6 +31,8 @@ export function objectKey(u: ModelUpsert): string {
       return `Node/${u.object.name}`;
     case 'NetworkPolicy':
       return `NetworkPolicy/${u.object.namespace}/${u.object.name}`;
+    case 'ClusterNetworkPolicy':
+      return `ClusterNetworkPolicy/${u.object.name}`;
   }
 }
 
@@ -42,6 +44,7 @@ export function objectRef(u: ModelUpsert): string {
       return `${u.kind} ${u.object.namespace}/${u.object.name}`;
     case 'Namespace':
     case 'Node':
+    case 'ClusterNetworkPolicy':
       return `${u.kind} ${u.object.name}`;
   }
 }
@@ -132,5 +135,7 @@ function deleteEvent(u: ModelUpsert): ModelEvent {
       return { kind: 'Node', op: 'delete', name: u.object.name };
     case 'NetworkPolicy':
       return { kind: 'NetworkPolicy', op: 'delete', namespace: u.object.namespace, name: u.object.name };
+    case 'ClusterNetworkPolicy':
+      return { kind: 'ClusterNetworkPolicy', op: 'delete', name: u.object.name };
   }
 }

@@ -1,13 +1,13 @@
-// The four kinds Weir watches: where they live in the API and how one raw object becomes the
-// model object the reflector holds (the shared conversion of ../convert.ts), compared as JSON
-// for exact diffs.
+// The kinds Weir watches: where they live in the API and how one raw object becomes the model
+// object the reflector holds (the shared conversion of ../convert.ts), compared as JSON for
+// exact diffs.
 
 import { decodeNamespace, decodePod } from '../../kube/core-v1-proto.ts';
 import { rawRefOf } from '../../kube/collection.ts';
 import { isRecord } from '../../records.ts';
 import type { Codec, Collection, Decoded, RawRef } from '../../kube/collection.ts';
 import type { ObjectKind, Pod, RawNetworkPolicy } from '../../model/types.ts';
-import { toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
+import { toClusterNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../convert.ts';
 import { type Interner, ValueInterner } from '../intern.ts';
 import { objectKey, sameJson } from '../view.ts';
 import type { ModelUpsert, ViewEntry } from '../view.ts';
@@ -15,6 +15,9 @@ import type { ModelUpsert, ViewEntry } from '../view.ts';
 export interface Resource extends Collection<ObjectKind> {
   readonly namespaced: boolean;
 }
+
+/** ClusterNetworkPolicy of sigs.k8s.io/network-policy-api v0.3.0: v1beta1 is its storage version. */
+export const CLUSTER_NETWORK_POLICIES_PATH = '/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies';
 
 /** Namespaces and nodes before pods and policies, the order of the first batch's events. Pods
  *  and Namespaces are listed as protobuf: the API server serves it faster than JSON, and
@@ -28,6 +31,8 @@ export function resourcesFor(nodeName: string | undefined): readonly Resource[] 
     ...(nodeName === undefined ? [] : [{ kind: 'Node', path: '/api/v1/nodes', namespaced: false, fieldSelector: `metadata.name=${nodeName}` } as const]),
     { kind: 'Pod', path: '/api/v1/pods', namespaced: true, protobuf: decodePod },
     { kind: 'NetworkPolicy', path: '/apis/networking.k8s.io/v1/networkpolicies', namespaced: true },
+    // A CRD of network-policy-api, which a cluster may not have installed: then there are none.
+    { kind: 'ClusterNetworkPolicy', path: CLUSTER_NETWORK_POLICIES_PATH, namespaced: false, optional: true },
   ];
 }
 
@@ -61,6 +66,10 @@ export function convertObject(res: Resource, raw: unknown, intern?: Interner): C
       // Needs only metadata: the spec goes through as received and the model validates it.
       upsert = { kind: 'NetworkPolicy', op: 'upsert', object: toNetworkPolicy(raw) };
       break;
+    case 'ClusterNetworkPolicy':
+      // As a NetworkPolicy: metadata read here, the spec validated by the model.
+      upsert = { kind: 'ClusterNetworkPolicy', op: 'upsert', object: toClusterNetworkPolicy(raw) };
+      break;
   }
   const entry: ViewEntry = { key: objectKey(upsert), upsert, file: res.path };
   // Every object of the cluster is held with its warnings: most have none, and share one array.
@@ -77,7 +86,7 @@ export function rawRef(res: Resource, raw: unknown): RawRef {
   return rawRefOf(raw, res.namespaced);
 }
 
-/** A model object of one of the four kinds, as the reflectors hold it. */
+/** A model object of one of the kinds, as the reflectors hold it. */
 export type ModelObject = ModelUpsert['object'];
 
 /** The upsert of `object`, a `res.kind` object. */
@@ -112,6 +121,7 @@ export function resourceCodec(res: Resource): Codec<ModelObject> {
     decode(raw): Decoded<ModelObject> {
       const { entry, name, warnings } = convertObject(res, raw, intern);
       const object = entry.upsert.object;
+      // ClusterNetworkPolicies are few: held with their spec, compared by it.
       const held = entry.upsert.kind === 'NetworkPolicy' && hasGeneration(raw) ? heldPolicy(entry.upsert.object) : undefined;
       return { key: entry.key, name, value: object, held, warnings };
     },

@@ -1,7 +1,8 @@
 import { describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WeirError } from '../../../src/errors.ts';
-import { namespaceNameOf, readNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
+import { namespaceNameOf, readClusterNetworkPolicy, readNetworkPolicy, toClusterNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
+import { compileClusterNetworkPolicy, FAIL_CLOSED_CNP_RULE } from '../../../src/model/cluster-network-policy.ts';
 import { compilePolicy } from '../../../src/model/policy.ts';
 import type { Pod, PolicyError } from '../../../src/model/types.ts';
 
@@ -270,5 +271,45 @@ describe("sources keep Weir's annotations, and only those", () => {
     const policy = (annotations: Record<string, string>) => toNetworkPolicy({ metadata: { name: 'p', namespace: 'n', annotations }, spec: { podSelector: {} } });
     assert.deepEqual(policy({ 'weir.dev/enforcement': 'audit', 'kubectl.kubernetes.io/last-applied-configuration': '{}' }).annotations, { 'weir.dev/enforcement': 'audit' });
     assert.deepEqual(policy({ other: 'x' }), policy({}));
+  });
+});
+
+describe('ClusterNetworkPolicy: cluster-scoped, never dropped for its metadata', () => {
+  const spec = { tier: 'Admin', priority: 1, subject: { namespaces: {} }, ingress: [{ action: 'Deny', from: [{ namespaces: {} }] }] };
+
+  it('toClusterNetworkPolicy passes the spec through with name, uid, generation and weir.dev/ annotations; a namespace and the status are ignored', () => {
+    const fromApi = toClusterNetworkPolicy({
+      apiVersion: 'policy.networking.k8s.io/v1beta1',
+      kind: 'ClusterNetworkPolicy',
+      metadata: { name: 'tenants', uid: 'u-1', generation: 3, annotations: { 'weir.dev/audit': 'all', other: 'x' } },
+      spec,
+      status: { conditions: [] },
+    });
+    assert.deepEqual(fromApi, { name: 'tenants', uid: 'u-1', generation: 3, spec, annotations: { 'weir.dev/audit': 'all' } });
+    assert.equal(fromApi.spec, spec, 'the spec as received');
+    assert.deepEqual(toClusterNetworkPolicy({ metadata: { name: 'tenants', namespace: 'ignored' }, spec }), { name: 'tenants', uid: 'tenants', generation: 1, spec });
+  });
+
+  it("readClusterNetworkPolicy keeps broken metadata as errors at their paths (after the source's), so the model fails it closed", () => {
+    const version = { path: 'apiVersion', message: '"policy.networking.k8s.io/v1" is not policy.networking.k8s.io/v1beta1' };
+    const r = readClusterNetworkPolicy({ metadata: { name: 'tenants', generation: 'two', labels: { v: 2 } }, spec }, '(stand-in)', [version]);
+    const errors = [
+      version,
+      { path: 'metadata.labels.v', message: 'must be a string, got the number 2 (quote it in YAML)' },
+      { path: 'metadata.generation', message: 'must be a positive integer, got "two"' },
+    ];
+    assert.deepEqual(r, { name: 'tenants', uid: 'tenants', generation: 1, spec, errors });
+    const compiled = compileClusterNetworkPolicy(r);
+    assert.deepEqual(compiled.errors, errors);
+    assert.deepEqual([compiled.ingress, compiled.egress], [[FAIL_CLOSED_CNP_RULE], []]);
+  });
+
+  it('an unreadable name gets the stand-in; toClusterNetworkPolicy refuses it', () => {
+    const r = readClusterNetworkPolicy({ metadata: { name: 7 }, spec }, '(stand-in)');
+    assert.deepEqual([r.name, r.uid, r.errors], ['(stand-in)', '(stand-in)', [{ path: 'metadata.name', message: 'must be a string, got the number 7 (quote it in YAML)' }]]);
+    assert.throws(
+      () => toClusterNetworkPolicy({ metadata: { name: 7 }, spec }),
+      (err: unknown) => err instanceof WeirError && err.code === 'WEIR_MANIFEST_OBJECT' && /^ClusterNetworkPolicy \(unnamed\): metadata\.name must be a string/.test(err.message),
+    );
   });
 });

@@ -37,7 +37,7 @@ test('examples/ loads without warnings into a consistent demo cluster', async ()
     if (e.kind === 'Pod') pods.push(e.object);
     else if (e.kind === 'Namespace') namespaces.push(e.object);
     else if (e.kind === 'Node') nodes.push(e.object);
-    else policies.push(e.object);
+    else if (e.kind === 'NetworkPolicy') policies.push(e.object);
   }
 
   assert.deepEqual(namespaces.map((n) => n.name).sort(), ['backend', 'db', 'frontend']);

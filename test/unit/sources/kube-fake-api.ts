@@ -1,21 +1,25 @@
-// A loopback fake of the Kubernetes API server for the four collections the kube source reads:
+// A loopback fake of the Kubernetes API server for the collections the kube source reads:
 // paginated lists and chunked watch streams, with the faults a real server will not produce on
-// demand (HTTP errors, held or stalled responses, ended streams, compacted history). Its server
-// core is test/support/fake-api-server.ts, shared with the status writers' read-write fake.
+// demand (HTTP errors, held or stalled responses, ended streams, compacted history), and a CRD's
+// collection that is not served until it is installed. Its server core is
+// test/support/fake-api-server.ts, shared with the status writers' read-write fake.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { LoopbackApi, type Obj, sendEvent, sendListPage, sendStatus } from '../../support/fake-api-server.ts';
 
-export type Kind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy';
+export type Kind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy' | 'ClusterNetworkPolicy';
 
 const PATHS: Record<Kind, string> = {
   Pod: '/api/v1/pods',
   Namespace: '/api/v1/namespaces',
   Node: '/api/v1/nodes',
   NetworkPolicy: '/apis/networking.k8s.io/v1/networkpolicies',
+  ClusterNetworkPolicy: '/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies',
 };
-const NAMESPACED: Record<Kind, boolean> = { Pod: true, Namespace: false, Node: false, NetworkPolicy: true };
+const NAMESPACED: Record<Kind, boolean> = { Pod: true, Namespace: false, Node: false, NetworkPolicy: true, ClusterNetworkPolicy: false };
+/** Kinds of a CRD: not served (404, as a real server answers) until `serve` installs it. */
+const CRD_KINDS: readonly Kind[] = ['ClusterNetworkPolicy'];
 export const TOKEN = 'fake-token';
 
 /** What the next list or watch request of a kind gets instead of a normal answer. */
@@ -57,6 +61,7 @@ export class FakeApiServer {
   private readonly faults = new Map<string, Fault[]>();
   private readonly server = new LoopbackApi<Watcher>((req, res) => this.handle(req, res));
   private uidSeq = 0;
+  private readonly served = new Set<Kind>((Object.keys(PATHS) as Kind[]).filter((k) => !CRD_KINDS.includes(k)));
 
   start(): Promise<void> {
     return this.server.start();
@@ -68,6 +73,16 @@ export class FakeApiServer {
 
   kubeConfig(token = TOKEN): KubeConfig {
     return this.server.kubeConfig(token);
+  }
+
+  /** Installs (true) or removes (false) the CRD of a kind: unserved, its path answers 404 and
+   *  its open watches end. */
+  serve(kind: Kind, on: boolean): void {
+    if (on) this.served.add(kind);
+    else {
+      this.served.delete(kind);
+      this.endWatches(kind);
+    }
   }
 
   /** Queues a fault for the next list or watch request of a kind. */
@@ -99,7 +114,7 @@ export class FakeApiServer {
     md.uid ??= (prev?.metadata.uid as string | undefined) ?? `uid-${++this.uidSeq}`;
     // As the API server's strategy for NetworkPolicy: generation 1 at creation, one more with
     // every change of the spec (Weir compares held policies by it).
-    if (kind === 'NetworkPolicy' && !('generation' in md)) {
+    if ((kind === 'NetworkPolicy' || kind === 'ClusterNetworkPolicy') && !('generation' in md)) {
       const before = prev?.metadata.generation as number | undefined;
       md.generation = before === undefined ? 1 : JSON.stringify(prev?.spec) === JSON.stringify(object.spec) ? before : before + 1;
     }
@@ -165,6 +180,7 @@ export class FakeApiServer {
     if (kind === undefined || req.method !== 'GET') return sendStatus(res, 404, 'NotFound', `no route ${url.pathname}`);
     const verb = url.searchParams.get('watch') === 'true' ? 'watch' : 'list';
     this.requests.push({ kind, verb, query: url.searchParams });
+    if (!this.served.has(kind)) return sendStatus(res, 404, 'NotFound', 'the server could not find the requested resource');
     const fault = this.faults.get(`${kind} ${verb}`)?.shift();
     if (fault !== undefined && 'hold' in fault) await fault.hold;
     if (fault !== undefined && 'status' in fault && fault.status !== undefined) return sendStatus(res, fault.status, fault.reason ?? 'Failure', `injected ${fault.status}`);
@@ -231,4 +247,8 @@ export function node(name: string, podCIDR: string): Obj {
 
 export function networkPolicy(namespace: string, name: string, spec: unknown): Obj {
   return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace }, spec };
+}
+
+export function clusterNetworkPolicy(name: string, spec: unknown, status?: unknown): Obj {
+  return { apiVersion: 'policy.networking.k8s.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name }, spec, ...(status === undefined ? {} : { status }) };
 }

@@ -9,11 +9,11 @@ import { pino } from 'pino';
 import { ConfigError } from '../../../src/errors.ts';
 import type { Logger } from '../../../src/log.ts';
 import type { ModelEvent } from '../../../src/model/types.ts';
-import { toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
+import { toClusterNetworkPolicy, toNamespace, toNetworkPolicy, toNode, toPod } from '../../../src/sources/convert.ts';
 import { createKubeSource } from '../../../src/sources/kube/index.ts';
 import type { KubeTimings, WatchEvent } from '../../../src/sources/kube/index.ts';
 import type { Source, SourceBatch } from '../../../src/sources/types.ts';
-import { FakeApiServer, namespace, networkPolicy, node, pod } from './kube-fake-api.ts';
+import { clusterNetworkPolicy, FakeApiServer, namespace, networkPolicy, node, pod } from './kube-fake-api.ts';
 import type { Kind } from './kube-fake-api.ts';
 
 const FAST: KubeTimings = {
@@ -647,4 +647,85 @@ test('a kubeconfig without a current cluster is a configuration error at start()
     (err: unknown) => err instanceof ConfigError && /current cluster/.test(err.message),
   );
   await source.stop();
+});
+
+// ---- ClusterNetworkPolicy: a CRD the cluster may not have -----------------------------------
+
+const INFO = 30;
+const CNP_SPEC = {
+  tier: 'Admin',
+  priority: 10,
+  subject: { namespaces: { matchLabels: { tenant: 'a' } } },
+  ingress: [{ name: 'no-tenant-b', action: 'Deny', from: [{ namespaces: { matchLabels: { tenant: 'b' } } }] }],
+};
+const notServedLines = (lines: readonly LogLine[]) => lines.filter((l) => l.kind === 'ClusterNetworkPolicy' && /is not served by the API server/.test(l.msg));
+
+test('without the ClusterNetworkPolicy CRD the source still syncs: none are sent, it is said once at info, and nothing is watched or retried', async () => {
+  const h = await harness();
+  await h.start();
+  assert.equal(h.batches.length, 1);
+  assert.equal(h.batches[0].synced, true);
+  assert.deepEqual(
+    h.batches[0].events.filter((e) => e.kind === 'ClusterNetworkPolicy'),
+    [],
+  );
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(h.api.requestsOf('ClusterNetworkPolicy', 'list').length, 1, 'listed once; again only at the relist interval');
+  assert.equal(h.api.requestsOf('ClusterNetworkPolicy', 'watch').length, 0);
+  const said = notServedLines(h.lines);
+  assert.equal(said.length, 1);
+  assert.equal(said[0].level, INFO);
+  assert.match(said[0].msg, /404 NotFound.*listed again every 600-600 s/);
+  assert.deepEqual(h.warnings(), []);
+  assert.deepEqual(h.delays, [], 'no backoff: a missing CRD is no failure');
+  assert.deepEqual(h.hooksOf('ClusterNetworkPolicy', 'error'), []);
+});
+
+test('with the CRD served, ClusterNetworkPolicies are listed and watched: an upsert with the spec as received, one per spec change, a delete by name, nothing for a status write', async () => {
+  const h = await harness({
+    seed: (api) => {
+      api.set('Namespace', namespace('default'));
+      api.serve('ClusterNetworkPolicy', true);
+      api.set('ClusterNetworkPolicy', clusterNetworkPolicy('tenants', CNP_SPEC));
+    },
+  });
+  await h.start();
+  const stored = h.api.get('ClusterNetworkPolicy', 'tenants');
+  assert.deepEqual(
+    h.batches[0].events.filter((e) => e.kind === 'ClusterNetworkPolicy'),
+    [{ kind: 'ClusterNetworkPolicy', op: 'upsert', object: toClusterNetworkPolicy(stored) }],
+  );
+  assert.deepEqual(toClusterNetworkPolicy(stored), { name: 'tenants', uid: stored.metadata.uid, generation: 1, spec: CNP_SPEC });
+  assert.deepEqual(notServedLines(h.lines), []);
+  await until(() => h.api.openWatches('ClusterNetworkPolicy') === 1, 'the watch is open');
+
+  const edited = { ...CNP_SPEC, priority: 20 };
+  let from = h.batches.length;
+  h.api.set('ClusterNetworkPolicy', clusterNetworkPolicy('tenants', edited));
+  let seen = await h.eventsAfter(from, (e) => e.kind === 'ClusterNetworkPolicy', 'the edit');
+  assert.deepEqual(seen, [{ kind: 'ClusterNetworkPolicy', op: 'upsert', object: { name: 'tenants', uid: stored.metadata.uid, generation: 2, spec: edited } }]);
+
+  // A controller writing status changes neither the generation nor what the model reads.
+  from = h.batches.length;
+  h.api.set('ClusterNetworkPolicy', clusterNetworkPolicy('tenants', edited, { conditions: [{ type: 'Accepted', status: 'True' }] }));
+  h.api.remove('ClusterNetworkPolicy', 'tenants');
+  seen = await h.eventsAfter(from, (e) => e.kind === 'ClusterNetworkPolicy', 'the delete');
+  assert.deepEqual(seen, [{ kind: 'ClusterNetworkPolicy', op: 'delete', name: 'tenants' }]);
+});
+
+test('a CRD installed after the start is found at the next relist interval and its policies sent; removed again, its policies are deleted and that is said once more', async () => {
+  const h = await harness({ timings: { relistMs: [40, 40] } });
+  await h.start();
+  h.api.serve('ClusterNetworkPolicy', true);
+  h.api.set('ClusterNetworkPolicy', clusterNetworkPolicy('tenants', CNP_SPEC));
+  const seen = await h.eventsAfter(1, (e) => e.kind === 'ClusterNetworkPolicy', 'the policy of the new CRD');
+  assert.deepEqual(seen, [{ kind: 'ClusterNetworkPolicy', op: 'upsert', object: toClusterNetworkPolicy(h.api.get('ClusterNetworkPolicy', 'tenants')) }]);
+  assert.ok(h.lines.some((l) => l.kind === 'ClusterNetworkPolicy' && l.level === INFO && /is served now; watching it/.test(l.msg)));
+  assert.equal(notServedLines(h.lines).length, 1);
+
+  const from = h.batches.length;
+  h.api.serve('ClusterNetworkPolicy', false);
+  const gone = await h.eventsAfter(from, (e) => e.kind === 'ClusterNetworkPolicy', 'the delete');
+  assert.deepEqual(gone, [{ kind: 'ClusterNetworkPolicy', op: 'delete', name: 'tenants' }]);
+  assert.equal(notServedLines(h.lines).length, 2);
 });
