@@ -12,6 +12,9 @@ import { namespaceAuditLevel } from '../model/annotations.ts';
 import { ClusterState } from '../model/cluster.ts';
 import { compareStrings } from '../model/order.ts';
 import { compilePolicy, PolicyParts } from '../model/policy.ts';
+import { compileClusterNetworkPolicy } from '../model/cluster-network-policy.ts';
+import { ClusterPolicies } from './cluster-policies.ts';
+import { tierAcceptRules } from './tier-rules.ts';
 import type { AuditLevel, CalcEvent, CompiledPolicy, Enforcement, Family, Pod } from '../model/types.ts';
 import type { AuditCatalog } from './audit-tags.ts';
 import { AuditLevels } from './audit-levels.ts';
@@ -83,6 +86,7 @@ export class Calculator {
   readonly #audit: AuditWriting | undefined;
   readonly #policies: PolicyChains;
   readonly #workloads: WorkloadChains;
+  readonly #clusterPolicies = new ClusterPolicies(this.#cluster);
   /** Equal selectors and rule lists of different policies, held once. */
   readonly #policyParts = new PolicyParts();
   #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
@@ -105,6 +109,7 @@ export class Calculator {
       this.#chains.set(f, names.forward, topChainRules({ family: f, fromDispatch: names.fromWorkloadDispatch, toDispatch: names.toWorkloadDispatch, marks, allowAction, acceptChain: names.accept }));
       this.#chains.set(f, names.workloadCommon, workloadCommonRules(marks, allowAction, names.accept));
       if (allowAction === 'ACCEPT') this.#chains.set(f, names.accept, acceptChainRules(marks));
+      this.#chains.set(f, names.tierAccept, tierAcceptRules(marks.accept));
     }
     // Built before any event: the very first desired state already fails closed (agent/ may
     // write it before the source has synced).
@@ -118,6 +123,7 @@ export class Calculator {
       cluster: this.#cluster,
       dispatch: this.#dispatch,
       policies: this.#policies,
+      clusterPolicies: this.#clusterPolicies,
       policyRefsChanged: (key) => this.#touchedPolicies.add(key),
     });
   }
@@ -217,6 +223,8 @@ export class Calculator {
         const name = e.op === 'upsert' ? e.object.name : e.name;
         const old = e.op === 'upsert' ? this.#cluster.upsertNamespace(e.object) : this.#cluster.deleteNamespace(name);
         this.#sets.namespaceLabelsChanged(name, old, this.#cluster.namespaceLabels(name));
+        // Its pods may enter or leave the subjects of ClusterNetworkPolicies.
+        if (this.#clusterPolicies.size > 0) this.#workloads.refreshNamespace(name);
         this.#onNamespaceAudit(name, e.op === 'upsert' ? namespaceAuditLevel(e.object.audit) : null);
         return;
       }
@@ -247,6 +255,11 @@ export class Calculator {
         this.#workloads.refreshNamespace(ns);
         return;
       }
+      case 'ClusterNetworkPolicy':
+        if (e.op === 'upsert') this.#clusterPolicies.upsert(compileClusterNetworkPolicy(e.object));
+        else if (!this.#clusterPolicies.delete(e.name)) return;
+        this.#workloads.refreshAll();
+        return;
     }
   }
 

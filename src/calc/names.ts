@@ -38,6 +38,11 @@ export interface Names {
   fromWorkload(podKey: string): string;
   policyIngress(policyKey: string): string;
   policyEgress(policyKey: string): string;
+  /** A local pod's ClusterNetworkPolicy rules of one tier and direction, in evaluation order. */
+  tierChain(tier: 'admin' | 'baseline', dir: 'ingress' | 'egress', podKey: string): string;
+  /** Where an Admin-tier Accept goes: it sets the accept bit, and its end returns to the
+   *  workload chain, past the tier's later rules and every NetworkPolicy. */
+  readonly tierAccept: string;
   /** A dispatch bucket chain: the local pods of one address block, by direction. */
   dispatchBucket(dir: 'from' | 'to', block: string): string;
   peerSet(family: Family, canonicalKey: string): string;
@@ -83,12 +88,14 @@ export function makeNames(prefix: string = DEFAULT_PREFIX): Names {
     fromWorkloadDispatch: `${prefix}-from-wl-dispatch`,
     toWorkloadDispatch: `${prefix}-to-wl-dispatch`,
     workloadCommon: `${prefix}-wl-common`,
+    tierAccept: `${prefix}-tier-accept`,
     chainPrefix: `${prefix}-`,
     setPrefixes: [setHead(4), setHead(6)],
     toWorkload: (podKey) => chainHash('tw', podKey),
     fromWorkload: (podKey) => chainHash('fw', podKey),
     policyIngress: (policyKey) => chainHash('pi', policyKey),
     policyEgress: (policyKey) => chainHash('po', policyKey),
+    tierChain: (tier, dir, podKey) => chainHash(`${tier === 'admin' ? 'a' : 'b'}${dir === 'ingress' ? 'i' : 'e'}`, podKey),
     dispatchBucket: (dir, block) => chainHash(dir === 'from' ? 'fd' : 'td', block),
     peerSet: (family, key) => hashed(setHead(family), MAX_SET_NAME, key),
     isOwnChain: (name) => name.startsWith(`${prefix}-`),

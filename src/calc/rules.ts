@@ -3,7 +3,7 @@
 
 import { aggregateCidrs, parseCidr, prefixSet } from '../model/cidr.ts';
 import type { Cidr } from '../model/cidr.ts';
-import type { CompiledPolicy, Family, IpBlockPeer, PodsPeer, PortMatch, PrefixSet, Protocol } from '../model/types.ts';
+import type { CompiledPolicy, Family, IpBlockPeer, PodsPeer, PolicyRule, PortMatch, PrefixSet, Protocol } from '../model/types.ts';
 import { PROTOCOLS } from '../model/types.ts';
 import type { Action, Match, PortRange, Rule } from './desired.ts';
 
@@ -145,45 +145,51 @@ export function auditRule(audit: AuditRules, matches: readonly Match[], log: Act
  */
 export function allowAlternatives(policy: CompiledPolicy, direction: Direction, family: Family): AllowAlternative[] {
   const rules = (direction === 'ingress' ? policy.ingress : policy.egress) ?? [];
+  const target = direction === 'ingress' ? targetPeer(policy) : null;
+  return rules.flatMap((rule, i) => ruleAlternatives(rule, i, direction, family, target));
+}
+
+/**
+ * The alternatives of one rule: its peer alternatives (OR) with its port alternatives (OR).
+ * `target`: the pods the rule protects, where an ingress named port is resolved (null: none).
+ */
+export function ruleAlternatives(rule: PolicyRule, index: number, direction: Direction, family: Family, target: PodsPeer | null): AllowAlternative[] {
   const peerDir = direction === 'ingress' ? 'src' : 'dst';
   const out: AllowAlternative[] = [];
-  rules.forEach((rule, i) => {
-    const push = (matches: SpecMatch[]) => out.push({ rule: i, matches });
-    const peerAlts: SpecMatch[][] = [];
-    if (rule.peers === null) peerAlts.push([]);
-    else {
-      const plain: string[] = [];
-      for (const peer of rule.peers) {
-        if (peer.kind === 'pods') peerAlts.push([{ kind: 'setRef', spec: { family, peer }, dir: peerDir }]);
-        else if (peer.family !== family) continue;
-        else if (peer.except === null) plain.push(peer.cidr);
-        else peerAlts.push(blockMatches(peer, peerDir));
-      }
-      if (plain.length > 0) peerAlts.push(plainBlocksMatches(family, plain, peerDir));
+  const push = (matches: SpecMatch[]) => out.push({ rule: index, matches });
+  const peerAlts: SpecMatch[][] = [];
+  if (rule.peers === null) peerAlts.push([]);
+  else {
+    const plain: string[] = [];
+    for (const peer of rule.peers) {
+      if (peer.kind === 'pods') peerAlts.push([{ kind: 'setRef', spec: { family, peer }, dir: peerDir }]);
+      else if (peer.family !== family) continue;
+      else if (peer.except === null) plain.push(peer.cidr);
+      else peerAlts.push(blockMatches(peer, peerDir));
     }
-    if (rule.ports === null) {
-      for (const p of peerAlts) push(p);
-      return;
-    }
-    for (const portMatch of numericPortMatches(rule.ports)) for (const p of peerAlts) push([...p, portMatch]);
+    if (plain.length > 0) peerAlts.push(plainBlocksMatches(family, plain, peerDir));
+  }
+  if (rule.ports === null) {
+    for (const p of peerAlts) push(p);
+    return out;
+  }
+  for (const portMatch of numericPortMatches(rule.ports)) for (const p of peerAlts) push([...p, portMatch]);
 
-    for (const port of rule.ports) {
-      if (port.name === undefined) continue;
-      const namedPort = { protocol: port.protocol, name: port.name };
-      const proto: Match = { kind: 'proto', protocol: port.protocol };
-      if (direction === 'ingress') {
-        // Resolved against the receiving pod: the selected pods' own container ports.
-        const target = targetPeer(policy);
-        if (!target) continue;
-        const dstPort: SetRef = { kind: 'setRef', spec: { family, peer: target, namedPort }, dir: 'dst,dst' };
-        for (const p of peerAlts) push([...p, proto, dstPort]);
-      } else {
-        // Resolved against each destination pod; an ipBlock destination cannot resolve it.
-        const dests = rule.peers === null ? [ALL_PODS] : rule.peers.filter((p) => p.kind === 'pods');
-        for (const peer of dests) push([proto, { kind: 'setRef', spec: { family, peer, namedPort }, dir: 'dst,dst' }]);
-      }
+  for (const port of rule.ports) {
+    if (port.name === undefined) continue;
+    const namedPort = { protocol: port.protocol, name: port.name };
+    const proto: Match = { kind: 'proto', protocol: port.protocol };
+    if (direction === 'ingress') {
+      // Resolved against the receiving pod: the selected pods' own container ports.
+      if (!target) continue;
+      const dstPort: SetRef = { kind: 'setRef', spec: { family, peer: target, namedPort }, dir: 'dst,dst' };
+      for (const p of peerAlts) push([...p, proto, dstPort]);
+    } else {
+      // Resolved against each destination pod; an ipBlock destination cannot resolve it.
+      const dests = rule.peers === null ? [ALL_PODS] : rule.peers.filter((p) => p.kind === 'pods');
+      for (const peer of dests) push([proto, { kind: 'setRef', spec: { family, peer, namedPort }, dir: 'dst,dst' }]);
     }
-  });
+  }
   return out;
 }
 
@@ -272,6 +278,10 @@ export interface WorkloadChainInput {
   /** Audit-only policy chains, when no enforced policy isolates the pod in this direction:
    *  they decide nothing; what none of them allows is logged with `logWouldDeny`. */
   readonly auditOnlyChains?: readonly string[];
+  /** The pod's ClusterNetworkPolicy chains for this direction (tier-rules.ts), if any: Admin
+   *  before every NetworkPolicy, Baseline only when none isolates the pod. */
+  readonly adminChain?: string | null;
+  readonly baselineChain?: string | null;
   readonly audit?: AuditRules & {
     /** NFLOG for the default drop of an isolated pod (its isolating policies are audited). */
     readonly logDeny?: Action;
@@ -308,7 +318,9 @@ export function workloadChainRules(w: WorkloadChainInput): Rule[] {
     }
   };
   const preposition = w.direction === 'ingress' ? 'to' : 'from';
+  if (w.adminChain) consult([w.adminChain]);
   if (w.policyChains === null) {
+    if (w.baselineChain) rules.push({ matches: [], action: { kind: 'jump', chain: w.baselineChain } });
     // Audit-only policies: a packet none of them allows would be dropped if they were enforced.
     if (w.audit?.logWouldDeny && w.auditOnlyChains && w.auditOnlyChains.length > 0) {
       consult(w.auditOnlyChains);

@@ -11,12 +11,16 @@ import { familyOf } from '../model/types.ts';
 import type { AuditTag, AuditVerdict } from './audit-tags.ts';
 import type { AuditLevels } from './audit-levels.ts';
 import type { ChainStore } from './chain-store.ts';
-import type { Match, Rule } from './desired.ts';
+import type { Rule } from './desired.ts';
 import type { DispatchTree } from './dispatch.ts';
 import type { Names } from './names.ts';
 import type { PolicyChains } from './policy-chains.ts';
 import type { AllowAction, Direction, MarkBits, SetSpec } from './rules.ts';
-import { mergeable, setKey, workloadChainRules } from './rules.ts';
+import { mergeable, workloadChainRules } from './rules.ts';
+import { mergedRules } from './merge.ts';
+import type { ClusterPolicies, TierSelection } from './cluster-policies.ts';
+import type { Tier } from './tier-rules.ts';
+import { tierChainRules, tierSteps } from './tier-rules.ts';
 import type { ActiveSet, SetRegistry } from './set-registry.ts';
 import type { AuditWriting } from './tag-catalog.ts';
 
@@ -31,6 +35,7 @@ export interface WorkloadChainsDeps {
   readonly chains: ChainStore;
   readonly dispatch: DispatchTree;
   readonly policies: PolicyChains;
+  readonly clusterPolicies: ClusterPolicies;
   readonly levels: AuditLevels;
   readonly audit: AuditWriting | undefined;
   /** A policy's count of local workloads changed (it may become active or inactive). */
@@ -45,6 +50,8 @@ interface Workload {
   /** The same for audit-only policies: they never isolate. */
   readonly auditIngress: readonly CompiledPolicy[];
   readonly auditEgress: readonly CompiledPolicy[];
+  /** The ClusterNetworkPolicies selecting the pod, by tier. */
+  readonly tiers: TierSelection;
   /** NFLOG prefixes of its chains' audit rules. */
   readonly tags: readonly string[];
   /** Sets its chains use directly (merged peers), one reference each. */
@@ -88,6 +95,11 @@ export class WorkloadChains {
     return this.#policyRefs.keys();
   }
 
+  /** Recomputes the chains of every workload (the cluster's ClusterNetworkPolicies changed). */
+  refreshAll(): void {
+    for (const [uid, w] of [...this.#workloads]) this.refresh(uid, w.pod);
+  }
+
   /** Recomputes the chains of every workload of a namespace (its policies or audit level changed). */
   refreshNamespace(ns: string): void {
     for (const uid of [...(this.#byNs.get(ns) ?? [])]) {
@@ -101,7 +113,7 @@ export class WorkloadChains {
     const old = this.#workloads.get(uid);
     const tags: string[] = [];
     const sets: ActiveSet[] = [];
-    const next: Workload | undefined = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tags, sets } : undefined;
+    const next: Workload | undefined = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tiers: this.#d.clusterPolicies.selecting(pod), tags, sets } : undefined;
     const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress].map((p) => p.key) : []);
     const before = keys(old);
     const after = keys(next);
@@ -148,8 +160,26 @@ export class WorkloadChains {
     const { names, chains } = this.#d;
     const tw = names.toWorkload(uid);
     const fw = names.fromWorkload(uid);
+    const useSet = (spec: SetSpec) => {
+      const set = this.#d.sets.acquire(spec);
+      sets.push(set);
+      return set.name;
+    };
     for (const f of this.#d.families) {
       const ip = w?.pod.ips.find((a) => familyOf(a) === f);
+      // A tier chain exists only while it holds rules: the workload chain jumps to it then.
+      const tierChain = (tier: Tier, dir: Direction): string | null => {
+        const name = names.tierChain(tier, dir, uid);
+        const policies = w && ip !== undefined ? w.tiers[tier] : [];
+        const rules = policies.length > 0 ? tierChainRules(tier, tierSteps(policies, dir, f), f, names.tierAccept, useSet) : [];
+        if (rules.length === 0) chains.delete(f, name);
+        else chains.set(f, name, rules);
+        return rules.length > 0 ? name : null;
+      };
+      const tiers = {
+        ingress: { admin: tierChain('admin', 'ingress'), baseline: tierChain('baseline', 'ingress') },
+        egress: { admin: tierChain('admin', 'egress'), baseline: tierChain('baseline', 'egress') },
+      };
       if (!w || ip === undefined) {
         chains.delete(f, tw);
         chains.delete(f, fw);
@@ -162,12 +192,14 @@ export class WorkloadChains {
           direction: dir,
           podRef,
           podIp: ip,
-          policyChains: enforced.length > 0 ? this.#consultOrder(f, dir, enforced, chainOf(dir), sets) : null,
+          policyChains: enforced.length > 0 ? this.#consultOrder(f, dir, enforced, chainOf(dir), useSet) : null,
           auditOnlyChains: auditOnly.map(chainOf(dir)),
           marks: this.#d.marks,
           commonChain: names.workloadCommon,
           allowAction: this.#d.allowAction,
           acceptChain: names.accept,
+          adminChain: tiers[dir].admin,
+          baselineChain: tiers[dir].baseline,
           audit: this.#audit(uid, dir, enforced, auditOnly, tags),
         });
       chains.set(f, tw, rulesOf('ingress', w.ingress, w.auditIngress));
@@ -182,44 +214,19 @@ export class WorkloadChains {
    * however many policies), then the chains of policies with rules that cannot merge. The
    * per-packet cost follows the distinct port signatures, not the number of policies.
    */
-  #consultOrder(f: Family, dir: Direction, enforced: readonly CompiledPolicy[], chainOf: (p: CompiledPolicy) => string, sets: ActiveSet[]): (string | readonly Rule[])[] {
+  #consultOrder(f: Family, dir: Direction, enforced: readonly CompiledPolicy[], chainOf: (p: CompiledPolicy) => string, useSet: (spec: SetSpec) => string): (string | readonly Rule[])[] {
     const shapes = this.#d.policies;
     const first = enforced.filter((p) => shapes.ownChain(p)).map(chainOf);
-    const groups = new Map<string, { rest: readonly Match[]; any: boolean; parts: Map<string, SetSpec>; dir: 'src' | 'dst' }>();
-    const remainder: string[] = [];
-    for (const p of enforced) {
-      if (shapes.ownChain(p)) continue;
-      let rest = false;
-      for (const alt of shapes.alternativesOf(p, dir, f)) {
-        const m = mergeable(alt);
-        if (!m) {
-          rest = true;
-          continue;
-        }
-        const sig = JSON.stringify([m.peer?.dir ?? '', m.rest]);
-        let g = groups.get(sig);
-        if (!g) groups.set(sig, (g = { rest: m.rest, any: false, parts: new Map(), dir: m.peer?.dir ?? 'dst' }));
-        if (m.peer === null) g.any = true;
-        else g.parts.set(setKey(m.peer.spec), m.peer.spec);
-      }
-      if (rest) remainder.push(chainOf(p));
-    }
-    const merged: Rule[] = [];
+    const merging = enforced.filter((p) => !shapes.ownChain(p));
+    const remainder = merging.filter((p) => shapes.alternativesOf(p, dir, f).some((a) => mergeable(a) === null)).map(chainOf);
     const allow = { kind: 'setMark', value: this.#d.marks.accept, mask: this.#d.marks.accept } as const;
-    const comment = `merged peers of ${dir} policies`;
-    for (const sig of [...groups.keys()].sort(compareStrings)) {
-      const g = groups.get(sig);
-      if (!g) continue;
-      if (g.any) {
-        merged.push({ matches: g.rest, action: allow, comment });
-        continue;
-      }
-      const parts = [...g.parts].sort(([a], [b]) => compareStrings(a, b)).map(([, spec]) => spec);
-      const spec: SetSpec = parts.length === 1 ? parts[0] : { family: f, peer: { kind: 'union', key: `union|${parts.map(setKey).join('\n')}`, parts } };
-      const set = this.#d.sets.acquire(spec);
-      sets.push(set);
-      merged.push({ matches: [{ kind: 'set', set: set.name, dir: g.dir }, ...g.rest], action: allow, comment });
-    }
+    const merged = mergedRules(
+      merging.flatMap((p) => shapes.alternativesOf(p, dir, f)),
+      f,
+      allow,
+      `merged peers of ${dir} policies`,
+      useSet,
+    );
     return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
   }
 

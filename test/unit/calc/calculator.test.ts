@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import type { Namespace, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
+import type { Namespace, Pod, RawClusterNetworkPolicy, RawNetworkPolicy } from '../../../src/model/types.ts';
 import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index.ts';
 import type { Calculator } from '../../../src/calc/index.ts';
-import { EMPTY, Mirror, NODE, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
+import { EMPTY, Mirror, NODE, clusterPolicy, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
 const names = makeNames('cali');
@@ -35,6 +35,42 @@ const POLICIES: RawNetworkPolicy[] = [
   policy('ops', 'broken', { podSelector: { matchLabels: { app: 'x' } }, ingress: [{ from: [{ ipBlock: { cidr: 'nonsense' } }] }] }),
 ];
 
+/** ClusterNetworkPolicies the walk adds, removes and re-prioritises: every action, both tiers,
+ *  pods and namespaces peers, networks, ports and named ports, one invalid. */
+const CLUSTER_POLICIES: RawClusterNetworkPolicy[] = [
+  clusterPolicy('admin-deny-db', {
+    tier: 'Admin',
+    priority: 10,
+    subject: { namespaces: { matchLabels: { tier: 'data' } } },
+    ingress: [
+      { name: 'web-ok', action: 'Accept', from: [{ pods: { namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } } }], protocols: [{ destinationNamedPort: 'sql' }] },
+      { name: 'rest', action: 'Deny', from: [{ namespaces: {} }] },
+    ],
+  }),
+  clusterPolicy('admin-pass', {
+    tier: 'Admin',
+    priority: 5,
+    subject: { pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: 'web' } } } },
+    ingress: [{ action: 'Pass', from: [{ namespaces: { matchLabels: { team: 'b' } } }] }],
+    egress: [
+      { action: 'Deny', to: [{ networks: ['10.0.0.0/8', '10.1.0.0/16', 'fd00::/8'] }], protocols: [{ udp: { destinationPort: { number: 53 } } }] },
+      { action: 'Accept', to: [{ pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } } }], protocols: [{ tcp: { destinationPort: { range: { start: 5000, end: 6000 } } } }] },
+      { action: 'Accept', to: [{ networks: ['0.0.0.0/0'] }] },
+    ],
+  }),
+  clusterPolicy('baseline-deny', {
+    tier: 'Baseline',
+    priority: 1,
+    subject: { namespaces: {} },
+    ingress: [
+      { action: 'Accept', from: [{ namespaces: { matchLabels: { team: 'a' } } }] },
+      { action: 'Deny', from: [{ namespaces: {} }] },
+    ],
+    egress: [{ action: 'Deny', to: [{ pods: { namespaceSelector: { matchLabels: { team: 'b' } }, podSelector: {} } }] }],
+  }),
+  clusterPolicy('broken', { tier: 'Baseline', priority: 3, subject: { namespaces: {} }, egress: [{ action: 'Deny', to: [{ networks: ['nonsense'] }] }] }),
+];
+
 function basePods(): Pod[] {
   return [
     pod('web', 'w1', { labels: { app: 'web' }, ip4: 1, ports: [{ name: 'http', port: 80, protocol: 'TCP' }] }),
@@ -57,7 +93,8 @@ function randomWorlds(seed: number, steps: number): World[] {
   let pols = new Map(POLICIES.map((p) => [`${p.namespace}/${p.name}`, p]));
   let nodes = new Map([['node-a', { name: 'node-a', podCIDRs: ['10.244.1.0/24', 'fd00::/112'] }]]);
   let ports = new Map<string, string>([...pods.values()].flatMap((p) => p.ips.map((ip, i) => [ip, `veth${p.name}${i}`] as const)));
-  const out: World[] = [{ pods, namespaces: nss, policies: pols, nodes, ports }];
+  let cnps = new Map<string, RawClusterNetworkPolicy>();
+  const out: World[] = [{ pods, namespaces: nss, policies: pols, nodes, ports, clusterPolicies: cnps }];
   let next = 20;
   for (let i = 0; i < steps; i++) {
     pods = new Map(pods);
@@ -65,7 +102,15 @@ function randomWorlds(seed: number, steps: number): World[] {
     pols = new Map(pols);
     nodes = new Map(nodes);
     ports = new Map(ports);
+    cnps = new Map(cnps);
     const choice = r();
+    if (r() < 0.15) {
+      // A ClusterNetworkPolicy comes, goes, or moves to another priority (ties included).
+      const p = pick(CLUSTER_POLICIES);
+      const spec = p.spec as Record<string, unknown>;
+      if (cnps.has(p.name) && r() < 0.5) cnps.delete(p.name);
+      else cnps.set(p.name, { ...p, generation: next++, spec: { ...spec, priority: pick([1, 5, 10, spec.priority]) } });
+    }
     // The kernel's view moves on its own: a port appears, goes or moves; this node's CIDRs change.
     if (r() < 0.15 && somePodOf(pods)) {
       const ip = pick(somePodOf(pods)!.ips);
@@ -119,7 +164,7 @@ function randomWorlds(seed: number, steps: number): World[] {
         annotations,
       });
     }
-    out.push({ pods, namespaces: nss, policies: pols, nodes, ports });
+    out.push({ pods, namespaces: nss, policies: pols, nodes, ports, clusterPolicies: cnps });
   }
   return out;
 }

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { DesiredDataplane, Dirty, Rule } from '../../../src/calc/index.ts';
-import type { CalcEvent, Namespace, Node, Pod, RawNetworkPolicy } from '../../../src/model/types.ts';
+import type { CalcEvent, Namespace, Node, Pod, RawClusterNetworkPolicy, RawNetworkPolicy } from '../../../src/model/types.ts';
 
 export interface World {
   readonly pods: ReadonlyMap<string, Pod>;
@@ -14,6 +14,8 @@ export interface World {
   readonly nodes?: ReadonlyMap<string, Node>;
   /** Local pod address -> bridge port, as the node's kernel reports them. */
   readonly ports?: ReadonlyMap<string, string>;
+  /** ClusterNetworkPolicies by name. */
+  readonly clusterPolicies?: ReadonlyMap<string, RawClusterNetworkPolicy>;
 }
 
 export const NODE = 'node-a';
@@ -58,6 +60,10 @@ export function world(pods: Pod[], namespaces: Namespace[], policies: RawNetwork
 
 export const EMPTY: World = world([], [], []);
 
+export function clusterPolicy(name: string, spec: unknown, generation = 1): RawClusterNetworkPolicy {
+  return { name, uid: `cnp/${name}`, generation, spec };
+}
+
 /** The events that take a source from `a` to `b`. */
 export function diff(a: World, b: World): CalcEvent[] {
   const out: CalcEvent[] = [];
@@ -68,9 +74,11 @@ export function diff(a: World, b: World): CalcEvent[] {
   for (const [ip] of a.ports ?? none) if (!b.ports?.has(ip)) out.push({ kind: 'PodInterface', op: 'delete', ip });
   for (const [k, n] of b.namespaces) if (a.namespaces.get(k) !== n) out.push({ kind: 'Namespace', op: 'upsert', object: n });
   for (const [k, p] of b.policies) if (a.policies.get(k) !== p) out.push({ kind: 'NetworkPolicy', op: 'upsert', object: p });
+  for (const [k, p] of b.clusterPolicies ?? none) if (a.clusterPolicies?.get(k) !== p) out.push({ kind: 'ClusterNetworkPolicy', op: 'upsert', object: p });
   for (const [k, p] of b.pods) if (a.pods.get(k) !== p) out.push({ kind: 'Pod', op: 'upsert', object: p });
   for (const [k] of a.pods) if (!b.pods.has(k)) out.push({ kind: 'Pod', op: 'delete', uid: k });
   for (const [k, p] of a.policies) if (!b.policies.has(k)) out.push({ kind: 'NetworkPolicy', op: 'delete', namespace: p.namespace, name: p.name });
+  for (const [k] of a.clusterPolicies ?? none) if (!b.clusterPolicies?.has(k)) out.push({ kind: 'ClusterNetworkPolicy', op: 'delete', name: k });
   for (const [k] of a.namespaces) if (!b.namespaces.has(k)) out.push({ kind: 'Namespace', op: 'delete', name: k });
   return out;
 }
