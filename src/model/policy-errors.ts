@@ -15,3 +15,6 @@ export function formatPolicyErrors(errors: readonly PolicyError[]): string {
 
 /** What an invalid policy means for traffic, the same everywhere it is told. */
 export const INVALID_POLICY_EFFECT = 'adds no allowance; the pods it selects stay isolated';
+
+/** What an invalid ClusterNetworkPolicy means for traffic (cluster-network-policy.ts). */
+export const INVALID_CLUSTER_POLICY_EFFECT = 'denies all traffic of the pods it selects in each direction it has rules for, at its tier and priority';

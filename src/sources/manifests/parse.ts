@@ -6,9 +6,9 @@ import { basename } from 'node:path';
 import { loadAll, YAMLException } from 'js-yaml';
 import { ManifestObjectError, ManifestParseError, WeirError } from '../../errors.ts';
 import { capPolicyErrors } from '../../model/policy.ts';
-import { formatPolicyErrors } from '../../model/policy-errors.ts';
+import { formatPolicyErrors, INVALID_CLUSTER_POLICY_EFFECT } from '../../model/policy-errors.ts';
 import type { PolicyError } from '../../model/types.ts';
-import { namespaceNameOf, readNetworkPolicy, toNamespace, toNode, toPod } from '../convert.ts';
+import { namespaceNameOf, readClusterNetworkPolicy, readNetworkPolicy, toNamespace, toNode, toPod } from '../convert.ts';
 import type { ModelUpsert } from '../view.ts';
 import type { ManifestItem } from './merge.ts';
 
@@ -23,13 +23,15 @@ export interface ExtractResult {
   readonly problems: ManifestProblem[];
 }
 
-/** The kinds Weir reads, with their apiVersion. Other kinds are not ours and are ignored; one
- *  of these kinds with another apiVersion is a mistake, and fails closed like broken metadata. */
-const RECOGNISED: Readonly<Record<string, string>> = {
-  Pod: 'v1',
-  Namespace: 'v1',
-  Node: 'v1',
-  NetworkPolicy: 'networking.k8s.io/v1',
+/** The kinds Weir reads, with their apiVersions. Other kinds are not ours and are ignored; one
+ *  of these kinds with another apiVersion is a mistake, and fails closed like broken metadata.
+ *  A ClusterNetworkPolicy's two versions have one schema (the API server serves both). */
+const RECOGNISED: Readonly<Record<string, readonly string[]>> = {
+  Pod: ['v1'],
+  Namespace: ['v1'],
+  Node: ['v1'],
+  NetworkPolicy: ['networking.k8s.io/v1'],
+  ClusterNetworkPolicy: ['policy.networking.k8s.io/v1beta1', 'policy.networking.k8s.io/v1alpha2'],
 };
 
 /** The documents of one file. Throws ManifestParseError naming the 1-based line. */
@@ -69,6 +71,7 @@ function jsonErrorLine(text: string, message: string): number | undefined {
  * be read fails closed rather than vanish:
  * - a NetworkPolicy whose metadata or apiVersion is wrong is kept, invalid: it allows nothing
  *   and the pods it selects stay isolated (in every namespace if its namespace is unreadable);
+ * - a ClusterNetworkPolicy likewise: it denies its subjects' traffic where it has rules;
  * - a Namespace that cannot be read makes its pods no peer of any policy (merge.ts);
  * - a Pod or Node that cannot be read is left out: the model does not know the pod, so its
  *   node drops its traffic and it is in no peer set.
@@ -99,7 +102,8 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
     });
     return;
   }
-  const wanted = RECOGNISED[kind];
+  // Own keys only: a document of kind `constructor` or `toString` is no kind of ours.
+  const wanted = Object.hasOwn(RECOGNISED, kind) ? RECOGNISED[kind] : undefined;
   if (wanted === undefined) {
     out.problems.push({ level: 'debug', message: `${file}: ${where}: ${String(apiVersion)} ${kind} is not used by Weir; ignored` });
     return;
@@ -108,8 +112,11 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
     const error = new ManifestObjectError(file, where, `${detail}; ${outcome}`);
     out.problems.push({ level: 'warn', message: error.message, error });
   };
+  const versions = wanted.join(' or ');
   const versionError: PolicyError | null =
-    apiVersion === wanted ? null : { path: 'apiVersion', message: apiVersion === undefined ? `is missing (expected ${wanted})` : `${JSON.stringify(apiVersion)} is not ${wanted}` };
+    typeof apiVersion === 'string' && wanted.includes(apiVersion)
+      ? null
+      : { path: 'apiVersion', message: apiVersion === undefined ? `is missing (expected ${versions})` : `${JSON.stringify(apiVersion)} is not ${versions}` };
 
   if (kind === 'NetworkPolicy') {
     const { policy, anyNamespace } = readNetworkPolicy(rec, `(unreadable metadata: ${basename(file)} ${where})`, versionError === null ? [] : [versionError]);
@@ -122,6 +129,15 @@ function visit(file: string, obj: unknown, where: string, out: ExtractResult): v
       );
     }
     out.items.push(anyNamespace ? { kind: 'AnyNamespacePolicy', policy } : { kind: 'NetworkPolicy', op: 'upsert', object: policy });
+    return;
+  }
+  if (kind === 'ClusterNetworkPolicy') {
+    // Cluster-scoped: a stand-in for an unreadable name is all it needs to stay in force.
+    const policy = readClusterNetworkPolicy(rec, `(unreadable metadata: ${basename(file)} ${where})`, versionError === null ? [] : [versionError]);
+    if (policy.errors !== undefined && policy.errors.length > 0) {
+      report(`ClusterNetworkPolicy ${policy.name}: ${formatPolicyErrors(capPolicyErrors(policy.errors))}`, `kept as invalid: it ${INVALID_CLUSTER_POLICY_EFFECT}`);
+    }
+    out.items.push({ kind: 'ClusterNetworkPolicy', op: 'upsert', object: policy });
     return;
   }
   const warn = (message: string) => out.problems.push({ level: 'warn', message: `${file}: ${where}: ${message}` });

@@ -221,6 +221,29 @@ test('deleting or emptying a file deletes its objects', async () => {
   }
 });
 
+test('a ClusterNetworkPolicy file is delivered after the NetworkPolicies of its batch, its edit as an upsert, its removal as a delete by name', async () => {
+  const cnp = (priority: number) =>
+    `apiVersion: policy.networking.k8s.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: tenants}\nspec: {tier: Admin, priority: ${priority}, subject: {namespaces: {}}}\n`;
+  const np = 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np, namespace: one}\nspec: {podSelector: {}}\n';
+  const h = await harness({ 'a.yaml': cnp(5), 'b.yaml': `${nsYaml('one')}---\n${np}` });
+  try {
+    const [first] = h.batches;
+    assert.deepEqual(summary(first.events), ['upsert Namespace one', 'upsert NetworkPolicy one/np', 'upsert ClusterNetworkPolicy tenants']);
+    assert.deepEqual(first.events[2], {
+      kind: 'ClusterNetworkPolicy',
+      op: 'upsert',
+      object: { name: 'tenants', uid: 'tenants', generation: 1, spec: { tier: 'Admin', priority: 5, subject: { namespaces: {} } } },
+    });
+    await writeFile(join(h.dir, 'a.yaml'), cnp(6));
+    assert.deepEqual(summary((await h.nextBatch(1)).events), ['upsert ClusterNetworkPolicy tenants']);
+    await unlink(join(h.dir, 'a.yaml'));
+    assert.deepEqual((await h.nextBatch(2)).events, [{ kind: 'ClusterNetworkPolicy', op: 'delete', name: 'tenants' }]);
+    assert.deepEqual(h.warnings(), []);
+  } finally {
+    await h.source.stop();
+  }
+});
+
 test('the same object in two files: the file that sorts last wins and a warning names both', async () => {
   const h = await harness({ '10-a.yaml': podYaml('web', { from: 'a' }), '20-b.yaml': podYaml('web', { from: 'b' }) });
   try {

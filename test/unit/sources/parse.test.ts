@@ -4,8 +4,9 @@ import { ManifestObjectError, ManifestParseError } from '../../../src/errors.ts'
 import { extractObjects, parseManifest } from '../../../src/sources/manifests/parse.ts';
 import { objectRef } from '../../../src/sources/view.ts';
 import type { ModelUpsert } from '../../../src/sources/view.ts';
+import { compileClusterNetworkPolicy, FAIL_CLOSED_CNP_RULE } from '../../../src/model/cluster-network-policy.ts';
 import { compilePolicy } from '../../../src/model/policy.ts';
-import type { CompiledPolicy, PolicyError } from '../../../src/model/types.ts';
+import type { CompiledClusterNetworkPolicy, CompiledPolicy, PolicyError } from '../../../src/model/types.ts';
 
 const load = (file: string, text: string) => extractObjects(file, parseManifest(file, text));
 /** The model objects a file yields, in file order. */
@@ -51,6 +52,21 @@ items:
       expected: ['NetworkPolicy x/np'],
     },
     {
+      name: 'ClusterNetworkPolicies of both served versions (one schema), cluster-scoped',
+      file: 'cnp.yaml',
+      text: `apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: tenants, namespace: ignored}
+spec: {tier: Admin, priority: 1, subject: {namespaces: {}}}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: defaults}
+spec: {tier: Baseline, priority: 1, subject: {namespaces: {}}}
+`,
+      expected: ['ClusterNetworkPolicy tenants', 'ClusterNetworkPolicy defaults'],
+    },
+    {
       name: 'a JSON List with a byte-order mark',
       file: 'd.json',
       text: '\uFEFF{"kind":"List","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"j"}}]}',
@@ -79,12 +95,16 @@ metadata: {name: d}
 apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
 metadata: {name: cilium}
+---
+apiVersion: v1
+kind: constructor
+metadata: {name: proto}
 `,
   );
   assert.deepEqual(r.items, []);
   assert.deepEqual(
     r.problems.map((p) => p.level),
-    ['debug', 'debug'],
+    ['debug', 'debug', 'debug'],
   );
   assert.match(r.problems[1].message, /cilium\.io\/v2 CiliumNetworkPolicy is not used by Weir/);
 });
@@ -250,4 +270,56 @@ test('the warning about a NetworkPolicy with many unreadable labels lists as man
   assert.equal((warns[0].match(/must be a string/g) ?? []).length, 100);
   assert.ok(warns[0].includes('metadata.labels.l099: must be a string, got the number 99 (quote it in YAML); metadata: 50 more errors not listed (at most 100 are); kept as invalid'), warns[0]);
   assert.deepEqual(compiledPolicies(r)[0].errors.at(-1), { path: 'metadata', message: '50 more errors not listed (at most 100 are)' });
+});
+
+/** What the model makes of the ClusterNetworkPolicies a file yields. */
+function compiledClusterPolicies(r: ReturnType<typeof load>): CompiledClusterNetworkPolicy[] {
+  return upserts(r).flatMap((u) => (u.kind === 'ClusterNetworkPolicy' ? [compileClusterNetworkPolicy(u.object)] : []));
+}
+
+// Admin, priority 3, tenant=a's pods; valid, it would accept everything both ways.
+const CNP_SPEC = `spec:
+  tier: Admin
+  priority: 3
+  subject: {namespaces: {matchLabels: {tenant: a}}}
+  ingress: [{action: Accept, from: [{namespaces: {}}]}]
+  egress: [{action: Accept, to: [{namespaces: {}}]}]
+`;
+
+test('a ClusterNetworkPolicy whose apiVersion or metadata cannot be read is kept invalid: it denies its subjects both ways, and the file warning says so', async (t) => {
+  const cases: { name: string; head: string; policyName: string; error: PolicyError }[] = [
+    {
+      name: 'the group version of the older AdminNetworkPolicy',
+      head: 'apiVersion: policy.networking.k8s.io/v1alpha1\nkind: ClusterNetworkPolicy\nmetadata: {name: tenants}\n',
+      policyName: 'tenants',
+      error: { path: 'apiVersion', message: '"policy.networking.k8s.io/v1alpha1" is not policy.networking.k8s.io/v1beta1 or policy.networking.k8s.io/v1alpha2' },
+    },
+    {
+      name: 'no apiVersion',
+      head: 'kind: ClusterNetworkPolicy\nmetadata: {name: tenants}\n',
+      policyName: 'tenants',
+      error: { path: 'apiVersion', message: 'is missing (expected policy.networking.k8s.io/v1beta1 or policy.networking.k8s.io/v1alpha2)' },
+    },
+    {
+      name: 'a name written as a number: a stand-in name',
+      head: 'apiVersion: policy.networking.k8s.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: 12}\n',
+      policyName: '(unreadable metadata: p.yaml document 1)',
+      error: { path: 'metadata.name', message: 'must be a string, got the number 12 (quote it in YAML)' },
+    },
+  ];
+  for (const c of cases) {
+    await t.test(c.name, () => {
+      const r = load('/m/p.yaml', `${c.head}${CNP_SPEC}`);
+      const [p, ...more] = compiledClusterPolicies(r);
+      assert.deepEqual(more, []);
+      assert.equal(p.name, c.policyName);
+      assert.deepEqual(p.errors, [c.error]);
+      assert.deepEqual([p.tier, p.priority, p.subject.key], ['Admin', 3, 'pods|nssel=tenant in (a)|']);
+      assert.deepEqual([p.ingress, p.egress], [[FAIL_CLOSED_CNP_RULE], [FAIL_CLOSED_CNP_RULE]], 'both directions deny');
+      const warns = r.problems.filter((w) => w.level === 'warn').map((w) => w.message);
+      assert.deepEqual(warns, [
+        `/m/p.yaml: document 1: ClusterNetworkPolicy ${c.policyName}: ${c.error.path}: ${c.error.message}; kept as invalid: it denies all traffic of the pods it selects in each direction it has rules for, at its tier and priority`,
+      ]);
+    });
+  }
 });
