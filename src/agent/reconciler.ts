@@ -11,7 +11,7 @@ import type { Calculator, DesiredDataplane, Dirty } from '../calc/index.ts';
 import { type Clock, monotonicClock } from '../clock.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
-import { formatPolicyErrors, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
+import { formatPolicyErrors, INVALID_CLUSTER_POLICY_EFFECT, INVALID_POLICY_EFFECT } from '../model/policy-errors.ts';
 import type { CalcEvent, CompiledPolicy } from '../model/types.ts';
 import { createPacer, type Pacer } from '../pacer.ts';
 import type { SourceBatch } from '../sources/types.ts';
@@ -298,6 +298,14 @@ export class Reconciler {
           `policy ${key} is invalid and ${INVALID_POLICY_EFFECT}: ${formatPolicyErrors(policy.errors)}`,
         );
       }
+    }
+    for (const { name, policy } of calc.takeClusterPolicyChanges()) {
+      if (!policy || policy.errors.length === 0) continue;
+      this.#metrics.invalidPolicy();
+      log.warn(
+        { code: 'WEIR_POLICY_INVALID', clusterNetworkPolicy: name, generation: policy.generation, errors: policy.errors },
+        `ClusterNetworkPolicy ${name} is invalid and ${INVALID_CLUSTER_POLICY_EFFECT}: ${formatPolicyErrors(policy.errors)}`,
+      );
     }
   }
 

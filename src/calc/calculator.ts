@@ -15,7 +15,7 @@ import { compilePolicy, PolicyParts } from '../model/policy.ts';
 import { compileClusterNetworkPolicy } from '../model/cluster-network-policy.ts';
 import { ClusterPolicies } from './cluster-policies.ts';
 import { tierAcceptRules } from './tier-rules.ts';
-import type { AuditLevel, CalcEvent, CompiledPolicy, Enforcement, Family, Pod } from '../model/types.ts';
+import type { AuditLevel, CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Enforcement, Family, Pod } from '../model/types.ts';
 import type { AuditCatalog } from './audit-tags.ts';
 import { AuditLevels } from './audit-levels.ts';
 import { ChainStore } from './chain-store.ts';
@@ -90,6 +90,7 @@ export class Calculator {
   /** Equal selectors and rule lists of different policies, held once. */
   readonly #policyParts = new PolicyParts();
   #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
+  #clusterPolicyChanges: { name: string; policy: CompiledClusterNetworkPolicy | null }[] = [];
   /** Policies whose chains may need a change at the end of the batch. */
   readonly #touchedPolicies = new Set<string>();
   /** How many of the cluster's policies are invalid. */
@@ -161,6 +162,12 @@ export class Calculator {
    *  in order, so the agent can report invalid ones once per change. */
   takePolicyChanges(): { key: string; policy: CompiledPolicy | null }[] {
     return this.#policyChanges.splice(0);
+  }
+
+  /** ClusterNetworkPolicies upserted (compiled, with their errors) or deleted (null) since the
+   *  last call, in order. */
+  takeClusterPolicyChanges(): { name: string; policy: CompiledClusterNetworkPolicy | null }[] {
+    return this.#clusterPolicyChanges.splice(0);
   }
 
   /**
@@ -255,11 +262,16 @@ export class Calculator {
         this.#workloads.refreshNamespace(ns);
         return;
       }
-      case 'ClusterNetworkPolicy':
-        if (e.op === 'upsert') this.#clusterPolicies.upsert(compileClusterNetworkPolicy(e.object));
-        else if (!this.#clusterPolicies.delete(e.name)) return;
+      case 'ClusterNetworkPolicy': {
+        if (e.op === 'upsert') {
+          const compiled = compileClusterNetworkPolicy(e.object);
+          this.#clusterPolicies.upsert(compiled);
+          this.#clusterPolicyChanges.push({ name: compiled.name, policy: compiled });
+        } else if (this.#clusterPolicies.delete(e.name)) this.#clusterPolicyChanges.push({ name: e.name, policy: null });
+        else return;
         this.#workloads.refreshAll();
         return;
+      }
     }
   }
 

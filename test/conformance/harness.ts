@@ -328,6 +328,11 @@ export function np(namespace: string, name: string, spec: unknown): unknown {
   return { metadata: { namespace, name }, spec };
 }
 
+/** A ClusterNetworkPolicy object (policy.networking.k8s.io/v1beta1), for scenarios. */
+export function cnp(name: string, spec: unknown): unknown {
+  return { apiVersion: 'policy.networking.k8s.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name }, spec };
+}
+
 /** Every pod key of the fixed cast plus the external host, for predicates. */
 export const A1 = 'alpha/a1',
   A2 = 'alpha/a2',
