@@ -168,9 +168,11 @@ export class WorkloadChains {
     for (const f of this.#d.families) {
       const ip = w?.pod.ips.find((a) => familyOf(a) === f);
       // A tier chain exists only while it holds rules: the workload chain jumps to it then.
+      // Baseline is consulted only when no NetworkPolicy isolates the pod in that direction.
       const tierChain = (tier: Tier, dir: Direction): string | null => {
         const name = names.tierChain(tier, dir, uid);
-        const policies = w && ip !== undefined ? w.tiers[tier] : [];
+        const consulted = w && ip !== undefined && (tier === 'admin' || w[dir].length === 0);
+        const policies = consulted ? w.tiers[tier] : [];
         const rules = policies.length > 0 ? tierChainRules(tier, tierSteps(policies, dir, f), f, names.tierAccept, useSet) : [];
         if (rules.length === 0) chains.delete(f, name);
         else chains.set(f, name, rules);
