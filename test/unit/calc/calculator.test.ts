@@ -43,7 +43,12 @@ const CLUSTER_POLICIES: RawClusterNetworkPolicy[] = [
     priority: 10,
     subject: { namespaces: { matchLabels: { tier: 'data' } } },
     ingress: [
-      { name: 'web-ok', action: 'Accept', from: [{ pods: { namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } } }], protocols: [{ destinationNamedPort: 'sql' }] },
+      {
+        name: 'web-ok',
+        action: 'Accept',
+        from: [{ pods: { namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } } }],
+        protocols: [{ destinationNamedPort: 'sql' }],
+      },
       { name: 'rest', action: 'Deny', from: [{ namespaces: {} }] },
     ],
   }),

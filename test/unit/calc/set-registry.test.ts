@@ -38,7 +38,13 @@ function byNamespaceLabels(nsLabels: Labels, labels: Labels): SetSpec {
 }
 
 function prefixes(...cidrs: string[]): SetSpec {
-  return { family: 4, peer: prefixSet(4, cidrs.map((c) => parseCidr(c) as Cidr)) };
+  return {
+    family: 4,
+    peer: prefixSet(
+      4,
+      cidrs.map((c) => parseCidr(c) as Cidr),
+    ),
+  };
 }
 
 function union(...parts: SetSpec[]): SetSpec {
