@@ -2,7 +2,8 @@
 // `tcpdump -i nflog:G -U -B 16384 -w -`, its pcap stream parsed as it arrives. When tcpdump
 // dies it is restarted with backoff; what is lost is counted: the kernel's drops on tcpdump's
 // netlink socket (its receive queue overflowed), read from /proc/<pid>/net/netlink, and every
-// restart (while no tcpdump listens the kernel logs nothing for the group).
+// restart (while no tcpdump listens the kernel logs nothing for the group). tcpdump is started
+// through setpriv with a parent-death signal, so it dies with the agent however the agent ends.
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
@@ -18,10 +19,15 @@ export type ReaderState = 'starting' | 'running' | 'backoff' | 'stopped';
 
 export interface ReaderOptions {
   readonly group: number;
-  /** The argv that runs tcpdump, before tcpdump's own arguments: ['tcpdump'], or with a
-   *  prefix that execs it elsewhere (['ip', 'netns', 'exec', NS, 'tcpdump']). Only a prefix
-   *  that execs keeps the child's PID tcpdump's, which the drop count and stop() rely on. */
+  /** The argv that runs tcpdump, before tcpdump's own arguments, its last element tcpdump
+   *  itself: ['tcpdump'], or with a prefix that execs it elsewhere (['ip', 'netns', 'exec', NS,
+   *  'tcpdump']). setpriv is put right before that last element (guardArgs). Only a prefix that
+   *  execs keeps the child's PID tcpdump's and its parent the agent, which the drop count,
+   *  stop() and the parent-death signal rely on. */
   readonly command: readonly string[];
+  /** The user tcpdump runs as from its start, holding CAP_NET_ADMIN only; null: the agent's.
+   *  Default 'tcpdump' (the user of Debian's package) when the agent is root, else null. */
+  readonly user?: string | null;
   /** tcpdump -B: the netlink socket's receive buffer in KiB (the kernel caps it at
    *  net.core.rmem_max). Default 16384. */
   readonly bufferKiB?: number;
@@ -73,6 +79,24 @@ export function tcpdumpArgs(group: number, bufferKiB: number): string[] {
   return ['-i', `nflog:${group}`, '-U', '-B', String(bufferKiB), '-w', '-'];
 }
 
+/** What setpriv does before it execs tcpdump. --pdeathsig KILL: the kernel kills tcpdump when
+ *  the agent dies without stopping it (SIGKILL, a crash); otherwise tcpdump is re-parented to
+ *  init and, blocked on a group no event reaches, never exits. The signal is bound to the thread
+ *  that spawned the child, Node's main thread here. The kernel clears it on any change of
+ *  credentials, and tcpdump started as root drops to its own user once it listens: so with
+ *  `user`, setpriv makes that change itself, before the signal is set, keeping CAP_NET_ADMIN
+ *  (ambient) for tcpdump to listen with, and tcpdump, started unprivileged, changes nothing. */
+export function guardArgs(user: string | null): string[] {
+  const as = user === null ? [] : ['--reuid', user, '--regid', user, '--init-groups', '--inh-caps', '-all,+net_admin', '--ambient-caps', '-all,+net_admin'];
+  return ['setpriv', ...as, '--pdeathsig', 'KILL'];
+}
+
+/** The whole argv of the child: the command's prefix, setpriv, tcpdump and its arguments. */
+export function readerArgv(command: readonly string[], user: string | null, group: number, bufferKiB: number): string[] {
+  if (command.length === 0) throw new TypeError('audit reader: the tcpdump command is empty');
+  return [...command.slice(0, -1), ...guardArgs(user), command[command.length - 1], ...tcpdumpArgs(group, bufferKiB)];
+}
+
 const NETLINK_NETFILTER = '12';
 
 /** The Drops column of /proc/<pid>/net/netlink for the NETLINK_NETFILTER socket whose port id
@@ -91,7 +115,8 @@ export function createTcpdumpReader(opts: ReaderOptions, handlers: ReaderHandler
   const clock = opts.clock ?? systemClock;
   const restart = opts.restart ?? { initialMs: 100, maxMs: 30_000 };
   const stableMs = opts.stableMs ?? 10_000;
-  const args = [...opts.command.slice(1), ...tcpdumpArgs(opts.group, opts.bufferKiB ?? 16384)];
+  const user = opts.user === undefined ? (process.getuid?.() === 0 ? 'tcpdump' : null) : opts.user;
+  const argv = readerArgv(opts.command, user, opts.group, opts.bufferKiB ?? 16384);
   const log = opts.log;
 
   let state: ReaderState = 'stopped';
@@ -117,7 +142,7 @@ export function createTcpdumpReader(opts: ReaderOptions, handlers: ReaderHandler
     let stderr = '';
     let failure: WeirError | undefined;
     let lastDrops = 0;
-    const proc = spawn(opts.command[0], args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     child = proc;
 
     const readDrops = async () => {
@@ -180,8 +205,7 @@ export function createTcpdumpReader(opts: ReaderOptions, handlers: ReaderHandler
           return;
         }
         const err =
-          failure ??
-          new AuditReaderError(opts.command, spawnError ? undefined : (code ?? undefined), spawnError ? undefined : (signal ?? undefined), stderr, spawnError ? { cause: spawnError } : undefined);
+          failure ?? new AuditReaderError(argv, spawnError ? undefined : (code ?? undefined), spawnError ? undefined : (signal ?? undefined), stderr, spawnError ? { cause: spawnError } : undefined);
         attempt = clock.now() - started >= stableMs ? 1 : attempt + 1;
         const delay = backoffMs(attempt, restart);
         log.warn({ err, code: err.code, group: opts.group, retryInMs: delay }, 'audit reader stopped; restarting');

@@ -21,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createNflogPair, type NflogPair } from './audit-netns.ts';
 import { untilPasses } from '../support/eventually.ts';
+import { procStat, running } from '../support/leftovers.ts';
 
 /** The kernel and tcpdump take their time: 10 s, polled every 20 ms. */
 const settles = (check: () => void | Promise<void>, timeoutMs = 10_000) => untilPasses(check, timeoutMs, 20);
@@ -30,6 +31,8 @@ const hasTcpdump = (await execa('sh', ['-c', 'command -v tcpdump'], { reject: fa
 const skip = !isRoot ? 'needs root (network namespaces)' : !hasTcpdump ? 'needs tcpdump (scripts/setup.sh installs it)' : false;
 
 const nsPrefix = uniquePrefix('wau');
+const READER = new URL('../../src/audit/reader.ts', import.meta.url).href;
+const LOG = new URL('../../src/log.ts', import.meta.url).href;
 const GROUP = 77;
 const NODE = process.execPath;
 
@@ -130,8 +133,9 @@ describe('the audit reader on the real kernel', { skip }, () => {
   });
 
   test("TCP and UDP, IPv4 and IPv6: the events are exactly the connections made, ports included, with tcpdump holding only the chart's capabilities", async (t) => {
-    // NET_ADMIN to listen on the group; SETUID and SETGID because tcpdump drops to its own user.
-    const h = startReader(t, pair, ['setpriv', '--bounding-set', '-all,+net_admin,+setuid,+setgid', 'tcpdump']);
+    // As the chart runs the agent: NET_ADMIN to listen on the group; SETUID and SETGID to start
+    // tcpdump as its own user; no privilege escalation.
+    const h = startReader(t, pair, ['setpriv', '--no-new-privs', '--bounding-set', '-all,+net_admin,+setuid,+setgid', 'tcpdump']);
     await settles(() => assert.equal(h.reader.state, 'running'));
     const flows: Flow[] = [
       { protocol: 'TCP', host: pair.b4, port: 8080, localPort: 41001 },
@@ -158,6 +162,33 @@ describe('the audit reader on the real kernel', { skip }, () => {
     assert.deepEqual(h.errors, []);
     await h.reader.stop();
     assert.equal(h.reader.state, 'stopped');
+  });
+
+  test('tcpdump runs as its own user with CAP_NET_ADMIN alone, and dies with the process that started the reader when that process is killed with SIGKILL', async (t) => {
+    // Plays the agent: a reader on the real tcpdump in b, printing tcpdump's PID once it listens.
+    const agent = `
+      const { createTcpdumpReader } = await import(${JSON.stringify(READER)});
+      const { silentLogger } = await import(${JSON.stringify(LOG)});
+      const r = createTcpdumpReader({ group: ${pair.group}, command: ['ip', 'netns', 'exec', ${JSON.stringify(pair.b)}, 'tcpdump'], log: silentLogger() }, {
+        events() {},
+        state(s) { if (s === 'running') console.log(r.pid); },
+      });
+      r.start();
+    `;
+    const parent = spawn(NODE, ['--input-type=module', '-e', agent], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let pid = 0;
+    t.after(() => {
+      parent.kill('SIGKILL');
+      if (pid > 0 && running(pid)) process.kill(pid, 'SIGKILL');
+    });
+    pid = Number(await new Promise<string>((resolve) => parent.stdout.once('data', (b: Buffer) => resolve(b.toString().trim()))));
+    assert.equal(procStat(pid)?.ppid, parent.pid, "tcpdump's parent is not the reader's process");
+    const status = await readFile(`/proc/${pid}/status`, 'utf8');
+    const field = (name: string) => new RegExp(`^${name}:\\s+(.*)$`, 'm').exec(status)?.[1];
+    assert.equal(field('Uid')?.split(/\s+/)[0], (await execa('id', ['-u', 'tcpdump'])).stdout.trim());
+    assert.equal(BigInt(`0x${field('CapEff')}`), 1n << 12n, 'tcpdump holds more than CAP_NET_ADMIN');
+    parent.kill('SIGKILL');
+    await settles(() => assert.ok(!running(pid), `tcpdump ${pid} outlived the killed reader process`), 3000);
   });
 
   test('a tcpdump killed from outside is restarted, and the connections made after it listens again are all read', async (t) => {

@@ -3,16 +3,18 @@
 // failing, or hanging. test/kernel/audit-reader.test.ts runs the real tcpdump.
 
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { spawn } from 'node:child_process';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
-import { createTcpdumpReader, netlinkDrops, type ReaderState, tcpdumpArgs } from '../../../src/audit/reader.ts';
+import { createTcpdumpReader, netlinkDrops, type ReaderState, readerArgv, tcpdumpArgs } from '../../../src/audit/reader.ts';
 import type { WeirError } from '../../../src/errors.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { systemClock, type Clock } from '../../../src/clock.ts';
+import { procStat, running } from '../../support/leftovers.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/nflog-le.pcap', import.meta.url));
 const fixtureEvents = async () => new NflogPcapParser().push(await readFile(FIXTURE));
@@ -33,8 +35,14 @@ async function eventually(check: () => void, timeoutMs = 5000): Promise<void> {
   }
 }
 
-/** A stand-in for tcpdump: `script` runs with tcpdump's arguments as "$@". */
-const fake = (script: string) => ['sh', '-c', script, 'tcpdump'];
+let fakes = 0;
+/** A stand-in for tcpdump: an executable file whose `script` runs with tcpdump's arguments as
+ *  "$@", started as tcpdump is (through setpriv). */
+async function fake(script: string): Promise<string[]> {
+  const path = join(dir, `tcpdump-${++fakes}`);
+  await writeFile(path, `#!/bin/sh\n${script}\n`, { mode: 0o755 });
+  return [path];
+}
 
 /** The clock of the restart timers, recording each delay asked for. */
 function recordingClock(): Clock & { delays: number[] } {
@@ -51,7 +59,8 @@ function harness(command: readonly string[], opts: { clock?: Clock; stableMs?: n
   const states: ReaderState[] = [];
   const errors: WeirError[] = [];
   const reader = createTcpdumpReader(
-    { group: 77, command, restart: { initialMs: 10, maxMs: 40 }, stableMs: opts.stableMs, log: silentLogger(), clock: opts.clock },
+    // The stand-in runs as the test does (it writes files in the test's private directory).
+    { group: 77, command, user: null, restart: { initialMs: 10, maxMs: 40 }, stableMs: opts.stableMs, log: silentLogger(), clock: opts.clock },
     {
       events: (batch) => events.push(...batch),
       state: (s, err) => {
@@ -70,7 +79,7 @@ test('tcpdump is run with -U, a 16 MiB buffer, the stream on stdout and no snaps
 
 test("the child's pcap stream becomes events; the reader is up once tcpdump says it listens", async () => {
   const argsFile = join(dir, 'args');
-  const h = harness(fake(`echo "$@" > ${argsFile}; echo "tcpdump: listening on nflog:77, link-type NFLOG" >&2; cat ${FIXTURE}; exec sleep 30`));
+  const h = harness(await fake(`echo "$@" > ${argsFile}; echo "tcpdump: listening on nflog:77, link-type NFLOG" >&2; cat ${FIXTURE}; exec sleep 30`));
   h.reader.start();
   await eventually(() => assert.equal(h.events.length, 8));
   assert.deepEqual(h.events, await fixtureEvents());
@@ -83,7 +92,7 @@ test("the child's pcap stream becomes events; the reader is up once tcpdump says
 
 test('a tcpdump that exits is restarted with backoff (10, 20, 40, 40 ms) and each exit is a WEIR_AUDIT_READER error with its stderr', async () => {
   const clock = recordingClock();
-  const h = harness(fake(`echo "tcpdump: Can't listen on group index: Operation not permitted" >&2; exit 1`), { clock });
+  const h = harness(await fake(`echo "tcpdump: Can't listen on group index: Operation not permitted" >&2; exit 1`), { clock });
   h.reader.start();
   await eventually(() => assert.ok(h.reader.stats().restarts >= 4));
   await h.reader.stop();
@@ -97,8 +106,17 @@ test('a tcpdump that exits is restarted with backoff (10, 20, 40, 40 ms) and eac
   assert.ok(h.states.includes('backoff'));
 });
 
-test('a command that cannot start is a WEIR_AUDIT_READER error and is retried', async () => {
+test('a tcpdump that cannot be found is a WEIR_AUDIT_READER error naming it, and is retried', async () => {
   const h = harness(['/nonexistent/tcpdump']);
+  h.reader.start();
+  await eventually(() => assert.ok(h.reader.stats().restarts >= 2));
+  await h.reader.stop();
+  assert.equal(h.errors[0].code, 'WEIR_AUDIT_READER');
+  assert.match(h.errors[0].message, /setpriv --pdeathsig KILL \/nonexistent\/tcpdump -i nflog:77 .* exited with \d+: .*\/nonexistent\/tcpdump/);
+});
+
+test('a command that cannot start is a WEIR_AUDIT_READER error and is retried', async () => {
+  const h = harness(['/nonexistent/ip', 'netns', 'exec', 'ns', 'tcpdump']);
   h.reader.start();
   await eventually(() => assert.ok(h.reader.stats().restarts >= 2));
   await h.reader.stop();
@@ -106,9 +124,56 @@ test('a command that cannot start is a WEIR_AUDIT_READER error and is retried', 
   assert.match(h.errors[0].message, /could not be started/);
 });
 
+test('tcpdump is started by setpriv with a parent-death signal, right after the prefix; as its own user it starts with CAP_NET_ADMIN alone', () => {
+  assert.deepEqual(readerArgv(['ip', 'netns', 'exec', 'ns1', 'tcpdump'], null, 77, 16384), ['ip', 'netns', 'exec', 'ns1', 'setpriv', '--pdeathsig', 'KILL', 'tcpdump', ...tcpdumpArgs(77, 16384)]);
+  assert.deepEqual(readerArgv(['tcpdump'], 'tcpdump', 78, 1), [
+    'setpriv',
+    '--reuid',
+    'tcpdump',
+    '--regid',
+    'tcpdump',
+    '--init-groups',
+    '--inh-caps',
+    '-all,+net_admin',
+    '--ambient-caps',
+    '-all,+net_admin',
+    '--pdeathsig',
+    'KILL',
+    'tcpdump',
+    ...tcpdumpArgs(78, 1),
+  ]);
+});
+
+const READER = new URL('../../../src/audit/reader.ts', import.meta.url).href;
+const LOG = new URL('../../../src/log.ts', import.meta.url).href;
+
+test('the child dies with the process that started the reader, even when that process is killed with SIGKILL', async (t) => {
+  // Plays the agent: starts a reader on the stand-in and prints the child's PID once it listens.
+  const agent = `
+    const { createTcpdumpReader } = await import(${JSON.stringify(READER)});
+    const { silentLogger } = await import(${JSON.stringify(LOG)});
+    const r = createTcpdumpReader({ group: 77, command: [process.argv[1]], user: null, log: silentLogger() }, {
+      events() {},
+      state(s) { if (s === 'running') console.log(r.pid); },
+    });
+    r.start();
+  `;
+  const command = await fake(`echo "tcpdump: listening on nflog:77" >&2; exec sleep 30`);
+  const parent = spawn(process.execPath, ['--input-type=module', '-e', agent, command[0]], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const pid = Number(await new Promise<string>((resolve) => parent.stdout.once('data', (b: Buffer) => resolve(b.toString().trim()))));
+  t.after(() => {
+    parent.kill('SIGKILL');
+    if (running(pid)) process.kill(pid, 'SIGKILL');
+  });
+  assert.ok(running(pid), 'the stand-in is not running');
+  assert.equal(procStat(pid)?.ppid, parent.pid, "the stand-in's parent is not the reader's process");
+  parent.kill('SIGKILL');
+  await eventually(() => assert.ok(!running(pid), `the stand-in ${pid} outlived the killed reader process`), 3000);
+});
+
 test('a stream that is not NFLOG pcap kills that tcpdump (by its PID) with WEIR_AUDIT_STREAM, and a new one starts', async () => {
   const pids = join(dir, 'pids');
-  const h = harness(fake(`echo $$ >> ${pids}; echo "tcpdump: listening on nflog:77" >&2; printf 'this is no pcap stream at all'; exec sleep 30`));
+  const h = harness(await fake(`echo $$ >> ${pids}; echo "tcpdump: listening on nflog:77" >&2; printf 'this is no pcap stream at all'; exec sleep 30`));
   h.reader.start();
   await eventually(() => assert.ok(h.reader.stats().restarts >= 1));
   await h.reader.stop();
@@ -121,7 +186,7 @@ test('the restart backoff starts over once a tcpdump has run for a while', async
   const clock = recordingClock();
   const count = join(dir, 'count');
   // Fails twice at once, then runs 800 ms (longer than stableMs) before failing again.
-  const h = harness(fake(`n=$(cat ${count} 2>/dev/null || echo 0); echo $((n+1)) > ${count}; echo "tcpdump: listening on nflog:77" >&2; [ "$n" -ge 2 ] && sleep 0.8; exit 1`), {
+  const h = harness(await fake(`n=$(cat ${count} 2>/dev/null || echo 0); echo $((n+1)) > ${count}; echo "tcpdump: listening on nflog:77" >&2; [ "$n" -ge 2 ] && sleep 0.8; exit 1`), {
     clock,
     stableMs: 300,
   });
@@ -133,7 +198,7 @@ test('the restart backoff starts over once a tcpdump has run for a while', async
 
 test('stop ends the child by its PID, waits for it, and no restart follows', async () => {
   const pidFile = join(dir, 'pid');
-  const h = harness(fake(`echo $$ > ${pidFile}; echo "tcpdump: listening on nflog:77" >&2; exec sleep 30`));
+  const h = harness(await fake(`echo $$ > ${pidFile}; echo "tcpdump: listening on nflog:77" >&2; exec sleep 30`));
   h.reader.start();
   await eventually(() => assert.deepEqual(h.states, ['starting', 'running']));
   const pid = Number((await readFile(pidFile, 'utf8')).trim());
