@@ -5,6 +5,8 @@
 // in every node namespace (only theirs: other tests keep long-lived connections on other ports).
 
 import { execa } from 'execa';
+// Marks every process started from here, so the suite's last file finds any that outlive their test.
+import './leftovers.ts';
 import type { Cluster } from '../../src/sim/cluster.ts';
 
 export async function forgetProbeFlows(cluster: Pick<Cluster, 'nodes' | 'ports'>): Promise<void> {

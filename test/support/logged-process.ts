@@ -4,6 +4,8 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface, type Interface } from 'node:readline';
+// Marks every process started from here, so the suite's last file finds any that outlive their test.
+import './leftovers.ts';
 
 /** The log lines of the agent's writes, each carrying the dataplane's status. */
 const WRITES = new Set(['applied changes', 'resynced dataplane', 'tidied dataplane']);

@@ -1,6 +1,8 @@
 // Running a command to completion from a test, its output kept for the assertions.
 
 import { spawn } from 'node:child_process';
+// Marks every process started from here, so the suite's last file finds any that outlive their test.
+import './leftovers.ts';
 
 export interface Run {
   readonly code: number | null;
