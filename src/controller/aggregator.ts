@@ -13,6 +13,7 @@ import { createFailureLog, passReporter } from '../status/failures.ts';
 import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS, type PacedWriterOptions } from '../status/pacing.ts';
 import type { PolicyStatusInput } from '../status/policy-status.ts';
 import { createLeaseElector } from './elector.ts';
+import { longestNotEnforcedMs } from './metrics.ts';
 import { type PolicyStatusCache, startPolicyStatusCache } from './policy-status-cache.ts';
 import { createPolicyStatusWriter } from './policy-status-writer.ts';
 
@@ -46,6 +47,9 @@ export interface PolicyStatusAggregator {
   update(input: PolicyStatusAggregatorInput): void;
   /** True while this replica holds the Lease (e.g. to record cluster-wide events only once). */
   isHolder(): boolean;
+  /** How long the policy waiting longest has not been Enforced, in ms, from the statuses the
+   *  holder's cache holds (./metrics.ts longestNotEnforcedMs); 0 on a replica not holding. */
+  notEnforcedMs(): number;
   /** Stops writing and releases the Lease. */
   stop(): Promise<void>;
 }
@@ -138,6 +142,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
       poke();
     },
     isHolder: () => elector.isHolder(),
+    notEnforcedMs: () => (cache !== null && elector.isHolder() ? longestNotEnforcedMs(cache.stored.values(), clock.now()) : 0),
     async stop() {
       abort.abort();
       const watchesEnded = stopWatching();

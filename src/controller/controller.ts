@@ -4,7 +4,7 @@
 // own node's NodePolicyStatus, so no agent token can speak for the cluster. Nothing here takes
 // part in enforcement: with no controller running, status goes stale and packets are as before.
 
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Registry, collectDefaultMetrics } from 'prom-client';
 import { listHeapGuard, v8Collector } from '../agent/gc.ts';
 import { createKubeClient } from '../kube/client.ts';
 import { loadKubeConfig } from '../kube/kubeconfig.ts';
@@ -14,6 +14,7 @@ import { INVALID_POLICY_EFFECT, formatPolicyErrors } from '../model/policy-error
 import { createKubeSource } from '../sources/index.ts';
 import { createPolicyStatusAggregator } from './aggregator.ts';
 import { createEventRecorder } from './events.ts';
+import { createControllerMetrics } from './metrics.ts';
 import { watchNodeReports } from './node-reports.ts';
 import type { NodeReport } from './node-reports.ts';
 import { ControllerModel } from './policy-inputs.ts';
@@ -50,8 +51,9 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
   const kubeConfig = loadKubeConfig(cfg.kubeconfig);
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'weir_controller_' });
-  const statusWrites = new Counter({ name: 'weir_status_writes_total', help: 'Status object writes, by kind and result', labelNames: ['kind', 'result'], registers: [registry] });
-  const leader = new Gauge({ name: 'weir_controller_leader', help: '1 while this replica holds the controller Lease and writes status', registers: [registry] });
+  // The reports are filled below; the metrics read them only when scraped.
+  const reports = new Map<string, NodeReport>();
+  const { statusWrites, leader } = createControllerMetrics(registry, { nodes: () => reports.values(), notEnforcedMs: () => aggregator.notEnforcedMs() });
   const written = (kind: string) => (result: string) => statusWrites.inc({ kind, result });
 
   const model = new ControllerModel();
@@ -71,8 +73,7 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
 
   // Invalid policies not yet told about at their current generation, by uid.
   const untold = new Map<string, { generation: number }>();
-  // The nodes' reports, and the apply failures already told (node, uid, generation).
-  const reports = new Map<string, NodeReport>();
+  // The apply failures already told (node, uid, generation), from the nodes' reports.
   const toldFailures = new Set<string>();
   const warnedUnknown = new Set<string>();
 
