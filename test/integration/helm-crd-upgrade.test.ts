@@ -2,9 +2,10 @@
 // crds/ on the first install and never again, so docs/install.md ("Upgrading") has the
 // operator apply them first, server-side, then upgrade the release. Here: the chart as it was
 // at commit 5d941bb installed, status objects created under its CRDs, `helm upgrade` alone
-// shown to leave those CRDs as they were, then the documented steps: the served CRDs must be
-// the files in charts/weir/crds/ (compared with the files, whatever fields they gain), and
-// the old objects still there, unchanged.
+// shown to leave those CRDs as they were and not to install the one the chart gained
+// (ClusterNetworkPolicy), then the documented steps: the served CRDs must be the files in
+// charts/weir/crds/ (compared with the files, whatever fields they gain), and the old objects
+// still there, unchanged.
 
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
@@ -79,9 +80,9 @@ describe(`CRDs of an installed release (the chart at ${OLD_COMMIT}) upgraded by 
   /** What an upgrade must keep of an object: its identity, spec and status. */
   const kept = (o: Obj) => ({ kind: o.kind, name: o.metadata.name, namespace: o.metadata.namespace, uid: o.metadata.uid, labels: o.metadata.labels, spec: o.spec, status: o.status });
 
-  test('the CRDs changed since then (else this test proves nothing), and the chart has the same two as crds/', async () => {
-    assert.deepEqual([...newCrds.keys()].sort(), [...oldCrds.keys()].sort());
-    const changed = [...newCrds].filter(([name, crd]) => JSON.stringify(versions(crd)) !== JSON.stringify(versions(oldCrds.get(name)!)));
+  test('the CRDs changed since then (else this test proves nothing), and the chart has the same as crds/: the old ones and ClusterNetworkPolicy', async () => {
+    assert.deepEqual([...newCrds.keys()].sort(), [...oldCrds.keys(), 'clusternetworkpolicies.policy.networking.k8s.io'].sort());
+    const changed = [...oldCrds.keys()].filter((name) => JSON.stringify(versions(newCrds.get(name)!)) !== JSON.stringify(versions(oldCrds.get(name)!)));
     assert.notDeepEqual(changed, [], `no CRD of charts/weir/crds/ differs from ${OLD_COMMIT}'s`);
     assert.deepEqual([...(await crdFiles(REPO)).keys()].sort(), [...newCrds.keys()].sort());
   });
@@ -111,6 +112,8 @@ describe(`CRDs of an installed release (the chart at ${OLD_COMMIT}) upgraded by 
     const r = await helmHere(['upgrade', 'weir', CHART, '--namespace', NS]);
     assert.equal(r.code, 0, r.stderr);
     for (const [name, crd] of oldCrds) assert.deepEqual(versions(await served(name)), versions(crd), `${name} changed by helm upgrade`);
+    // Nor does it install a CRD the chart gained: without it the agents see no ClusterNetworkPolicy.
+    await assert.rejects(served('clusternetworkpolicies.policy.networking.k8s.io'), /NotFound|not found/);
   });
 
   test('the documented upgrade (kubectl apply --server-side --force-conflicts -f charts/weir/crds/, then helm upgrade): the new CRDs are served, the old objects kept', async () => {

@@ -1,7 +1,7 @@
 // What Weir's agent and controller may do in a cluster, on a real kube-apiserver:
 // deploy/rbac.yaml grants each exactly the verbs its code uses (the agent: its source and its
-// node's NodePolicyStatus; the controller: its model, NetworkPolicyStatus, Events and its own
-// Lease), deploy/admission-policy.yaml lets an agent write only its own node's
+// node's NodePolicyStatus; the controller: its model, NetworkPolicyStatus, the status of
+// ClusterNetworkPolicies, Events and its own Lease), deploy/admission-policy.yaml lets an agent write only its own node's
 // NodePolicyStatus, from the node name the API server puts into a pod-bound token, and the
 // controller create no Lease but its own.
 
@@ -62,6 +62,8 @@ const AGENT_GRANTS: readonly Row[] = [
   { what: 'namespaces (source)', group: '', resource: 'namespaces', allowed: ['list', 'watch'] },
   { what: 'nodes (source; node reporter reads its Node uid)', group: '', resource: 'nodes', allowed: ['get', 'list', 'watch'] },
   { what: 'networkpolicies (source)', group: 'networking.k8s.io', resource: 'networkpolicies', namespace: NS, allowed: ['list', 'watch'] },
+  { what: 'clusternetworkpolicies (source)', group: 'policy.networking.k8s.io', resource: 'clusternetworkpolicies', allowed: ['list', 'watch'] },
+  { what: 'clusternetworkpolicies/status', group: 'policy.networking.k8s.io', resource: 'clusternetworkpolicies', subresource: 'status', allowed: [] },
   { what: 'nodepolicystatuses (reporter: get, apply)', group: 'weir.dev', resource: 'nodepolicystatuses', allowed: ['get', 'create', 'patch'] },
   { what: 'nodepolicystatuses/status (reporter: apply)', group: 'weir.dev', resource: 'nodepolicystatuses', subresource: 'status', allowed: ['patch'] },
   { what: 'networkpolicystatuses', group: 'weir.dev', resource: 'networkpolicystatuses', namespace: NS, allowed: [] },
@@ -83,6 +85,8 @@ const CONTROLLER_GRANTS: readonly Row[] = [
   { what: 'namespaces (model)', group: '', resource: 'namespaces', allowed: ['list', 'watch'] },
   { what: 'nodes', group: '', resource: 'nodes', allowed: [] },
   { what: 'networkpolicies (model)', group: 'networking.k8s.io', resource: 'networkpolicies', namespace: NS, allowed: ['list', 'watch'] },
+  { what: 'clusternetworkpolicies (model)', group: 'policy.networking.k8s.io', resource: 'clusternetworkpolicies', allowed: ['list', 'watch'] },
+  { what: 'clusternetworkpolicies/status (apply its conditions)', group: 'policy.networking.k8s.io', resource: 'clusternetworkpolicies', subresource: 'status', allowed: ['patch'] },
   { what: 'nodepolicystatuses (digests, apply failures: list+watch)', group: 'weir.dev', resource: 'nodepolicystatuses', allowed: ['list', 'watch'] },
   { what: 'nodepolicystatuses/status', group: 'weir.dev', resource: 'nodepolicystatuses', subresource: 'status', allowed: [] },
   {
@@ -135,7 +139,7 @@ describe("the agent's and the controller's RBAC and admission policies on a real
   before(async () => {
     cp = await startControlPlane();
     await cp.kubectl(['apply', '-f', CRDS]);
-    await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev']);
+    await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', 'crd/clusternetworkpolicies.policy.networking.k8s.io']);
     await cp.kubectl(['apply', '-f', RBAC, '-f', ADMISSION]);
     const objects = [
       { apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a' } },
@@ -233,6 +237,8 @@ describe("the agent's and the controller's RBAC and admission policies on a real
       [CONTROLLER, ['delete', `leases/${CONTROLLER_LEASE}`, '-n', 'kube-system'], 'no'],
       [CONTROLLER, ['get', 'secrets', '-n', 'kube-system'], 'no'],
       [CONTROLLER, ['patch', 'networkpolicies/web', '-n', NS], 'no'],
+      [CONTROLLER, ['patch', 'clusternetworkpolicies.policy.networking.k8s.io/tenants'], 'no'],
+      [AGENT, ['patch', 'clusternetworkpolicies.policy.networking.k8s.io/tenants', '--subresource=status'], 'no'],
     ];
     const answers = await Promise.all(cases.map(([user, args]) => canI(user, args)));
     assert.deepEqual(
