@@ -34,8 +34,11 @@ export interface AuditLogConfig {
   readonly maxFiles: number;
   /** --audit-stdout: every line on standard output too. */
   readonly stdout: boolean;
-  /** The argv that runs tcpdump. Default ['tcpdump'] (the agent's own network namespace). */
+  /** The argv that runs tcpdump, tcpdump last. Default ['tcpdump'] (the agent's own network
+   *  namespace). */
   readonly tcpdump?: readonly string[];
+  /** The user tcpdump runs as (the reader's `user`): default 'tcpdump' when the agent is root. */
+  readonly tcpdumpUser?: string | null;
   /** Identical lines within this window of the first become one line. Default 1000 ms. */
   readonly dedupeWindowMs?: number;
   /** Deleted pods' addresses stay named: how many, how long. Default 10,000 and 5 min. */
@@ -206,7 +209,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
     malformed: (n) => metrics.lost.inc({ where: 'malformed' }, n),
   };
 
-  const reader = deps.reader?.(handlers) ?? createTcpdumpReader({ group: config.nflogGroup, command: config.tcpdump ?? ['tcpdump'], log, clock }, handlers);
+  const reader = deps.reader?.(handlers) ?? createTcpdumpReader({ group: config.nflogGroup, command: config.tcpdump ?? ['tcpdump'], user: config.tcpdumpUser, log, clock }, handlers);
   metrics.readerUp.set(0);
 
   return {

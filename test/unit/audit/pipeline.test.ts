@@ -123,7 +123,10 @@ const DENY: AuditTag = {
 };
 
 test("a real child's pcap stream becomes exactly one line per connection, with the issue's fields in order", async () => {
-  const cfg = config({ tcpdump: ['sh', '-c', `echo "tcpdump: listening on nflog:77" >&2; cat ${FIXTURE}; exec sleep 30`, 'tcpdump'], dedupeWindowMs: 20 });
+  // A stand-in for tcpdump, started as tcpdump is (through setpriv), as the test's user.
+  const fake = join(root, 'tcpdump');
+  await writeFile(fake, `#!/bin/sh\necho "tcpdump: listening on nflog:77" >&2; cat ${FIXTURE}; exec sleep 30\n`, { mode: 0o755 });
+  const cfg = config({ tcpdump: [fake], tcpdumpUser: null, dedupeWindowMs: 20 });
   const registry = new Registry();
   const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:test': ALLOW }), registry, log: silentLogger() });
   audit.applyModel([up(pod('team-a', 'client', ['10.99.0.1', 'fd99::1'])), up(pod('team-b', 'server', ['10.99.0.2']))]);
