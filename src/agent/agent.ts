@@ -102,6 +102,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
   });
   // Chains or sets named like Weir's that Weir did not write (Felix's): refuse to run at all.
   await dataplane.checkOwnership();
+  if (cfg.audit.notice !== undefined) log.info({ file: cfg.audit.file }, cfg.audit.notice);
   // The audit log is a side stage: it reads calc's catalog and the model's pods, and never
   // holds up the loop (its reader and file retry on their own).
   const audit = cfg.audit.enabled

@@ -78,6 +78,9 @@ export interface AuditSettings extends Pick<AuditLogConfig, 'nflogGroup' | 'rate
   readonly enabled: boolean;
   /** The level of policies whose own and namespace annotations say nothing. */
   readonly defaultLevel: AuditLevel;
+  /** What the agent logs at start about how the flags set the audit log (a log file given
+   *  without --audit turns it on; beside --audit off it stays empty). */
+  readonly notice?: string;
 }
 
 /** kube-proxy's masquerade and drop bits. */

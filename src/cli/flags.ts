@@ -22,9 +22,12 @@ export const FLAGS = {
   'allow-action': { type: 'string', help: 'ACCEPT (default) or RETURN: what happens to a connection policy allows; RETURN lets later FORWARD rules still apply' },
   'source-binding': { type: 'string', help: "on (default) or off: bind each local pod's address to its bridge port (needs CAP_SYS_ADMIN and /var/run/netns)" },
   ipvs: { type: 'string', help: "kube-proxy's IPVS mode: auto (default: while kube-ipvs0 exists), on or off; also hooks OUTPUT, where IPVS sends Service traffic" },
-  audit: { type: 'string', help: 'on or off (default off): write NFLOG rules where weir.dev/audit annotations (or --audit-default) ask, and log each connection they see' },
+  audit: {
+    type: 'string',
+    help: 'on or off (default off, on when --audit-log-file is given): write NFLOG rules where weir.dev/audit annotations (or --audit-default) ask, and log each connection they see',
+  },
   'audit-default': { type: 'string', help: 'off (default), deny or all: the audit level of policies whose own and namespace annotations say nothing' },
-  'audit-log-file': { type: 'string', help: 'the audit log, JSON lines (default /var/log/weir/audit.log)' },
+  'audit-log-file': { type: 'string', help: 'the audit log, JSON lines (default /var/log/weir/audit.log); given without --audit, it turns the audit log on' },
   'audit-log-max-size': { type: 'string', help: 'bytes an audit log file may reach before it is rotated (default 10485760)' },
   'audit-log-max-files': { type: 'string', help: 'rotated audit log files kept (default 5)' },
   'audit-stdout': { type: 'boolean', help: 'write every audit line to standard output too' },
@@ -150,7 +153,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     firstComputeSlice: num('first-compute-slice', d.firstComputeSlice),
     ipvs: (str('ipvs')?.toLowerCase() ?? d.ipvs) as AgentConfig['ipvs'],
     audit: {
-      enabled: onOff('audit', d.audit.enabled),
+      ...auditSwitch(str('audit') === undefined ? undefined : onOff('audit', d.audit.enabled), str('audit-log-file'), d.audit.enabled),
       defaultLevel: (str('audit-default')?.toLowerCase() ?? d.audit.defaultLevel) as AgentConfig['audit']['defaultLevel'],
       nflogGroup: num('audit-nflog-group', d.audit.nflogGroup),
       rate: num('audit-rate', d.audit.rate),
@@ -168,6 +171,16 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     if (err instanceof ConfigError) throw new ConfigError([...problems, ...err.problems.filter((p) => !problems.includes(p))]);
     throw err;
   }
+}
+
+/** Whether the audit log is on, and what the agent says about it at start. A log file asks for
+ *  the audit log: without --audit it turns it on; beside --audit off it stays empty, and the
+ *  agent says so rather than ignore it in silence. */
+function auditSwitch(flag: boolean | undefined, file: string | undefined, fallback: boolean): { enabled: boolean; notice?: string } {
+  if (file === undefined) return { enabled: flag ?? fallback };
+  if (flag === undefined) return { enabled: true, notice: 'audit log on: --audit-log-file (WEIR_AUDIT_LOG_FILE) was given without --audit (WEIR_AUDIT)' };
+  if (!flag) return { enabled: false, notice: 'audit log off (--audit off): nothing will be written to --audit-log-file' };
+  return { enabled: true };
 }
 
 /** The controller's configuration; it shares --kubeconfig, --metrics-addr and --log-level. */
