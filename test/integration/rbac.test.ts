@@ -139,7 +139,14 @@ describe("the agent's and the controller's RBAC and admission policies on a real
   before(async () => {
     cp = await startControlPlane();
     await cp.kubectl(['apply', '-f', CRDS]);
-    await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', 'crd/clusternetworkpolicies.policy.networking.k8s.io']);
+    await cp.kubectl([
+      'wait',
+      '--for=condition=Established',
+      '--timeout=60s',
+      'crd/nodepolicystatuses.weir.dev',
+      'crd/networkpolicystatuses.weir.dev',
+      'crd/clusternetworkpolicies.policy.networking.k8s.io',
+    ]);
     await cp.kubectl(['apply', '-f', RBAC, '-f', ADMISSION]);
     const objects = [
       { apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a' } },
