@@ -1,6 +1,6 @@
-// Folds identical audit lines (same verdict, policy, rule, source IP, destination IP and port,
-// protocol) seen within one window (1 s) of the first into one line with a count. A line is
-// released when its window closes. Pure: the caller passes the time of each call.
+// Identical audit lines (same verdict, policy, rule, source IP, destination IP and port,
+// protocol): the first is written at once, and those of the next window (1 s) fold into one
+// line with a count, released when the window closes. Pure: the caller passes the time.
 
 import type { AuditTag } from '../calc/audit-tags.ts';
 import type { NflogEvent } from './pcap.ts';
@@ -11,30 +11,41 @@ import type { NflogEvent } from './pcap.ts';
 export function dedupeKey(tag: AuditTag, e: NflogEvent): string {
   const p = tag.policy;
   // JSON for the parts a name could make ambiguous; the rest are numbers, IPs and fixed words.
-  const policy = p === null ? `-${tag.reason ?? ''}${tag.isolatedBy ? JSON.stringify(tag.isolatedBy.map((r) => [r.namespace, r.name])) : ''}` : JSON.stringify([p.namespace, p.name, p.rule]);
+  const policy =
+    p === null
+      ? `-${tag.reason ?? ''}${tag.isolatedBy ? JSON.stringify(tag.isolatedBy.map((r) => [r.namespace, r.name])) : ''}`
+      : JSON.stringify('kind' in p ? [p.kind, p.name, p.tier, p.rule] : [p.namespace, p.name, p.rule]);
   return `${tag.verdict} ${tag.direction} ${policy} ${e.protocol} ${e.srcIp} ${e.dstIp} ${e.dstPort}`;
 }
 
 export interface Folded<T> {
-  /** What the first occurrence made. */
+  /** What the first occurrence folded into this line made. */
   readonly value: T;
   readonly count: number;
 }
 
+/** new: the first of its key with no window open; the caller writes it at once, and a window
+ *  opens. folded: counted into the open window's line. dropped: too many windows open. */
 export type AddResult = 'new' | 'folded' | 'dropped';
 
-interface Entry<T> {
-  value: T;
+interface Window<T> {
+  /** Built from the first occurrence folded in; undefined while none was. */
+  value: T | undefined;
   count: number;
   closesAt: number;
 }
 
+/** A key's first occurrence is written at once (the caller does it) and opens a window of
+ *  windowMs: the occurrences within it fold into one line, released when it closes. A window
+ *  that held some opens the next at once, so a flow that goes on makes one line a window; a
+ *  window that held none ends, and the key's next occurrence is written at once again. */
 export class Deduper<T> {
   readonly #windowMs: number;
   readonly #maxPending: number;
-  /** Insertion order is the order of first occurrence, so windows close from the front. */
-  readonly #open = new Map<string, Entry<T>>();
-  /** Lines whose window closed, taken out early (see add), released first by due(). */
+  /** Insertion order is the order of closing (a window opens `windowMs` after the time of the
+   *  call that opens it, never before an older one closes), so windows close from the front. */
+  readonly #open = new Map<string, Window<T>>();
+  /** Lines whose window closed, taken out by add, released first by due(). */
   #ready: Folded<T>[] = [];
 
   constructor(opts: { windowMs?: number; maxPending?: number } = {}) {
@@ -42,46 +53,38 @@ export class Deduper<T> {
     this.#maxPending = opts.maxPending ?? 100_000;
   }
 
-  /** Lines not yet released. */
+  /** Windows open and lines not yet released. */
   get size(): number {
     return this.#open.size + this.#ready.length;
   }
 
-  /** One occurrence at `now`; `make` builds the line only for a new one. A new line beyond
-   *  maxPending is dropped (the caller counts it). */
+  /** One occurrence at `now`; `make` builds the line of a window from its first occurrence.
+   *  A new key beyond maxPending open windows is dropped (the caller counts it). */
   add(key: string, now: number, make: () => T): AddResult {
+    this.#close(now);
     const open = this.#open.get(key);
-    if (open !== undefined && now < open.closesAt) {
+    if (open !== undefined) {
+      if (open.count === 0) open.value = make();
       open.count++;
       return 'folded';
     }
-    // Its window is over but the line not yet released: release it, and every older one
-    // (first-seen order), before the key is reused.
-    if (open !== undefined) {
-      this.#ready.push(...this.#take(now));
-      // Behind a younger window only when the clock went backwards: never overwrite it.
-      if (this.#open.get(key) === open) {
-        this.#open.delete(key);
-        this.#ready.push({ value: open.value, count: open.count });
-      }
-    }
     if (this.#open.size >= this.#maxPending) return 'dropped';
-    this.#open.set(key, { value: make(), count: 1, closesAt: now + this.#windowMs });
+    this.#open.set(key, { value: undefined, count: 0, closesAt: now + this.#windowMs });
     return 'new';
   }
 
-  /** When the oldest open window closes; undefined when nothing waits. */
+  /** When the oldest open window closes; undefined when none is open. */
   nextDue(): number | undefined {
     if (this.#ready.length > 0) return Number.NEGATIVE_INFINITY;
-    for (const e of this.#open.values()) return e.closesAt;
+    for (const w of this.#open.values()) return w.closesAt;
     return undefined;
   }
 
-  /** The lines whose window has closed by `now`, in first-seen order. */
+  /** The lines of the windows closed by `now`, in the order they closed. */
   due(now: number): Folded<T>[] {
+    this.#close(now);
     const out = this.#ready;
     this.#ready = [];
-    out.push(...this.#take(now));
     return out;
   }
 
@@ -89,18 +92,22 @@ export class Deduper<T> {
   flush(): Folded<T>[] {
     const out = this.#ready;
     this.#ready = [];
-    for (const e of this.#open.values()) out.push({ value: e.value, count: e.count });
+    for (const w of this.#open.values()) if (w.value !== undefined) out.push({ value: w.value, count: w.count });
     this.#open.clear();
     return out;
   }
 
-  #take(now: number): Folded<T>[] {
-    const out: Folded<T>[] = [];
-    for (const [key, e] of this.#open) {
-      if (e.closesAt > now) break;
+  /** Closes the windows whose end has come by `now`: a window that folded some releases its
+   *  line and opens the next from `now` (at the back, keeping the order); an empty one ends. */
+  #close(now: number): void {
+    const again: string[] = [];
+    for (const [key, w] of this.#open) {
+      if (w.closesAt > now) break;
       this.#open.delete(key);
-      out.push({ value: e.value, count: e.count });
+      if (w.value === undefined) continue;
+      this.#ready.push({ value: w.value, count: w.count });
+      again.push(key);
     }
-    return out;
+    for (const key of again) this.#open.set(key, { value: undefined, count: 0, closesAt: now + this.#windowMs });
   }
 }

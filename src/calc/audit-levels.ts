@@ -1,6 +1,7 @@
 // What a policy's rules log: its own annotation, else its namespace's, else the default.
+// A ClusterNetworkPolicy's: its own annotation, else the default.
 
-import type { AuditLevel, CompiledPolicy } from '../model/types.ts';
+import type { AuditLevel, CompiledClusterNetworkPolicy, CompiledPolicy } from '../model/types.ts';
 
 export class AuditLevels {
   readonly #default: AuditLevel;
@@ -21,5 +22,10 @@ export class AuditLevels {
 
   of(p: CompiledPolicy): AuditLevel {
     return p.audit ?? this.#byNamespace.get(p.namespace) ?? this.#default;
+  }
+
+  /** A ClusterNetworkPolicy belongs to no namespace: its own annotation, else the default. */
+  ofCluster(p: CompiledClusterNetworkPolicy): AuditLevel {
+    return p.audit ?? this.#default;
   }
 }

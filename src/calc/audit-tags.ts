@@ -4,6 +4,7 @@
 import type { Direction } from './rules.ts';
 
 export type { AuditLevel } from '../model/types.ts';
+import type { CnpTier } from '../model/types.ts';
 
 export type AuditVerdict = 'allow' | 'deny' | 'would-deny';
 
@@ -12,11 +13,21 @@ export interface PolicyRef {
   readonly name: string;
 }
 
+/** A rule of a ClusterNetworkPolicy (cluster-scoped: no namespace). */
+export interface ClusterPolicyRuleRef {
+  readonly kind: 'ClusterNetworkPolicy';
+  readonly name: string;
+  readonly tier: CnpTier;
+  /** Its index in spec.ingress or spec.egress; -1: the deny-all of an invalid policy. */
+  readonly rule: number;
+}
+
 export interface AuditTag {
   readonly verdict: AuditVerdict;
   readonly direction: Direction;
-  /** The rule that allowed the connection; null for a drop (or would-drop) no rule caused. */
-  readonly policy: (PolicyRef & { readonly rule: number }) | null;
+  /** The rule that allowed (or, for a ClusterNetworkPolicy, denied) the connection; null for a
+   *  drop (or would-drop) no rule caused. */
+  readonly policy: (PolicyRef & { readonly rule: number }) | ClusterPolicyRuleRef | null;
   /** Set when policy is null: no policy allows the connection to or from an isolated pod. */
   readonly reason?: 'default-deny';
   /** For default-deny: the policies that isolate the pod in this direction, sorted. */

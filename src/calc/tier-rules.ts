@@ -9,18 +9,23 @@
 import type { CnpAction, CompiledClusterNetworkPolicy, Family } from '../model/types.ts';
 import type { Action, Rule } from './desired.ts';
 import { mergedRules } from './merge.ts';
-import type { AllowAlternative, Direction, SetSpec } from './rules.ts';
-import { mergeable, resolveMatches, ruleAlternatives } from './rules.ts';
+import type { AllowAlternative, AuditRules, Direction, SetSpec } from './rules.ts';
+import { auditRule, mergeable, resolveMatches, ruleAlternatives } from './rules.ts';
 
 export type Tier = 'admin' | 'baseline';
 
 /** One way a rule of a policy matches a packet, with what the rule then does. */
 export interface TierStep {
   readonly action: CnpAction;
-  /** policy name and rule index, for comments. */
-  readonly policy: string;
+  readonly policy: CompiledClusterNetworkPolicy;
   readonly rule: number;
   readonly alt: AllowAlternative;
+}
+
+/** Audit rules for a tier chain: `logOf` gives the NFLOG action of a step whose policy is
+ *  audited for its action (never for Pass: it decides nothing), else undefined. */
+export interface TierAudit extends AuditRules {
+  readonly logOf: (step: TierStep) => Action | undefined;
 }
 
 /** The steps of the policies given (already in evaluation order) for one direction and family.
@@ -30,7 +35,7 @@ export function tierSteps(policies: readonly CompiledClusterNetworkPolicy[], dir
   for (const p of policies) {
     for (const rule of dir === 'ingress' ? p.ingress : p.egress) {
       for (const alt of ruleAlternatives(rule, rule.index, dir, family, dir === 'ingress' ? p.subject : null)) {
-        out.push({ action: rule.action, policy: p.name, rule: rule.index, alt });
+        out.push({ action: rule.action, policy: p, rule: rule.index, alt });
       }
     }
   }
@@ -49,8 +54,12 @@ export function tierAction(tier: Tier, action: CnpAction, tierAccept: string): A
   return { kind: 'return' };
 }
 
-/** The chain of one tier and direction for one pod. `useSet` names (and acquires) each set. */
-export function tierChainRules(tier: Tier, steps: readonly TierStep[], family: Family, tierAccept: string, useSet: (spec: SetSpec) => string): Rule[] {
+/**
+ * The chain of one tier and direction for one pod. `useSet` names (and acquires) each set.
+ * Within a run, audited steps come first, each alone behind its NFLOG rule, so a line names
+ * the policy and rule that decided; the others merge.
+ */
+export function tierChainRules(tier: Tier, steps: readonly TierStep[], family: Family, tierAccept: string, useSet: (spec: SetSpec) => string, audit?: TierAudit): Rule[] {
   const out: Rule[] = [];
   for (let i = 0; i < steps.length; ) {
     let j = i;
@@ -59,19 +68,27 @@ export function tierChainRules(tier: Tier, steps: readonly TierStep[], family: F
     i = j;
     const action = tierAction(tier, run[0].action, tierAccept);
     const verb = run[0].action.toLowerCase();
+    const comment = (s: TierStep) => `${tier} ${verb}: ${s.policy.name} rule ${s.rule}`;
+    const rest: TierStep[] = [];
+    for (const s of run) {
+      const log = audit?.logOf(s);
+      if (!audit || !log) {
+        rest.push(s);
+        continue;
+      }
+      const matches = resolveMatches(s.alt.matches, useSet);
+      out.push(auditRule(audit, matches, log, `${comment(s)} audit`), { matches, action, comment: comment(s) });
+    }
     out.push(
       ...mergedRules(
-        run.map((s) => s.alt),
+        rest.map((s) => s.alt),
         family,
         action,
         `${tier} ${verb}: merged peers`,
         useSet,
       ),
     );
-    for (const s of run) {
-      if (mergeable(s.alt)) continue;
-      out.push({ matches: resolveMatches(s.alt.matches, useSet), action, comment: `${tier} ${verb}: ${s.policy} rule ${s.rule}` });
-    }
+    for (const s of rest) if (!mergeable(s.alt)) out.push({ matches: resolveMatches(s.alt.matches, useSet), action, comment: comment(s) });
   }
   return out;
 }

@@ -19,7 +19,7 @@ import type { AllowAction, Direction, MarkBits, SetSpec } from './rules.ts';
 import { mergeable, workloadChainRules } from './rules.ts';
 import { mergedRules } from './merge.ts';
 import type { ClusterPolicies, TierSelection } from './cluster-policies.ts';
-import type { Tier } from './tier-rules.ts';
+import type { Tier, TierAudit, TierStep } from './tier-rules.ts';
 import { tierChainRules, tierSteps } from './tier-rules.ts';
 import type { ActiveSet, SetRegistry } from './set-registry.ts';
 import type { AuditWriting } from './tag-catalog.ts';
@@ -173,7 +173,7 @@ export class WorkloadChains {
         const name = names.tierChain(tier, dir, uid);
         const consulted = w && ip !== undefined && (tier === 'admin' || w[dir].length === 0);
         const policies = consulted ? w.tiers[tier] : [];
-        const rules = policies.length > 0 ? tierChainRules(tier, tierSteps(policies, dir, f), f, names.tierAccept, useSet) : [];
+        const rules = policies.length > 0 ? tierChainRules(tier, tierSteps(policies, dir, f), f, names.tierAccept, useSet, this.#tierAudit(dir, tags)) : [];
         if (rules.length === 0) chains.delete(f, name);
         else chains.set(f, name, rules);
         return rules.length > 0 ? name : null;
@@ -230,6 +230,23 @@ export class WorkloadChains {
       useSet,
     );
     return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
+  }
+
+  /** A ClusterNetworkPolicy rule logs what it denies at level deny, and what it accepts too at
+   *  level all; Pass decides nothing and is never logged. */
+  #tierAudit(dir: Direction, tags: string[]): TierAudit | undefined {
+    const audit = this.#d.audit;
+    if (!audit) return undefined;
+    const levels = this.#d.levels;
+    const logOf = ({ action, policy: p, rule }: TierStep) => {
+      const level = levels.ofCluster(p);
+      if (action === 'Pass' || level === 'off' || (action === 'Accept' && level !== 'all')) return undefined;
+      const verdict = action === 'Accept' ? 'allow' : 'deny';
+      const code = `${p.tier === 'Admin' ? 'T' : 'B'}${action === 'Accept' ? 'A' : 'D'}${dir === 'ingress' ? 'I' : 'E'}`;
+      const tag: AuditTag = { verdict, direction: dir, policy: { kind: 'ClusterNetworkPolicy', name: p.name, tier: p.tier, rule } };
+      return audit.tags.log(code, `${p.name}\n${dir}\n${rule}`, tag, tags);
+    };
+    return { ...audit.rules, logOf };
   }
 
   /** The default drop is logged when an isolating policy is audited; what audit-only policies

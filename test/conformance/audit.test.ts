@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { familyOf } from '../../src/model/types.ts';
 import { expectMatrix, type Cell } from '../../src/sim/prober.ts';
-import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, NODES, basePods, nsOf } from './harness.ts';
+import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, NODES, basePods, cnp, nsOf } from './harness.ts';
 import { and, from, ingress, egress, not, or, self, tcp, udp } from './predicates.ts';
 
 interface Line {
@@ -17,7 +17,7 @@ interface Line {
   node: string;
   verdict: string;
   direction: string;
-  policy: { namespace: string; name: string; rule: number } | null;
+  policy: { namespace: string; name: string; rule: number } | { kind: 'ClusterNetworkPolicy'; name: string; tier: string; rule: number } | null;
   reason?: string;
   isolatedBy?: { namespace: string; name: string }[];
   src: { ip: string; port: number; namespace: string; pod: string };
@@ -79,7 +79,11 @@ describe('audit log', () => {
       l.node,
       l.verdict,
       l.direction,
-      l.policy ? `${l.policy.namespace}/${l.policy.name}#${l.policy.rule}` : `default-deny by ${(l.isolatedBy ?? []).map((p) => `${p.namespace}/${p.name}`).join(',')}`,
+      l.policy
+        ? 'kind' in l.policy
+          ? `${l.policy.kind} ${l.policy.tier} ${l.policy.name}#${l.policy.rule}`
+          : `${l.policy.namespace}/${l.policy.name}#${l.policy.rule}`
+        : `default-deny by ${(l.isolatedBy ?? []).map((p) => `${p.namespace}/${p.name}`).join(',')}`,
       l.src.ip,
       l.src.namespace,
       l.src.pod,
@@ -195,6 +199,33 @@ describe('audit log', () => {
     await c.setPolicies({ metadata: { namespace: 'gamma', name: 'g-in' }, spec });
     await c.expect(ingress({ [G1]: fromAlpha }), 'annotation removed: enforced');
     assert.deepEqual(await newLines(), [], 'an enforced policy in a namespace not audited logs nothing');
+  });
+
+  test('a ClusterNetworkPolicy at level deny: its Admin Deny is logged naming policy, tier and rule; its Pass never is', async () => {
+    c.namespaceAnnotations = {};
+    await c.setPolicies(
+      cnp(
+        'alpha-guard',
+        {
+          tier: 'Admin',
+          priority: 3,
+          subject: { namespaces: { matchLabels: { team: 'a' } } },
+          ingress: [
+            { name: 'gamma-passes', action: 'Pass', from: [{ namespaces: { matchExpressions: [{ key: 'team', operator: 'DoesNotExist' }] } }] },
+            { name: 'no-beta', action: 'Deny', from: [{ namespaces: { matchLabels: { team: 'b' } } }] },
+          ],
+        },
+        { 'weir.dev/audit': 'deny' },
+      ),
+    );
+    await newLines();
+    const denied = (x: Cell) => (x.target === A1 || x.target === A2) && (x.source === B1 || x.source === B2);
+    await c.expect(not(denied), 'beta denied into alpha, gamma passed');
+    assertLines(
+      await newLines(),
+      (x) => (denied(x) ? { node: nodeOf(x.target), verdict: 'deny', direction: 'ingress', policy: { kind: 'ClusterNetworkPolicy', name: 'alpha-guard', tier: 'Admin', rule: 1 } } : null),
+      'admin deny into alpha',
+    );
   });
 
   test('no annotation anywhere: policies enforce and no line is written', async () => {

@@ -329,8 +329,8 @@ export function np(namespace: string, name: string, spec: unknown): unknown {
 }
 
 /** A ClusterNetworkPolicy object (policy.networking.k8s.io/v1beta1), for scenarios. */
-export function cnp(name: string, spec: unknown): unknown {
-  return { apiVersion: 'policy.networking.k8s.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name }, spec };
+export function cnp(name: string, spec: unknown, annotations?: Record<string, string>): unknown {
+  return { apiVersion: 'policy.networking.k8s.io/v1beta1', kind: 'ClusterNetworkPolicy', metadata: { name, ...(annotations ? { annotations } : {}) }, spec };
 }
 
 /** Every pod key of the fixed cast plus the external host, for predicates. */

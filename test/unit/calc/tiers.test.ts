@@ -62,4 +62,25 @@ describe('ClusterNetworkPolicy tiers', () => {
     assert.deepEqual(jumps(isolated), [names.workloadCommon, admin]);
     assert.equal(chain(isolated, base), undefined, 'no Baseline chain while a NetworkPolicy isolates the pod');
   });
+
+  test('audit: level deny logs Deny rules, level all Accept too, Pass never; the tag names policy, tier and rule', () => {
+    const audited = (level: string) => ({
+      ...clusterPolicy('guard', {
+        tier: 'Admin',
+        priority: 1,
+        subject: { namespaces: {} },
+        ingress: [
+          { action: 'Pass', from: [{ namespaces: { matchLabels: { team: 'x' } } }] },
+          { action: 'Accept', from: [{ namespaces: { matchLabels: { team: 'y' } } }] },
+          { action: 'Deny', from: [{ namespaces: {} }] },
+        ],
+      }),
+      annotations: { 'weir.dev/audit': level },
+    });
+    const logged = (c: Calculator) => (adminIn(c) ?? []).flatMap((r) => (r.action.kind === 'nflog' ? [c.auditCatalog.lookup(r.action.prefix)] : []));
+    const tag = (verdict: string, rule: number) => ({ verdict, direction: 'ingress', policy: { kind: 'ClusterNetworkPolicy', name: 'guard', tier: 'Admin', rule } });
+    assert.deepEqual(logged(calcWith([audited('deny')])), [tag('deny', 2)]);
+    assert.deepEqual(logged(calcWith([audited('all')])), [tag('allow', 1), tag('deny', 2)]);
+    assert.deepEqual(logged(calcWith([audited('off')])), []);
+  });
 });
