@@ -5,7 +5,7 @@
 // turn into a line is counted in weir_audit_lost_total.
 
 import type { Registry } from 'prom-client';
-import type { AuditCatalog, AuditTag, PolicyRef } from '../calc/audit-tags.ts';
+import type { AuditCatalog, AuditTag, ClusterPolicyRuleRef, PolicyRef } from '../calc/audit-tags.ts';
 import type { WeirError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import type { ModelEvent } from '../model/types.ts';
@@ -78,7 +78,7 @@ export interface AuditLine {
   readonly node: string;
   readonly verdict: AuditTag['verdict'];
   readonly direction: AuditTag['direction'];
-  readonly policy: { readonly namespace: string; readonly name: string; readonly rule: number } | null;
+  readonly policy: { readonly namespace: string; readonly name: string; readonly rule: number } | ClusterPolicyRuleRef | null;
   readonly reason?: 'default-deny';
   readonly isolatedBy?: readonly PolicyRef[];
   /** The first connection's source port when several were folded. */
@@ -140,7 +140,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
       node: config.node,
       verdict: tag.verdict,
       direction: tag.direction,
-      policy: tag.policy === null ? null : { namespace: tag.policy.namespace, name: tag.policy.name, rule: tag.policy.rule },
+      policy: policyOf(tag),
     };
     const why =
       tag.policy === null ? { ...(tag.reason ? { reason: tag.reason } : {}), ...(tag.isolatedBy ? { isolatedBy: tag.isolatedBy.map((r) => ({ namespace: r.namespace, name: r.name })) } : {}) } : {};
@@ -232,4 +232,12 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
     },
     stats: () => ({ linesWaiting: deduper.size, addresses: addresses.size, deletedAddresses: addresses.deletedSize }),
   };
+}
+
+/** The line's policy: a NetworkPolicy rule, a ClusterNetworkPolicy rule with its tier, or none. */
+function policyOf(tag: AuditTag): AuditLine['policy'] {
+  const p = tag.policy;
+  if (p === null) return null;
+  if ('kind' in p) return { kind: p.kind, name: p.name, tier: p.tier, rule: p.rule };
+  return { namespace: p.namespace, name: p.name, rule: p.rule };
 }
