@@ -14,6 +14,8 @@
 #   cluster.sh node-exec NODE CMD...     run CMD inside NODE (its network, mount and PID
 #                                        namespaces): what a shell on that node would run
 #   cluster.sh e2e-binary                the path of the upstream e2e NetworkPolicy specs' binary
+#   cluster.sh npapi-binary              the path of the upstream ClusterNetworkPolicy
+#                                        conformance tests' binary (sigs.k8s.io/network-policy-api)
 #   cluster.sh restart NODE DAEMON       kill DAEMON (flanneld or kube-proxy) on NODE and
 #                                        start it again
 #
@@ -49,6 +51,9 @@ service_cidr=10.96.0.0/16
 first_service_ip=10.96.0.1
 pause_image=registry.k8s.io/pause:3.10.1
 agnhost_image=registry.k8s.io/e2e-test-images/agnhost:2.59
+# The tag the network-policy-api conformance manifests name: the same image, as every command
+# they run (connect, serve-hostname, netexec, porter, pause) is in 2.59 with the same flags.
+agnhost_npapi_image=registry.k8s.io/e2e-test-images/agnhost:2.45
 
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -101,7 +106,7 @@ fresh() {
 build_go_tools() {
   local b build_log=$cache_root/build.log stamp
   b=$(bin)
-  local cp="$repo/hack/controlplane" e2e="$repo/hack/e2e" fl="$repo/hack/flannel"
+  local cp="$repo/hack/controlplane" e2e="$repo/hack/e2e" fl="$repo/hack/flannel" np="$repo/hack/npapi"
   stamp=$(stamp_of "$cp/cluster.mod" "$cp/cluster.sum")
   if ! fresh cluster "$stamp" kubelet kube-controller-manager kube-scheduler agnhost; then
     log "building kubelet, kube-controller-manager, kube-scheduler and agnhost $(k8s_version) (log $build_log)"
@@ -114,6 +119,11 @@ build_go_tools() {
     go_build "the upstream e2e NetworkPolicy specs" "$e2e" go.mod "$build_log" test -c -o "$b/e2e-netpol.test" .
     echo "$stamp" >"$b/e2e.stamp"
   fi
+  stamp=$(stamp_of "$np/go.mod" "$np/go.sum" "$np"/*.go)
+  if ! fresh npapi "$stamp" npapi-conformance.test; then
+    go_build "the upstream ClusterNetworkPolicy conformance tests" "$np" go.mod "$build_log" test -c -o "$b/npapi-conformance.test" .
+    echo "$stamp" >"$b/npapi.stamp"
+  fi
   stamp=$(stamp_of "$fl/go.mod" "$fl/go.sum" "$fl/cni.mod" "$fl/cni.sum")
   if ! fresh flannel "$stamp" flanneld flannel; then
     # flanneld's udp backend is cgo, as in Flannel's own builds.
@@ -124,7 +134,8 @@ build_go_tools() {
 }
 
 # oci_image ROOTFS_DIR NAME ENTRYPOINT...: a one-layer image as a docker archive named NAME
-# (what `ctr images import` reads with its name), in $(bin)/images.
+# (what `ctr images import` reads with its name), in $(bin)/images; its default arguments are
+# the words of $cmd, if set.
 oci_image() {
   local rootfs=$1 name=$2 work out
   shift 2
@@ -137,6 +148,7 @@ oci_image() {
   local args=(--image "$work/oci:img" --os linux --architecture "$(dpkg --print-architecture)" --clear config.entrypoint)
   local s
   for s in "$@"; do args+=(--config.entrypoint "$s"); done
+  for s in ${cmd:-}; do args+=(--config.cmd "$s"); done
   umoci config "${args[@]}" >/dev/null
   mkdir -p "$(bin)/images"
   rm -f "$out"
@@ -158,9 +170,14 @@ build_images() {
     'int main(void) { signal(SIGINT, done); signal(SIGTERM, done); for (;;) pause(); }' >"$root/pause.c"
   gcc -static -O2 -o "$root/pause/pause" "$root/pause.c" || die "gcc -static failed (is libc6-dev installed?)"
   oci_image "$root/pause" "$pause_image" /pause
-  mkdir -p "$root/agnhost/tmp"
+  # As upstream's agnhost image: a shell (the conformance manifests run `/bin/bash -c`), and
+  # `pause` when a container gives no command (their client containers).
+  mkdir -p "$root/agnhost/tmp" "$root/agnhost/bin"
   cp "$b/agnhost" "$root/agnhost/agnhost"
-  oci_image "$root/agnhost" "$agnhost_image" /agnhost
+  cp /bin/bash-static "$root/agnhost/bin/bash"
+  ln -s bash "$root/agnhost/bin/sh"
+  cmd=pause oci_image "$root/agnhost" "$agnhost_image" /agnhost
+  cmd=pause oci_image "$root/agnhost" "$agnhost_npapi_image" /agnhost
   rm -rf "$root"
   echo "$stamp" >"$b/images.stamp"
 }
@@ -169,13 +186,14 @@ ensure_packages() {
   local missing=() tool
   for tool in containerd runc socat tini gcc umoci skopeo nsenter unshare etcd openssl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
   [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+  [ -x /bin/bash-static ] || missing+=(bash-static)
   [ "${#missing[@]}" -eq 0 ] && return
   [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root to install them"
   log "installing Debian packages for ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends containerd runc containernetworking-plugins socat tini gcc libc6-dev \
-    umoci skopeo util-linux etcd-server openssl >/dev/null
+    umoci skopeo util-linux etcd-server openssl bash-static >/dev/null
 }
 
 cmd_build() {
@@ -772,6 +790,7 @@ case "${1:-}" in
   load-image) cmd_load_image "${2:?usage: cluster.sh load-image ARCHIVE NAME}" "${3:?usage: cluster.sh load-image ARCHIVE NAME}" ;;
   node-exec) i=$(node_index "${2:?usage: cluster.sh node-exec NODE CMD...}"); shift 2; in_node "$i" "$@" ;;
   e2e-binary) echo "$(bin)/e2e-netpol.test" ;;
+  npapi-binary) echo "$(bin)/npapi-conformance.test" ;;
   restart) cmd_restart "${2:?usage: cluster.sh restart NODE DAEMON}" "${3:?usage: cluster.sh restart NODE DAEMON}" ;;
-  *) die "usage: cluster.sh build | up | down | purge | status | load-image ARCHIVE NAME | node-exec NODE CMD... | e2e-binary | restart NODE DAEMON" ;;
+  *) die "usage: cluster.sh build | up | down | purge | status | load-image ARCHIVE NAME | node-exec NODE CMD... | e2e-binary | npapi-binary | restart NODE DAEMON" ;;
 esac
