@@ -15,16 +15,15 @@ import { compilePolicy, PolicyParts } from '../model/policy.ts';
 import { compileClusterNetworkPolicy } from '../model/cluster-network-policy.ts';
 import { ClusterPolicies } from './cluster-policies.ts';
 import { tierAcceptRules } from './tier-rules.ts';
-import type { AuditLevel, CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Enforcement, Family, Pod } from '../model/types.ts';
+import type { AuditLevel, CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Pod } from '../model/types.ts';
 import type { AuditCatalog } from './audit-tags.ts';
 import { AuditLevels } from './audit-levels.ts';
+import type { CalcConfig, PolicyReport } from './config.ts';
 import { ChainStore } from './chain-store.ts';
 import { Changes } from './changes.ts';
 import type { DesiredDataplane, Dirty } from './desired.ts';
 import { DispatchTree } from './dispatch.ts';
-import type { Names } from './names.ts';
 import { PolicyChains } from './policy-chains.ts';
-import type { AllowAction, MarkBits } from './rules.ts';
 import { acceptChainRules, topChainRules, workloadCommonRules } from './rules.ts';
 import { SetRegistry } from './set-registry.ts';
 import { TagCatalog } from './tag-catalog.ts';
@@ -32,48 +31,7 @@ import type { AuditWriting } from './tag-catalog.ts';
 import { WorkloadChains } from './workloads.ts';
 
 export { AUDIT_COPY_BYTES } from './tag-catalog.ts';
-
-export interface CalcConfig {
-  readonly nodeName: string;
-  readonly names: Names;
-  readonly families: readonly Family[];
-  readonly marks: MarkBits;
-  /** The bridge local pods hang off; traffic through it of no known pod is dropped. Default
-   *  '' (none): then only this node's pod CIDRs fail closed. */
-  readonly podBridge?: string;
-  /** Default ACCEPT. */
-  readonly allowAction?: AllowAction;
-  /** Bind each local pod's address to its bridge port (PodInterface events): a pod may send
-   *  only from its own address through its own port, and not before its port is known. */
-  readonly sourceBinding?: boolean;
-  /** Audit log rules (NFLOG); absent: none are written, and audit-only policies only stay
-   *  unenforced. */
-  readonly audit?: AuditConfig;
-}
-
-export interface AuditConfig {
-  /** The NFLOG group the agent's reader listens on. */
-  readonly group: number;
-  /** The level of policies whose namespace and own annotations say nothing. */
-  readonly defaultLevel: AuditLevel;
-  /** Kernel-side cap on events per second on this node, per family (one bucket for every rule). */
-  readonly perSecond: number;
-  readonly burst: number;
-}
-
-/** What the status reporter and logs want to know about a policy on this node. */
-export interface PolicyReport {
-  readonly key: string;
-  readonly uid: string;
-  readonly generation: number;
-  readonly errors: CompiledPolicy['errors'];
-  /** Local pods it selects. */
-  readonly localPods: number;
-  /** 'audit': evaluated and logged, never enforced. */
-  readonly enforcement: Enforcement;
-  /** What its rules log on this node (its annotation, else its namespace's, else the default). */
-  readonly auditLevel: AuditLevel;
-}
+export type { AuditConfig, CalcConfig, PolicyReport } from './config.ts';
 
 export class Calculator {
   readonly #cfg: CalcConfig;
