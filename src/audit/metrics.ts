@@ -26,7 +26,11 @@ export function createAuditMetrics(registry: Registry): AuditMetrics {
       labelNames: ['verdict'],
       registers,
     }),
-    lines: new Counter({ name: 'weir_audit_lines_total', help: 'Audit lines written (identical events within one second make one line)', registers }),
+    lines: new Counter({
+      name: 'weir_audit_lines_total',
+      help: "Audit lines written (a flow's first event makes a line at once; its later events of each second make one more)",
+      registers,
+    }),
     lost: new Counter({
       name: 'weir_audit_lost_total',
       help: 'Audit events or lines lost, by where: queue (kernel queue to the reader overflowed), malformed, unknown-prefix, overflow (too many lines waiting), write (file), ratelimit',
@@ -37,7 +41,7 @@ export function createAuditMetrics(registry: Registry): AuditMetrics {
     readerRestarts: new Counter({ name: 'weir_audit_reader_restarts_total', help: 'Audit reader (tcpdump) restarts after it exited or wrote a corrupt stream', registers }),
     readDelay: new Histogram({
       name: 'weir_audit_read_delay_seconds',
-      help: "Time from the kernel's timestamp of a logged packet to the agent reading it (the line follows when its one-second window closes)",
+      help: "Time from the kernel's timestamp of a logged packet to the agent reading it (a flow's first line is written then; later events wait for their one-second window)",
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers,
     }),

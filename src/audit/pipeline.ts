@@ -1,8 +1,8 @@
-// The audit log: reader -> catalog.lookup(prefix) -> pod names -> one-second deduplication ->
-// JSON lines in a rotated file. A side stage: the agent hands it the model's events
-// (applyModel, cheap and synchronous) and it reads calc's catalog; it never calls into the
-// reconcile loop, and nothing it does can fail or delay enforcement. Every event it cannot
-// turn into a line is counted in weir_audit_lost_total.
+// The audit log: reader -> catalog.lookup(prefix) -> pod names -> deduplication (a flow's first
+// line at once, the rest of each second folded into one) -> JSON lines in a rotated file. A side
+// stage: the agent hands it the model's events (applyModel, cheap and synchronous) and it reads
+// calc's catalog; it never calls into the reconcile loop, and nothing it does can fail or delay
+// enforcement. Every event it cannot turn into a line is counted in weir_audit_lost_total.
 
 import type { Registry } from 'prom-client';
 import type { AuditCatalog, AuditTag, ClusterPolicyRuleRef, PolicyRef } from '../calc/audit-tags.ts';
@@ -39,7 +39,8 @@ export interface AuditLogConfig {
   readonly tcpdump?: readonly string[];
   /** The user tcpdump runs as (the reader's `user`): default 'tcpdump' when the agent is root. */
   readonly tcpdumpUser?: string | null;
-  /** Identical lines within this window of the first become one line. Default 1000 ms. */
+  /** After a flow's first line, written at once, its events of each window are folded into one
+   *  line. Default 1000 ms. */
   readonly dedupeWindowMs?: number;
   /** Deleted pods' addresses stay named: how many, how long. Default 10,000 and 5 min. */
   readonly deletedPods?: { readonly max?: number; readonly ttlMs?: number };
@@ -73,7 +74,7 @@ export interface Endpoint {
 
 /** One line of the audit log, in the order its fields are written. */
 export interface AuditLine {
-  /** RFC 3339, milliseconds, UTC: the kernel's time of the first connection of the line. */
+  /** RFC 3339, milliseconds, UTC: the kernel's time of the line's first connection. */
   readonly time: string;
   readonly node: string;
   readonly verdict: AuditTag['verdict'];
@@ -81,11 +82,12 @@ export interface AuditLine {
   readonly policy: { readonly namespace: string; readonly name: string; readonly rule: number } | ClusterPolicyRuleRef | null;
   readonly reason?: 'default-deny';
   readonly isolatedBy?: readonly PolicyRef[];
-  /** The first connection's source port when several were folded. */
+  /** The source port of the line's first connection. */
   readonly src: Endpoint;
   readonly dst: Endpoint;
   readonly protocol: string;
-  /** Connections this line stands for. */
+  /** Connections this line stands for: 1 for a flow's first line, written at once; the
+   *  connections of a window for a line that folds them. */
   count: number;
 }
 
@@ -147,6 +149,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
     return { ...base, ...why, src: endpoint(e.srcIp, e.srcPort), dst: endpoint(e.dstIp, e.dstPort), protocol: e.protocol, count: 1 };
   };
 
+  /** Lines whose window closed, with the count each folded. */
   const write = (released: readonly { value: AuditLine; count: number }[]) => {
     for (const { value, count } of released) {
       value.count = count;
@@ -175,9 +178,12 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
   const handlers: ReaderHandlers = {
     events(batch) {
       const now = clock.now();
+      // Lines of windows already over go out before this batch's first lines.
+      write(deduper.due(now));
       const verdicts = { allow: 0, deny: 0, 'would-deny': 0 };
       let unknown = 0;
       let overflow = 0;
+      let first = 0;
       for (const e of batch) {
         const tag = catalog.lookup(e.prefix);
         if (tag === undefined) {
@@ -191,8 +197,14 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
         verdicts[tag.verdict]++;
         const delay = (now - e.time) / 1000;
         if (delay >= 0) metrics.readDelay.observe(delay);
-        if (deduper.add(dedupeKey(tag, e), now, () => lineOf(e, tag)) === 'dropped') overflow++;
+        const added = deduper.add(dedupeKey(tag, e), now, () => lineOf(e, tag));
+        if (added === 'new') {
+          // A flow's first line does not wait for its window.
+          writer.write(JSON.stringify(lineOf(e, tag)));
+          first++;
+        } else if (added === 'dropped') overflow++;
       }
+      if (first > 0) metrics.lines.inc(first);
       for (const [verdict, n] of Object.entries(verdicts)) if (n > 0) metrics.events.inc({ verdict }, n);
       if (unknown > 0) metrics.lost.inc({ where: 'unknown-prefix' }, unknown);
       if (overflow > 0) metrics.lost.inc({ where: 'overflow' }, overflow);

@@ -21,6 +21,26 @@ export function nflogRule(group: number, prefix: string): string[] {
   return ['-A', 'INPUT', '-m', 'conntrack', '--ctstate', 'NEW', '-j', 'NFLOG', '--nflog-group', String(group), '--nflog-prefix', prefix, '--nflog-size', '128', '--nflog-threshold', '1'];
 }
 
+/** n UDP datagrams from one socket of a to distinct ports of host: as fast as the socket takes
+ *  them, or `perSecond` a second (a batch every 50 ms). */
+export const BURST = `
+import dgram from 'node:dgram';
+const [host, n, first, perSecond] = [process.argv[1], Number(process.argv[2]), Number(process.argv[3]), Number(process.argv[4] ?? 0)];
+const batch = perSecond > 0 ? Math.max(1, Math.round(perSecond / 20)) : 500;
+const s = dgram.createSocket('udp4');
+s.bind(39999, async () => {
+  const t = process.hrtime.bigint();
+  let failed = 0;
+  for (let i = 0; i < n; i += batch) {
+    const due = Number(t / 1000000n) + (i / batch) * 50;
+    if (perSecond > 0) await new Promise((ok) => setTimeout(ok, Math.max(0, due - Number(process.hrtime.bigint() / 1000000n))));
+    await Promise.all(Array.from({ length: Math.min(batch, n - i) }, (_, j) => new Promise((ok) => s.send('x', first + i + j, host, (err) => { if (err) failed++; ok(); }))));
+  }
+  console.log(JSON.stringify({ seconds: Number(process.hrtime.bigint() - t) / 1e9, failed }));
+  s.close();
+});
+`;
+
 export async function createNflogPair(nsPrefix: string, group: number, prefix = 'weir:AI:test'): Promise<NflogPair> {
   const a = `${nsPrefix}a`;
   const b = `${nsPrefix}b`;

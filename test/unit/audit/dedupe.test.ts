@@ -33,92 +33,95 @@ test('the key is verdict, direction, policy, rule, reason, isolating policies, s
   assert.notEqual(dedupeKey(denyBy(['a|b']), event), dedupeKey(denyBy(['a', 'b']), event));
 });
 
-test('identical lines within one second of the first become one line with their count, written when the window closes', () => {
+test("a key's first occurrence is new (the caller writes it at once); the next ones within its window fold into one line, made from the first of them, released when the window closes", () => {
   const d = new Deduper<string>();
-  assert.equal(
-    d.add('k', 1_000, () => 'first'),
-    'new',
-  );
-  assert.equal(
-    d.add('k', 1_400, () => 'second'),
-    'folded',
-  );
-  assert.equal(
-    d.add('k', 1_999, () => 'third'),
-    'folded',
-  );
+  const made: string[] = [];
+  const make = (v: string) => () => {
+    made.push(v);
+    return v;
+  };
+  assert.equal(d.add('k', 1_000, make('first')), 'new');
+  assert.deepEqual(made, [], 'the first occurrence needs no line kept');
+  assert.equal(d.add('k', 1_400, make('second')), 'folded');
+  assert.equal(d.add('k', 1_999, make('third')), 'folded');
+  assert.deepEqual(made, ['second']);
   assert.deepEqual(d.due(1_999), []);
   assert.equal(d.nextDue(), 2_000);
-  assert.deepEqual(d.due(2_000), [{ value: 'first', count: 3 }]);
-  assert.equal(d.size, 0);
-  assert.equal(d.nextDue(), undefined);
+  assert.deepEqual(d.due(2_000), [{ value: 'second', count: 2 }]);
 });
 
-test('the same line after the window closed starts a new one', () => {
+test('a window that folded some opens the next; one that folded none ends it, and the next occurrence is new again', () => {
   const d = new Deduper<string>();
   d.add('k', 0, () => 'a');
-  d.add('k', 1_000, () => 'b'); // the first window [0, 1000) is over
-  assert.deepEqual(d.due(1_000), [{ value: 'a', count: 1 }]);
-  d.add('k', 1_500, () => 'c');
-  assert.deepEqual(d.due(2_000), [{ value: 'b', count: 2 }]);
+  d.add('k', 500, () => 'b');
+  assert.deepEqual(d.due(1_000), [{ value: 'b', count: 1 }]);
+  assert.equal(d.size, 1, 'the next window is open');
+  assert.equal(d.nextDue(), 2_000);
+  assert.deepEqual(d.due(2_000), [], 'an empty window writes nothing');
+  assert.equal(d.size, 0);
+  assert.equal(d.nextDue(), undefined);
+  assert.equal(
+    d.add('k', 2_500, () => 'c'),
+    'new',
+  );
 });
 
-test('different lines are kept apart and come out in the order they were first seen', () => {
+test('an occurrence at or after the end of its window, before due() ran, closes that window first and folds into the next', () => {
+  const d = new Deduper<string>();
+  d.add('k', 0, () => 'a');
+  d.add('k', 100, () => 'b');
+  assert.equal(
+    d.add('k', 1_000, () => 'c'),
+    'folded',
+  );
+  assert.deepEqual(d.due(1_000), [{ value: 'b', count: 1 }]);
+  assert.deepEqual(d.due(2_000), [{ value: 'c', count: 1 }]);
+});
+
+test('different keys are kept apart and their lines come out in the order their windows close', () => {
   const d = new Deduper<string>();
   d.add('x', 0, () => 'x');
   d.add('y', 10, () => 'y');
   d.add('x', 20, () => 'x2');
+  d.add('y', 30, () => 'y2');
   d.add('z', 900, () => 'z');
+  d.add('z', 950, () => 'z2');
   assert.deepEqual(d.due(1_500), [
-    { value: 'x', count: 2 },
-    { value: 'y', count: 1 },
+    { value: 'x2', count: 1 },
+    { value: 'y2', count: 1 },
   ]);
-  assert.deepEqual(d.flush(), [{ value: 'z', count: 1 }]);
+  assert.deepEqual(d.flush(), [{ value: 'z2', count: 1 }], 'flush writes the open windows that folded some');
   assert.equal(d.size, 0);
 });
 
-test('at most maxPending distinct lines wait; more are dropped and said so, repeats of waiting ones still fold', () => {
+test('at most maxPending windows are open; a new key beyond them is dropped and said so, repeats of open ones still fold', () => {
   const d = new Deduper<string>({ maxPending: 2 });
-  assert.equal(
-    d.add('a', 0, () => 'a'),
-    'new',
+  assert.deepEqual(
+    ['a', 'b', 'c'].map((k) => d.add(k, 0, () => k)),
+    ['new', 'new', 'dropped'],
   );
   assert.equal(
-    d.add('b', 0, () => 'b'),
-    'new',
-  );
-  assert.equal(
-    d.add('c', 0, () => 'c'),
-    'dropped',
-  );
-  assert.equal(
-    d.add('a', 1, () => 'a'),
+    d.add('a', 1, () => 'a2'),
     'folded',
   );
-  assert.deepEqual(d.flush(), [
-    { value: 'a', count: 2 },
-    { value: 'b', count: 1 },
-  ]);
+  assert.deepEqual(d.flush(), [{ value: 'a2', count: 1 }]);
 });
 
-test('a clock going backwards never holds a line longer than one window after its first', () => {
+test('with a window of 0 every occurrence is new: nothing is folded', () => {
+  const d = new Deduper<string>({ windowMs: 0 });
+  assert.deepEqual(
+    [0, 0, 0, 1].map((t) => d.add('k', t, () => 'v')),
+    ['new', 'new', 'new', 'new'],
+  );
+  assert.deepEqual(d.flush(), []);
+});
+
+test('a clock going backwards loses no occurrence: it folds into the open window', () => {
   const d = new Deduper<string>({ windowMs: 1_000 });
   d.add('k', 5_000, () => 'a');
-  d.add('k', 4_000, () => 'b');
-  assert.deepEqual(d.due(6_000), [{ value: 'a', count: 2 }]);
-});
-
-test('a line whose window closed behind a younger one (the clock went backwards) is released, never overwritten', () => {
-  const d = new Deduper<string>({ windowMs: 1_000 });
-  d.add('late', 5_000, () => 'late'); // closes at 6000
-  d.add('k', 3_000, () => 'k'); // closes at 4000, behind 'late'
   assert.equal(
-    d.add('k', 4_500, () => 'k2'),
-    'new',
+    d.add('k', 4_000, () => 'b'),
+    'folded',
   );
-  assert.deepEqual(d.flush(), [
-    { value: 'k', count: 1 },
-    { value: 'late', count: 1 },
-    { value: 'k2', count: 1 },
-  ]);
+  assert.deepEqual(d.due(6_000), [{ value: 'b', count: 1 }]);
 });

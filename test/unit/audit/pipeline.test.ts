@@ -14,8 +14,8 @@ import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
 import type { AuditReader, ReaderHandlers, ReaderState } from '../../../src/audit/reader.ts';
 import type { AuditCatalog, AuditTag } from '../../../src/calc/audit-tags.ts';
 import { silentLogger } from '../../../src/log.ts';
-import type { Clock } from '../../../src/clock.ts';
 import { untilPasses } from '../../support/eventually.ts';
+import { FakeClock } from '../../support/fake-clock.ts';
 import { pod, up } from './fixtures.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/nflog-le.pcap', import.meta.url));
@@ -23,34 +23,8 @@ const root = await mkdtemp(join(tmpdir(), 'weir-audit-pipeline-'));
 after(() => rm(root, { recursive: true, force: true }));
 let seq = 0;
 
-/** A clock whose time moves only when the test says; timers fire as it passes them. */
-function manualClock(start = 1_000_000): Clock & { advance(ms: number): void } {
-  let now = start;
-  let timers: { at: number; fn: () => void; id: number }[] = [];
-  let ids = 0;
-  return {
-    now: () => now,
-    setTimeout: (fn, ms) => {
-      const id = ids++;
-      timers.push({ at: now + ms, fn, id });
-      return id;
-    },
-    clearTimeout: (id) => {
-      timers = timers.filter((t) => t.id !== id);
-    },
-    advance(ms: number) {
-      const until = now + ms;
-      for (;;) {
-        const next = timers.filter((t) => t.at <= until).sort((a, b) => a.at - b.at)[0];
-        if (next === undefined) break;
-        timers = timers.filter((t) => t !== next);
-        now = next.at;
-        next.fn();
-      }
-      now = until;
-    },
-  };
-}
+/** The pipeline's clock: its windows' timers run only when the test moves time on. */
+const fakeClock = () => new FakeClock(1_000_000);
 
 /** A reader the test drives: it hands events and states to the pipeline's handlers. */
 function testReader() {
@@ -155,39 +129,73 @@ test("a real child's pcap stream becomes exactly one line per connection, with t
   assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 0 });
 });
 
-test('identical connections within one second are one line with their count, written when the second is over', async () => {
-  const clock = manualClock();
+test("a flow's first connection is written at once; its later ones within the second fold into one line, written when the second is over", async () => {
+  const clock = fakeClock();
   const r = testReader();
   const cfg = config();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  const registry = new Registry();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
   await audit.start();
   r.emit([event({ srcPort: 40001 })]);
+  // No time passes: the line is out as soon as the writer's turn of the event loop has run.
+  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 1));
+  const [first] = await readLines(cfg.file);
+  assert.deepEqual([first.count, first.src.port, first.time], [1, 40001, '2026-11-24T06:44:19.890Z']);
   clock.advance(400);
-  r.emit([event({ srcPort: 40002 }), event({ dstPort: 9090 })]);
+  r.emit([event({ srcPort: 40002, time: Date.UTC(2026, 10, 24, 6, 44, 20, 290) }), event({ dstPort: 9090 })]);
   clock.advance(500);
   r.emit([event({ srcPort: 40003 })]);
   clock.advance(99);
+  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 2)); // 9090's first line
   await new Promise((res) => setTimeout(res, 50));
-  assert.deepEqual(await readLines(cfg.file), [], 'written before its second was over');
+  assert.equal((await readLines(cfg.file)).length, 2, 'the folded line was written before its second was over');
   clock.advance(1);
-  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 1));
-  const [first] = await readLines(cfg.file);
-  assert.equal(first.count, 3);
-  assert.equal(first.src.port, 40001);
-  assert.equal(first.time, '2026-11-24T06:44:19.890Z');
-  clock.advance(400); // the 9090 line's second is over too
+  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 3));
+  const folded = (await readLines(cfg.file))[2];
+  // The line stands for the connections after the first: the time and source port of the first of them.
+  assert.deepEqual([folded.dst.port, folded.count, folded.src.port, folded.time], [8080, 2, 40002, '2026-11-24T06:44:20.290Z']);
+  clock.advance(400); // 9090's second is over too, with nothing folded: no line
   await audit.stop();
   assert.deepEqual(
     (await readLines(cfg.file)).map((l) => [l.dst.port, l.count]),
     [
-      [8080, 3],
+      [8080, 1],
       [9090, 1],
+      [8080, 2],
+    ],
+  );
+  assert.deepEqual(await metric(registry, 'weir_audit_lines_total'), { '': 3 });
+  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 4 });
+});
+
+test('a flow that goes on makes its first line at once and then one line a second; after a quiet second its next connection is written at once again', async () => {
+  const clock = fakeClock();
+  const r = testReader();
+  const cfg = config();
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  await audit.start();
+  for (let i = 0; i < 25; i++) {
+    r.emit([event({ srcPort: 40000 + i })]);
+    clock.advance(100);
+  }
+  clock.advance(2000); // the third second folds the last five; the fourth is quiet and ends the flow
+  r.emit([event({ srcPort: 41000 })]);
+  await untilPasses(async () => assert.equal((await readLines(cfg.file)).length, 5));
+  await audit.stop();
+  assert.deepEqual(
+    (await readLines(cfg.file)).map((l) => [l.src.port, l.count]),
+    [
+      [40000, 1],
+      [40001, 9],
+      [40010, 10],
+      [40020, 5],
+      [41000, 1],
     ],
   );
 });
 
 test('a drop no policy explains: policy null, reason default-deny and the isolating policies; addresses of no pod have empty names', async () => {
-  const clock = manualClock();
+  const clock = fakeClock();
   const r = testReader();
   const cfg = config();
   const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AD:x': DENY }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
@@ -220,7 +228,7 @@ test('an event of a prefix the catalog does not know is counted and dropped, nev
   const r = testReader();
   const cfg = config();
   const registry = new Registry();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: manualClock(), reader: r.reader });
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader });
   await audit.start();
   r.emit([event({ prefix: 'weir:AI:gone' }), event({ prefix: 'someone-else' }), event()]);
   await audit.stop();
@@ -233,7 +241,7 @@ test('an event of a prefix the catalog does not know is counted and dropped, nev
 });
 
 test('a connection seen just after its pod was deleted is still named; a reused IP names its new pod', async () => {
-  const clock = manualClock();
+  const clock = fakeClock();
   const r = testReader();
   const cfg = config();
   const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
@@ -255,7 +263,7 @@ test('a connection seen just after its pod was deleted is still named; a reused 
 test("the reader's state and losses become metrics: up, restarts, and lost by where", async () => {
   const r = testReader();
   const registry = new Registry();
-  const audit = createAuditLog({ config: config(), catalog: catalogOf({}), registry, log: silentLogger(), clock: manualClock(), reader: r.reader });
+  const audit = createAuditLog({ config: config(), catalog: catalogOf({}), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader });
   await audit.start();
   assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 1 });
   const h = r.handlers();
@@ -280,7 +288,7 @@ test('a file that cannot be written costs lines (counted as lost where=write), n
   const registry = new Registry();
   const errors: unknown[] = [];
   const cfg = config({ file: join(dir, 'blocked', 'audit.log') });
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: manualClock(), reader: r.reader, onError: (e) => errors.push(e) });
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader, onError: (e) => errors.push(e) });
   await audit.start();
   assert.doesNotThrow(() => r.emit([event(), event({ dstPort: 1 })]));
   await audit.stop();
@@ -292,7 +300,7 @@ test('more distinct lines than may wait in one second are dropped and counted (w
   const r = testReader();
   const registry = new Registry();
   const cfg = config({ rate: 10 }); // at most 8 x 10 lines wait
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: manualClock(), reader: r.reader });
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader });
   await audit.start();
   r.emit(Array.from({ length: 100 }, (_, i) => event({ dstPort: 1000 + i })));
   await audit.stop();
