@@ -4,6 +4,7 @@
 
 import type { PolicyRef, NodeStatus } from './node-status.ts';
 import type { PolicyStatus } from './policy-status.ts';
+import type { Condition } from './conditions.ts';
 import { rfc3339 } from './conditions.ts';
 
 export const GROUP = 'weir.dev';
@@ -13,6 +14,11 @@ export const NODE_KIND = 'NodePolicyStatus';
 export const POLICY_KIND = 'NetworkPolicyStatus';
 export const NODE_PLURAL = 'nodepolicystatuses';
 export const POLICY_PLURAL = 'networkpolicystatuses';
+
+/** SIG Network's ClusterNetworkPolicy (network-policy-api v0.3.0), whose own status Weir writes. */
+export const CLUSTER_POLICY_API_VERSION = 'policy.networking.k8s.io/v1beta1';
+export const CLUSTER_POLICY_KIND = 'ClusterNetworkPolicy';
+export const CLUSTER_POLICY_PLURAL = 'clusternetworkpolicies';
 
 /** The aggregator's field manager; each agent uses agentFieldManager(node). */
 export const AGGREGATOR_FIELD_MANAGER = 'weir-aggregator';
@@ -46,6 +52,14 @@ export function policyStatusPath(namespace: string, name: string, subresource?: 
 /** Every NetworkPolicyStatus, all namespaces. */
 export function policyStatusListPath(): string {
   return `/apis/${API_VERSION}/${POLICY_PLURAL}`;
+}
+
+export function clusterPolicyPath(name: string, subresource?: 'status'): string {
+  return `/apis/${CLUSTER_POLICY_API_VERSION}/${CLUSTER_POLICY_PLURAL}/${seg(name)}${subresource ? `/${subresource}` : ''}`;
+}
+
+export function clusterPolicyListPath(): string {
+  return `/apis/${CLUSTER_POLICY_API_VERSION}/${CLUSTER_POLICY_PLURAL}`;
 }
 
 export function nodePath(node: string): string {
@@ -85,6 +99,14 @@ export function policyObjectBody(policy: PolicyRef): object {
 
 export function policyStatusBody(policy: PolicyRef, status: PolicyStatus): object {
   return { apiVersion: API_VERSION, kind: POLICY_KIND, metadata: { name: policy.name, namespace: policy.namespace }, status };
+}
+
+/** For PATCH .../status of a ClusterNetworkPolicy: Weir's conditions alone (applied, so that
+ *  other writers' conditions stay theirs), on the version read. A resourceVersion is the one
+ *  precondition the status subresource honours (a uid is not checked there): the write fails
+ *  with 409 rather than land on a namesake created since or on a newer generation. */
+export function clusterPolicyStatusBody(name: string, resourceVersion: string, conditions: readonly Condition[]): object {
+  return { apiVersion: CLUSTER_POLICY_API_VERSION, kind: CLUSTER_POLICY_KIND, metadata: { name, resourceVersion }, status: { conditions } };
 }
 
 /** DELETE options that delete only the object we looked at, not a namesake created since. */

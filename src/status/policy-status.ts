@@ -44,7 +44,8 @@ export interface PolicyStatus {
 
 export const MAX_PENDING_LISTED = 10;
 
-export function policyConditionSpecs(policy: PolicyStatusInput, r: Realization): ConditionSpec[] {
+/** Accepted and Enforced, as NetworkPolicyStatus and a ClusterNetworkPolicy's own status say them. */
+export function policyConditionSpecs(policy: Pick<PolicyStatusInput, 'generation' | 'accepted' | 'mode'>, r: Realization): ConditionSpec[] {
   const accepted: ConditionSpec = policy.accepted.ok
     ? { type: 'Accepted', status: 'True', reason: 'Valid', message: policy.accepted.message || 'the spec is valid and supported' }
     : { type: 'Accepted', status: 'False', reason: 'Invalid', message: policy.accepted.message || 'the spec is invalid' };

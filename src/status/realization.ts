@@ -14,6 +14,10 @@ import { createHash } from 'node:crypto';
 import { sameStrings } from './policy-status.ts';
 import type { PolicyStatusInput, Realization } from './policy-status.ts';
 
+/** What the tracker reads of a policy, of either kind: a NetworkPolicy or a ClusterNetworkPolicy
+ *  (uids are unique across kinds, so both share one digest). */
+export type Realizable = Pick<PolicyStatusInput, 'uid' | 'generation' | 'desiredNodes'>;
+
 /** Buckets per digest: more buckets keep a change from hiding unrelated policies for longer,
  *  at 16 hex characters each in every NodePolicyStatus. */
 export const DIGEST_BUCKETS = 128;
@@ -77,7 +81,7 @@ export interface RealizationTracker {
   /** The realization of every input policy, given each node's latest digests (a node without a
    *  NodePolicyStatus is absent). Call with the full input each time: policies left out are
    *  forgotten. */
-  update(policies: readonly PolicyStatusInput[], nodes: ReadonlyMap<string, NodeDigest>): Map<string, Realization>;
+  update(policies: readonly Realizable[], nodes: ReadonlyMap<string, NodeDigest>): Map<string, Realization>;
   /** Drops every proof of a node: its NodePolicyStatus was deleted or re-created. */
   forgetNode(node: string): void;
 }

@@ -3,6 +3,9 @@ import { describe, test } from 'node:test';
 import {
   agentFieldManager,
   applyQuery,
+  clusterPolicyListPath,
+  clusterPolicyPath,
+  clusterPolicyStatusBody,
   deleteBody,
   eventBody,
   eventName,
@@ -36,6 +39,12 @@ describe('paths', () => {
       expected: '/apis/weir.dev/v1alpha1/namespaces/shop/networkpolicystatuses/web/status',
     },
     { name: 'NetworkPolicyStatus list, all namespaces', got: policyStatusListPath(), expected: '/apis/weir.dev/v1alpha1/networkpolicystatuses' },
+    {
+      name: 'ClusterNetworkPolicy status',
+      got: clusterPolicyPath('db-only', 'status'),
+      expected: '/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies/db-only/status',
+    },
+    { name: 'ClusterNetworkPolicy list', got: clusterPolicyListPath(), expected: '/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies' },
     { name: 'Node', got: nodePath('node-a'), expected: '/api/v1/nodes/node-a' },
     { name: 'Events', got: eventsPath('shop'), expected: '/api/v1/namespaces/shop/events' },
     { name: 'one Event', got: eventsPath('shop', 'web.1'), expected: '/api/v1/namespaces/shop/events/web.1' },
@@ -92,6 +101,14 @@ describe('server-side apply bodies', () => {
       JSON.stringify(policyStatusBody(ref, status)),
       '{"apiVersion":"weir.dev/v1alpha1","kind":"NetworkPolicyStatus","metadata":{"name":"web","namespace":"shop"},' +
         '"status":{"observedGeneration":2,"conditions":[],"nodesDesired":1,"nodesRealized":1,"realized":"1/1","nodesPending":[],"mode":"audit"}}',
+    );
+  });
+  test("ClusterNetworkPolicy status: Weir's conditions alone, on the resourceVersion read", () => {
+    const accepted = { type: 'Accepted', status: 'True', observedGeneration: 2, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'ok' } as const;
+    assert.equal(
+      JSON.stringify(clusterPolicyStatusBody('db-only', '4711', [accepted])),
+      '{"apiVersion":"policy.networking.k8s.io/v1beta1","kind":"ClusterNetworkPolicy","metadata":{"name":"db-only","resourceVersion":"4711"},' +
+        '"status":{"conditions":[{"type":"Accepted","status":"True","observedGeneration":2,"lastTransitionTime":"2025-06-01T12:00:00Z","reason":"Valid","message":"ok"}]}}',
     );
   });
   test('delete options carry a uid precondition', () => {

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { load } from 'js-yaml';
-import { nodeObjectBody, nodeStatusBody, policyObjectBody, policyStatusBody } from '../../../src/status/bodies.ts';
+import { clusterPolicyStatusBody, nodeObjectBody, nodeStatusBody, policyObjectBody, policyStatusBody } from '../../../src/status/bodies.ts';
+import { buildClusterPolicyConditions } from '../../../src/status/cluster-policy-status.ts';
 import { buildNodeStatus } from '../../../src/status/node-status.ts';
 import { buildPolicyStatus } from '../../../src/status/policy-status.ts';
 
@@ -45,6 +46,8 @@ interface Crd {
 const readCrd = (file: string): Crd => load(readFileSync(new URL(`../../../crds/${file}`, import.meta.url), 'utf8')) as Crd;
 const nodeCrd = readCrd('weir.dev_nodepolicystatuses.yaml');
 const policyCrd = readCrd('weir.dev_networkpolicystatuses.yaml');
+/** network-policy-api's, vendored: Weir writes only its status. */
+const clusterPolicyCrd = readCrd('policy.networking.k8s.io_clusternetworkpolicies.yaml');
 
 /** The checks of an OpenAPI v3 structural schema that our bodies can hit; returns the errors. */
 function validate(value: unknown, s: Schema, path: string = ''): string[] {
@@ -172,6 +175,16 @@ describe('CRDs', () => {
     const ref = { namespace: 'shop', name: 'web', uid: 'u-web' };
     assert.deepEqual(validate(policyObjectBody(ref), schema), []);
     assert.deepEqual(validate(policyStatusBody(ref, policyStatus), schema), []);
+  });
+
+  test("ClusterNetworkPolicy (v1beta1) accepts the status the aggregator applies: Weir's conditions, the longest message included", () => {
+    const v1beta1 = clusterPolicyCrd.spec.versions.find((v) => v.name === 'v1beta1')!;
+    assert.deepEqual(v1beta1.subresources, { status: {} });
+    const statusSchema = v1beta1.schema.openAPIV3Schema.properties!.status!;
+    const input = { name: 'db-only', uid: 'u-cnp', generation: 2, accepted: { ok: false, message: 'e'.repeat(100_000) }, desiredNodes: Array.from({ length: 50 }, (_, i) => `n${i}`) };
+    const conditions = buildClusterPolicyConditions(input, { desired: 50, realized: 0, pending: input.desiredNodes }, undefined, T0);
+    const body = clusterPolicyStatusBody('db-only', '4711', conditions) as { status: unknown };
+    assert.deepEqual(validate(body.status, statusSchema, '.status'), []);
   });
 
   test('the validator used above does catch bad bodies', () => {
