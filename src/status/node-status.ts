@@ -10,12 +10,14 @@ import { decodeDigest, digestOf, encodeDigest } from './realization.ts';
 import { compareStrings } from '../model/order.ts';
 
 export interface PolicyRef {
+  /** '' for a ClusterNetworkPolicy: cluster-scoped, named by its name alone. */
   readonly namespace: string;
   readonly name: string;
   readonly uid: string;
 }
 
-/** A policy the node enforces (it selects a local pod), at the generation the kernel holds. */
+/** A policy the node enforces (it selects a local pod), at the generation the kernel holds: a
+ *  NetworkPolicy, or a ClusterNetworkPolicy whose subject holds a local pod. */
 export interface EnforcedPolicy extends PolicyRef {
   readonly generation: number;
   /** Set when the policy is invalid: the node then isolates its pods without allowing anything. */
@@ -120,7 +122,7 @@ export function nodeConditionSpecs(input: NodeStatusInput): ConditionSpec[] {
   if (lastApply !== null && !lastApply.ok) problems.push({ reason: 'ApplyFailed', message: `apply failed: ${lastApply.message}` });
   const invalid = sortPolicies(input.policies.filter((p) => p.error !== undefined));
   if (invalid.length > 0) {
-    const named = invalid.slice(0, MAX_NAMED_INVALID).map((p) => `${p.namespace}/${p.name} (${truncate(p.error ?? '', MAX_NAMED_ERROR)})`);
+    const named = invalid.slice(0, MAX_NAMED_INVALID).map((p) => `${policyName(p)} (${truncate(p.error ?? '', MAX_NAMED_ERROR)})`);
     const more = invalid.length > MAX_NAMED_INVALID ? ` and ${invalid.length - MAX_NAMED_INVALID} more` : '';
     problems.push({
       reason: 'InvalidPolicies',
@@ -149,6 +151,11 @@ export function buildNodeStatus(input: NodeStatusInput, previous: readonly Condi
     ...(input.removedFor === undefined ? {} : { removedFor: input.removedFor }),
     policyDigest: { buckets: digest.buckets, digests: encodeDigest(digest) },
   };
+}
+
+/** namespace/name, or the kind and name of a ClusterNetworkPolicy. */
+function policyName(p: PolicyRef): string {
+  return p.namespace === '' ? `ClusterNetworkPolicy ${p.name}` : `${p.namespace}/${p.name}`;
 }
 
 /** The first MAX_LISTED_FAILING, sorted, errors cut to the CRD's bound. */

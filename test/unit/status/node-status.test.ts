@@ -114,6 +114,15 @@ describe('nodeConditionSpecs', () => {
         ' and 2 more; br_netfilter is off',
     );
   });
+
+  test('an invalid ClusterNetworkPolicy (cluster-scoped: namespace empty) is named by its kind in Degraded', () => {
+    const cnp = { namespace: '', name: 'db-only', uid: 'u-cnp', generation: 2, error: 'spec.egress[0].to[0].nodes: not supported by Weir' };
+    const degraded = nodeConditionSpecs({ ...healthy, policies: [...healthy.policies, cnp, ...invalid(1)] })[2];
+    assert.equal(
+      degraded.message,
+      '2 invalid policies isolate their pods: ClusterNetworkPolicy db-only (spec.egress[0].to[0].nodes: not supported by Weir), ns/bad-0 (spec.ingress[0].ports[0].port: must be 1-65535)',
+    );
+  });
 });
 
 describe('buildNodeStatus', () => {
