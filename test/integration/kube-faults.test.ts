@@ -107,6 +107,7 @@ describe('RBAC denies status writes', () => {
         rules: [
           { apiGroups: [''], resources: ['pods', 'namespaces', 'nodes'], verbs: ['get', 'list', 'watch'] },
           { apiGroups: ['networking.k8s.io'], resources: ['networkpolicies'], verbs: ['get', 'list', 'watch'] },
+          { apiGroups: ['policy.networking.k8s.io'], resources: ['clusternetworkpolicies'], verbs: ['get', 'list', 'watch'] },
         ],
       },
       {

@@ -8,6 +8,7 @@
 import { fileURLToPath } from 'node:url';
 import type { Cluster } from '../../src/sim/cluster.ts';
 import { AgentProcess } from '../support/agent-process.ts';
+import { eventually } from '../support/eventually.ts';
 import type { LoggedProcess } from '../support/logged-process.ts';
 import { ApiCluster } from './api-cluster.ts';
 import type { ControlPlane } from './controlplane.ts';
@@ -98,7 +99,16 @@ export class KubeIntegration extends ApiCluster {
   /** Weir's CRDs, RBAC and admission policies, then the conformance cast. */
   async #createObjects(): Promise<void> {
     await this.kubectl(['apply', '-f', CRDS]);
-    await this.kubectl(['wait', '--for=condition=Established', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', '--timeout=30s']);
+    // A CRD created a moment ago may have null conditions, which kubectl wait reads as an error,
+    // not as "not yet": retried. ClusterNetworkPolicy's too, or the agents would find it only at
+    // their next relist.
+    const crds = ['crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', 'crd/clusternetworkpolicies.policy.networking.k8s.io'];
+    await eventually(
+      'the CRDs Established',
+      () => this.kubectl(['wait', '--for=condition=Established', ...crds, '--timeout=30s']),
+      () => true,
+      60_000,
+    );
     await this.kubectl(['apply', '-f', RBAC, '-f', ADMISSION]);
     await this.createCast();
   }

@@ -12,6 +12,7 @@ import { compileClusterNetworkPolicy } from '../../src/model/cluster-network-pol
 import type { ModelEvent } from '../../src/model/types.ts';
 import { createKubeSource } from '../../src/sources/kube/index.ts';
 import type { Source, SourceBatch } from '../../src/sources/types.ts';
+import { eventually } from '../support/eventually.ts';
 import { type ControlPlane, startControlPlane } from './controlplane.ts';
 
 const CRD = fileURLToPath(new URL('../../crds/policy.networking.k8s.io_clusternetworkpolicies.yaml', import.meta.url));
@@ -113,7 +114,13 @@ describe('ClusterNetworkPolicy through a real API server', () => {
     assert.equal(said.length, 1, JSON.stringify(lines));
 
     await cp.kubectl(['apply', '--server-side', '-f', CRD]);
-    await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', `crd/${CRD_NAME}`]);
+    // Null conditions right after the create read as an error to kubectl wait: retried.
+    await eventually(
+      'the CRD Established',
+      () => cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', `crd/${CRD_NAME}`]),
+      () => true,
+      60_000,
+    );
     const spec = VALID['pods subject, networks 0.0.0.0/0 and ::/0'];
     await cp.kubectl(['create', '-f', '-'], JSON.stringify(object('internet', spec)));
     await until(() => cnpEvents().length > 0, 'the policy arrives');

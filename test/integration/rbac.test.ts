@@ -17,6 +17,7 @@ import { createEventRecorder } from '../../src/controller/events.ts';
 import { createNodeStatusReporter } from '../../src/status/index.ts';
 import type { PassResult } from '../../src/status/index.ts';
 import { captureLog, Results, until } from '../unit/status/fake-api.ts';
+import { eventually } from '../support/eventually.ts';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
 
 const CRDS = fileURLToPath(new URL('../../crds/', import.meta.url));
@@ -139,14 +140,14 @@ describe("the agent's and the controller's RBAC and admission policies on a real
   before(async () => {
     cp = await startControlPlane();
     await cp.kubectl(['apply', '-f', CRDS]);
-    await cp.kubectl([
-      'wait',
-      '--for=condition=Established',
-      '--timeout=60s',
-      'crd/nodepolicystatuses.weir.dev',
-      'crd/networkpolicystatuses.weir.dev',
-      'crd/clusternetworkpolicies.policy.networking.k8s.io',
-    ]);
+    // Null conditions right after the create read as an error to kubectl wait: retried.
+    const crds = ['crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev', 'crd/clusternetworkpolicies.policy.networking.k8s.io'];
+    await eventually(
+      'the CRDs Established',
+      () => cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...crds]),
+      () => true,
+      60_000,
+    );
     await cp.kubectl(['apply', '-f', RBAC, '-f', ADMISSION]);
     const objects = [
       { apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a' } },

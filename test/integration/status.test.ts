@@ -14,6 +14,7 @@ import { createNodeStatusReporter } from '../../src/status/index.ts';
 import type { RequestRecord } from '../../src/kube/client.ts';
 import type { NodeStatusInput, PassResult } from '../../src/status/index.ts';
 import { captureLog, Results, until } from '../unit/status/fake-api.ts';
+import { eventually } from '../support/eventually.ts';
 import { startControlPlane, type ControlPlane } from './controlplane.ts';
 
 const NS = 'weir-status-it';
@@ -59,7 +60,13 @@ describe('status writers against a real API server', () => {
   before(async () => {
     cp = await startControlPlane();
     await cp.kubectl(['apply', '-f', CRDS]);
-    await cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev']);
+    // Null conditions right after the create read as an error to kubectl wait: retried.
+    await eventually(
+      'the CRDs Established',
+      () => cp.kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd/nodepolicystatuses.weir.dev', 'crd/networkpolicystatuses.weir.dev']),
+      () => true,
+      60_000,
+    );
     await cp.kubectl(['apply', '-f', '-'], SETUP);
     nodeUid = (await getJson<{ metadata: Meta }>(['get', 'node', 'node-a'])).metadata.uid;
     const np = await getJson<{ metadata: Meta }>(['get', 'networkpolicy', 'web', '-n', NS]);
