@@ -246,4 +246,19 @@ export class Calculator {
     for (const p of this.#cluster.policiesIn(ns)) this.#touchedPolicies.add(p.key);
     this.#workloads.refreshNamespace(ns);
   }
+
+  /** The ClusterNetworkPolicies whose subject holds a pod of this node (either tier, valid or
+   *  not), sorted by name: what a write reports beside enforcedPolicyReports. Interim: it walks
+   *  the cluster's pods, until workloads.ts counts them as it counts policies. */
+  enforcedClusterPolicyReports(): Pick<CompiledClusterNetworkPolicy, 'name' | 'uid' | 'generation' | 'errors'>[] {
+    if (this.#clusterPolicies.size === 0) return [];
+    const found = new Map<string, CompiledClusterNetworkPolicy>();
+    for (const pod of this.#cluster.pods.values()) {
+      if (!this.#workloads.has(pod.uid)) continue;
+      const { admin, baseline } = this.#clusterPolicies.selecting(pod);
+      for (const p of admin) found.set(p.name, p);
+      for (const p of baseline) found.set(p.name, p);
+    }
+    return [...found.values()].sort((a, b) => compareStrings(a.name, b.name));
+  }
 }

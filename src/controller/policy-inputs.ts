@@ -1,22 +1,28 @@
 // The controller's model of the cluster and what it hands the status aggregator: every
-// NetworkPolicy with its validation and the nodes that must enforce it. Pure: model events in,
-// answers out.
+// NetworkPolicy and ClusterNetworkPolicy with its validation and the nodes that must enforce it.
+// Pure: model events in, answers out.
 //
 // It holds only what those answers need: each policy's identity, validation, mode and pod
-// selector (its rules are the agents' business), and the pods of each namespace. The agents'
+// selector or subject (its rules are the agents' business), the pods of each namespace, and the
+// namespaces' labels (a ClusterNetworkPolicy's subject selects namespaces). The agents'
 // ClusterState also indexes pods and namespaces by label to resolve peers, which the controller
 // never does: that and whole compiled policies were memory for nothing (docs/performance.md).
 
-import { isPoliced } from '../model/cluster.ts';
+import { isPoliced, namespaceLabels } from '../model/cluster.ts';
+import { compileClusterNetworkPolicy } from '../model/cluster-network-policy.ts';
 import { compilePolicy } from '../model/policy.ts';
 import { formatPolicyErrors } from '../model/policy-errors.ts';
 import { selectorMatches } from '../model/selector.ts';
-import type { CompiledPolicy, ModelEvent, Pod } from '../model/types.ts';
+import type { CompiledClusterNetworkPolicy, CompiledPolicy, Labels, ModelEvent, Pod, PodsPeer } from '../model/types.ts';
+import type { ClusterPolicyStatusInput } from '../status/cluster-policy-status.ts';
 import type { PolicyStatusInput } from '../status/index.ts';
 
 /** A policy as the controller needs it: what its NetworkPolicyStatus and Events say, and which
  *  pods it selects. */
 export type ControllerPolicy = Pick<CompiledPolicy, 'key' | 'namespace' | 'name' | 'uid' | 'generation' | 'podSelector' | 'errors' | 'enforcement'>;
+
+/** A ClusterNetworkPolicy as the controller needs it: what its conditions say, and its subject. */
+export type ControllerClusterPolicy = Pick<CompiledClusterNetworkPolicy, 'name' | 'uid' | 'generation' | 'subject' | 'errors'>;
 
 /** One object for every valid policy's input, not one per policy at each recompute. */
 const VALID = Object.freeze({ ok: true, message: 'the policy is valid and supported' });
@@ -28,6 +34,9 @@ export class ControllerModel {
   /** Policies by namespace/name (a delete names those), and by uid. */
   readonly #policies = new Map<string, ControllerPolicy>();
   readonly #byUid = new Map<string, ControllerPolicy>();
+  /** ClusterNetworkPolicies by name, and the effective labels of each namespace known. */
+  readonly #clusterPolicies = new Map<string, ControllerClusterPolicy>();
+  readonly #namespaces = new Map<string, Labels>();
 
   /** Applies a batch; returns the policies it created or changed. */
   apply(events: readonly ModelEvent[]): ControllerPolicy[] {
@@ -58,9 +67,19 @@ export class ControllerModel {
             changed.push(p);
           } else this.#deletePolicy(`${e.namespace}/${e.name}`);
           break;
+        case 'ClusterNetworkPolicy':
+          if (e.op === 'upsert') {
+            const c = compileClusterNetworkPolicy(e.object);
+            this.#clusterPolicies.set(c.name, { name: c.name, uid: c.uid, generation: c.generation, subject: c.subject, errors: c.errors });
+          } else this.#clusterPolicies.delete(e.name);
+          break;
         case 'Namespace':
+          // A NetworkPolicy's nodes follow from the pods of its namespace alone; a
+          // ClusterNetworkPolicy's subject selects namespaces by these labels.
+          if (e.op === 'upsert') this.#namespaces.set(e.object.name, namespaceLabels(e.object.name, e.object.labels));
+          else this.#namespaces.delete(e.name);
+          break;
         case 'Node':
-          // Which nodes must enforce a policy follows from the pods of its namespace alone.
           break;
       }
     }
@@ -106,6 +125,44 @@ export class ControllerModel {
     for (const pod of this.#podsByNs.get(p.namespace) ?? []) {
       if (!pod.nodeName || !isPoliced(pod)) continue;
       if (p.podSelector === null || selectorMatches(p.podSelector, pod.labels)) nodes.add(pod.nodeName);
+    }
+    return [...nodes].sort();
+  }
+
+  /** Every ClusterNetworkPolicy with the nodes running a pod of its subject (host-networked
+   *  pods never are): O(distinct subjects × pods of the namespaces they select), each subject's
+   *  walk ending once it has found every node that runs a policed pod. */
+  clusterStatusInputs(): ClusterPolicyStatusInput[] {
+    if (this.#clusterPolicies.size === 0) return [];
+    const everyNode = new Set<string>();
+    for (const pod of this.#pods.values()) if (pod.nodeName && isPoliced(pod)) everyNode.add(pod.nodeName);
+    // Policies often share a subject (a tier's default and its exceptions): walked once.
+    const bySubject = new Map<string, string[]>();
+    const out: ClusterPolicyStatusInput[] = [];
+    for (const p of this.#clusterPolicies.values()) {
+      let desiredNodes = bySubject.get(p.subject.key);
+      if (desiredNodes === undefined) bySubject.set(p.subject.key, (desiredNodes = this.#subjectNodes(p.subject, everyNode.size)));
+      out.push({
+        name: p.name,
+        uid: p.uid,
+        generation: p.generation,
+        accepted: p.errors.length === 0 ? VALID : { ok: false, message: formatPolicyErrors(p.errors) },
+        desiredNodes,
+      });
+    }
+    return out;
+  }
+
+  /** Nodes running a policed pod the subject selects, sorted; stops once it has `all` of them. */
+  #subjectNodes(subject: PodsPeer, all: number): string[] {
+    const nodes = new Set<string>();
+    for (const [ns, pods] of this.#podsByNs) {
+      if (nodes.size === all) break;
+      if (subject.namespace !== null ? ns !== subject.namespace : !selectorMatches(subject.namespaceSelector!, this.#namespaces.get(ns) ?? namespaceLabels(ns, undefined))) continue;
+      for (const pod of pods) {
+        if (!pod.nodeName || !isPoliced(pod) || nodes.has(pod.nodeName)) continue;
+        if (selectorMatches(subject.podSelector, pod.labels)) nodes.add(pod.nodeName);
+      }
     }
     return [...nodes].sort();
   }
