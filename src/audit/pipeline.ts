@@ -72,8 +72,13 @@ export interface Endpoint {
   readonly pod: string;
 }
 
+/** The schema of the lines this version writes (docs/design/audit.md, "The line"): raised when
+ *  a field changes meaning or goes; a new optional field keeps it. */
+export const AUDIT_LINE_VERSION = 1 as const;
+
 /** One line of the audit log, in the order its fields are written. */
 export interface AuditLine {
+  readonly version: typeof AUDIT_LINE_VERSION;
   /** RFC 3339, milliseconds, UTC: the kernel's time of the line's first connection. */
   readonly time: string;
   readonly node: string;
@@ -138,6 +143,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
 
   const lineOf = (e: NflogEvent, tag: AuditTag): AuditLine => {
     const base = {
+      version: AUDIT_LINE_VERSION,
       time: new Date(e.time).toISOString(),
       node: config.node,
       verdict: tag.verdict,

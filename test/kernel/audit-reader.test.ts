@@ -309,6 +309,7 @@ describe('the audit reader on the real kernel', { skip }, () => {
     assert.deepEqual(
       { ...sample, time: '', dst: { ...sample.dst, port: 0 } },
       {
+        version: 1,
         time: '',
         node: 'node-b',
         verdict: 'allow',

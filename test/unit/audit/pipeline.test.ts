@@ -112,6 +112,7 @@ test("a real child's pcap stream becomes exactly one line per connection, with t
   assert.deepEqual(
     text.map((l) => JSON.parse(l)),
     events.map((e) => ({
+      version: 1,
       time: new Date(e.time).toISOString(),
       node: 'node-a',
       verdict: 'allow',
@@ -123,7 +124,7 @@ test("a real child's pcap stream becomes exactly one line per connection, with t
       count: 1,
     })),
   );
-  assert.deepEqual(Object.keys(JSON.parse(text[0])), ['time', 'node', 'verdict', 'direction', 'policy', 'src', 'dst', 'protocol', 'count']);
+  assert.deepEqual(Object.keys(JSON.parse(text[0])), ['version', 'time', 'node', 'verdict', 'direction', 'policy', 'src', 'dst', 'protocol', 'count']);
   assert.match(JSON.parse(text[0]).time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 8 });
   assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 0 });
@@ -206,6 +207,7 @@ test('a drop no policy explains: policy null, reason default-deny and the isolat
   const lines = await readLines(cfg.file);
   assert.deepEqual(lines, [
     {
+      version: 1,
       time: '2026-11-24T06:44:19.890Z',
       node: 'node-a',
       verdict: 'deny',
