@@ -37,6 +37,9 @@ export function startReporting(d: ReportingDeps): Reporting {
   const node = createNodeStatusReporter({ kubeConfig: d.kubeConfig, nodeName: d.nodeName, log: d.log, onWrite: written('NodePolicyStatus') });
   const failures = new ApplyFailures();
   let removed = false;
+  /** The ClusterNetworkPolicies this node enforces, as of the last pass that changed the model:
+   *  which subjects hold a local pod changes with model events only. */
+  let clusterPolicies: EnforcedPolicy[] = [];
 
   return {
     removed(token) {
@@ -52,6 +55,13 @@ export function startReporting(d: ReportingDeps): Reporting {
         const [namespace, name] = [r.key.slice(0, r.key.indexOf('/')), r.key.slice(r.key.indexOf('/') + 1)];
         enforced.push({ namespace, name, uid: r.uid, generation: r.generation, ...(r.errors.length > 0 ? { error: formatPolicyErrors(r.errors) } : {}) });
       }
+      // Cluster-scoped: namespace ''. Their uids share the digest with the NetworkPolicies'.
+      if (outcome.modelChanged) {
+        clusterPolicies = d.calc
+          .enforcedClusterPolicyReports()
+          .map((r) => ({ namespace: '', name: r.name, uid: r.uid, generation: r.generation, ...(r.errors.length > 0 ? { error: formatPolicyErrors(r.errors) } : {}) }));
+      }
+      for (const p of clusterPolicies) enforced.push(p);
       node.update({
         synced: d.synced(),
         lastApply: outcome.ok ? { ok: true } : { ok: false, message: outcome.error ?? 'unknown error' },
