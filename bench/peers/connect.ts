@@ -11,7 +11,7 @@
 import { inParallel } from './api.ts';
 import { buildConnectLoop, connectLatency, connectRate } from './connect-loop.ts';
 import { type Ctx, idle, kernelState, quiet } from './context.ts';
-import type { EnforcerName } from './enforcers.ts';
+import type { EnforcerName, EnforcerSpec } from './enforcers.ts';
 import { key, phantomPlace, policyObject, type PodDef, type Turn } from './env.ts';
 import { type Capture, captureRules, medianRate, repliesFirst, replayRates } from './replay.ts';
 import { percentile } from '../stats.ts';
@@ -91,81 +91,103 @@ export async function setPolicyCount(ctx: Ctx, k: number): Promise<void> {
 export async function benchConnect(ctx: Ctx): Promise<void> {
   const bin = buildConnectLoop();
   await connectScene(ctx);
-  const { connects, rateMs, inflight, rounds } = ctx.flags;
   for (const k of ctx.flags.policies) {
     await setPolicyCount(ctx, k);
-    type Acc = Partial<Record<EnforcerName, number[]>>;
-    const lat: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
-    const rate: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
-    const state = {
-      rules: {} as Partial<Record<EnforcerName, Value>>,
-      sets: {} as Partial<Record<EnforcerName, Value>>,
-      settle: {} as Partial<Record<EnforcerName, Value>>,
-    };
-    const captures: Record<string, Capture> = {};
-    const replay = ctx.flags.replayRounds > 0 && ctx.flags.replayPolicies.includes(k);
-    let failures = '';
-    // Rounds alternate the order of the enforcers, so that a slow drift of the machine's load
-    // (others' tests) does not always fall on the same one; samples are pooled.
-    for (let round = 0; round < rounds; round++) {
-      const order = round % 2 === 0 ? ctx.enforcers() : ctx.enforcers().reverse();
-      for (const spec of order) {
-        await ctx.env.turn(spec, async (t) => {
-          const policed = spec.name !== 'none';
-          const server = SERVER.ips[0];
-          const ready = await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(CLIENT_B)]: true, [key(OTHER_A)]: !policed }, 120_000, `${k} policies`);
-          await quiet(t);
-          const settled = await idle(t);
-          if (round === 0 && policed) state.settle[spec.name] = { p50: settled.cpuS, text: `(idle ${(settled.ms / 1000).toFixed(0)} s after the first right verdicts)` };
-          if (replay && policed && !captures[spec.name]) captures[spec.name] = captureRules(t);
-          const ks = kernelState(t, 'node-a');
-          state.rules[spec.name] = { p50: ks.rules };
-          state.sets[spec.name] = { p50: ks.sets, text: `(${ks.members} members)` };
-          const load = ctx.sampleLoad();
-          const line: string[] = [];
-          for (const [where, from] of [
-            ['same', t.pod('bench/client-a').netns],
-            ['cross', t.pod('bench/client-b').netns],
-          ] as const) {
-            // Warm-up: neighbour entries and the first-run costs of the path.
-            await connectLatency(bin, from, server, PORT, 50);
-            const run = await connectLatency(bin, from, server, PORT, connects);
-            (lat[where][spec.name] ??= []).push(...run.samples);
-            if (run.failures) failures += ` ${spec.name} ${where}: ${run.failures} failed (${[...run.reasons].map(([r, n]) => `${r} ×${n}`).join(', ')});`;
-            const r = await connectRate(bin, from, server, PORT, inflight, rateMs);
-            (rate[where][spec.name] ??= []).push(r.perSecond);
-            if (r.fail) failures += ` ${spec.name} ${where} rate: ${r.fail} failed;`;
-            line.push(`${where}-node p50 ${percentile(run.samples, 50).toFixed(1)} p99 ${percentile(run.samples, 99).toFixed(1)} µs, ${r.perSecond.toFixed(0)} conn/s`);
-          }
-          ctx.log(
-            `  round ${round + 1}, ${spec.name}, ${k} policies (enforced ${ready.toFixed(0)} ms after its first sync; node-a: ${ks.rules} iptables rules, ${ks.sets} ipsets; load ${load.toFixed(2)}): ${line.join('; ')}`,
-          );
-        });
-      }
-    }
-    const section = `1 connect, ${k} polic${k === 1 ? 'y' : 'ies'}`;
-    const note = failures ? `failed connects:${failures}` : undefined;
-    const dists = (acc: Acc) => Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, dist(xs)]));
-    // A rate per round: their mean.
-    const means = (acc: Acc) => Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, { p50: xs.reduce((a, b) => a + b, 0) / xs.length }]));
-    ctx.add(
-      { section, figure: 'connect latency, same node', unit: 'µs', better: 'lower', values: dists(lat.same), note },
-      { section, figure: 'connect latency, cross node', unit: 'µs', better: 'lower', values: dists(lat.cross) },
-      { section, figure: `new connections/s, same node (${inflight} in flight, mean of ${rounds} rounds)`, unit: 'conn/s', better: 'higher', values: means(rate.same) },
-      { section, figure: `new connections/s, cross node (${inflight} in flight, mean of ${rounds} rounds)`, unit: 'conn/s', better: 'higher', values: means(rate.cross) },
-      { section, figure: 'iptables rules on node-a (IPv4, all tables)', unit: 'rules', better: 'lower', values: state.rules },
-      { section, figure: 'ipsets on node-a', unit: 'sets', better: 'lower', values: state.sets },
-      {
-        section,
-        figure: 'work after the first right verdicts until idle: CPU of both enforcers and the API server',
-        unit: 'CPU s',
-        better: 'lower',
-        values: state.settle,
-      },
-    );
-    if (note) ctx.log(`  ${note}`);
-    if (replay) await replayConnect(ctx, bin, section, captures);
+    await connectRows(ctx, bin, {
+      section: `1 connect, ${k} polic${k === 1 ? 'y' : 'ies'}`,
+      what: `${k} policies`,
+      enforcers: ctx.enforcers(),
+      replay: ctx.flags.replayRounds > 0 && ctx.flags.replayPolicies.includes(k),
+    });
   }
+}
+
+export interface SceneRun {
+  /** The rows' section. */
+  readonly section: string;
+  /** The scene in the log lines (and in a verdict that does not hold). */
+  readonly what: string;
+  /** Who takes turns. */
+  readonly enforcers: readonly EnforcerSpec[];
+  /** Replay the rules with no agent running (replay.ts), as rows of the section. */
+  readonly replay: boolean;
+  /** The cells of enforcers that take no turn (saying why), in every row. */
+  readonly absent?: Partial<Record<EnforcerName, Value>>;
+}
+
+/** Measures the scene the API holds now: each enforcer's turns, then the section's rows. */
+export async function connectRows(ctx: Ctx, bin: string, scene: SceneRun): Promise<void> {
+  const { connects, rateMs, inflight, rounds } = ctx.flags;
+  const { section, what, replay, absent = {} } = scene;
+  type Acc = Partial<Record<EnforcerName, number[]>>;
+  const lat: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
+  const rate: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
+  const state = {
+    rules: {} as Partial<Record<EnforcerName, Value>>,
+    sets: {} as Partial<Record<EnforcerName, Value>>,
+    settle: {} as Partial<Record<EnforcerName, Value>>,
+  };
+  const captures: Record<string, Capture> = {};
+  let failures = '';
+  // Rounds alternate the order of the enforcers, so that a slow drift of the machine's load
+  // (others' tests) does not always fall on the same one; samples are pooled.
+  for (let round = 0; round < rounds; round++) {
+    const order = round % 2 === 0 ? [...scene.enforcers] : [...scene.enforcers].reverse();
+    for (const spec of order) {
+      await ctx.env.turn(spec, async (t) => {
+        const policed = spec.name !== 'none';
+        const server = SERVER.ips[0];
+        const ready = await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(CLIENT_B)]: true, [key(OTHER_A)]: !policed }, 120_000, what);
+        await quiet(t);
+        const settled = await idle(t);
+        if (round === 0 && policed) state.settle[spec.name] = { p50: settled.cpuS, text: `(idle ${(settled.ms / 1000).toFixed(0)} s after the first right verdicts)` };
+        if (replay && policed && !captures[spec.name]) captures[spec.name] = captureRules(t);
+        const ks = kernelState(t, 'node-a');
+        state.rules[spec.name] = { p50: ks.rules };
+        state.sets[spec.name] = { p50: ks.sets, text: `(${ks.members} members)` };
+        const load = ctx.sampleLoad();
+        const line: string[] = [];
+        for (const [where, from] of [
+          ['same', t.pod('bench/client-a').netns],
+          ['cross', t.pod('bench/client-b').netns],
+        ] as const) {
+          // Warm-up: neighbour entries and the first-run costs of the path.
+          await connectLatency(bin, from, server, PORT, 50);
+          const run = await connectLatency(bin, from, server, PORT, connects);
+          (lat[where][spec.name] ??= []).push(...run.samples);
+          if (run.failures) failures += ` ${spec.name} ${where}: ${run.failures} failed (${[...run.reasons].map(([r, n]) => `${r} ×${n}`).join(', ')});`;
+          const r = await connectRate(bin, from, server, PORT, inflight, rateMs);
+          (rate[where][spec.name] ??= []).push(r.perSecond);
+          if (r.fail) failures += ` ${spec.name} ${where} rate: ${r.fail} failed;`;
+          line.push(`${where}-node p50 ${percentile(run.samples, 50).toFixed(1)} p99 ${percentile(run.samples, 99).toFixed(1)} µs, ${r.perSecond.toFixed(0)} conn/s`);
+        }
+        ctx.log(
+          `  round ${round + 1}, ${spec.name}, ${what} (enforced ${ready.toFixed(0)} ms after its first sync; node-a: ${ks.rules} iptables rules, ${ks.sets} ipsets; load ${load.toFixed(2)}): ${line.join('; ')}`,
+        );
+      });
+    }
+  }
+  const note = failures ? `failed connects:${failures}` : undefined;
+  const dists = (acc: Acc) => ({ ...absent, ...Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, dist(xs)])) });
+  // A rate per round: their mean.
+  const means = (acc: Acc) => ({ ...absent, ...Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, { p50: xs.reduce((a, b) => a + b, 0) / xs.length }])) });
+  ctx.add(
+    { section, figure: 'connect latency, same node', unit: 'µs', better: 'lower', values: dists(lat.same), note },
+    { section, figure: 'connect latency, cross node', unit: 'µs', better: 'lower', values: dists(lat.cross) },
+    { section, figure: `new connections/s, same node (${inflight} in flight, mean of ${rounds} rounds)`, unit: 'conn/s', better: 'higher', values: means(rate.same) },
+    { section, figure: `new connections/s, cross node (${inflight} in flight, mean of ${rounds} rounds)`, unit: 'conn/s', better: 'higher', values: means(rate.cross) },
+    { section, figure: 'iptables rules on node-a (IPv4, all tables)', unit: 'rules', better: 'lower', values: { ...absent, ...state.rules } },
+    { section, figure: 'ipsets on node-a', unit: 'sets', better: 'lower', values: { ...absent, ...state.sets } },
+    {
+      section,
+      figure: 'work after the first right verdicts until idle: CPU of both enforcers and the API server',
+      unit: 'CPU s',
+      better: 'lower',
+      values: state.settle,
+    },
+  );
+  if (note) ctx.log(`  ${note}`);
+  if (replay) await replayConnect(ctx, bin, section, captures);
 }
 
 const REPLIES_FIRST = 'weir, replies first';
