@@ -79,12 +79,14 @@ export function tierChainRules(tier: Tier, steps: readonly TierStep[], family: F
       const matches = resolveMatches(s.alt.matches, useSet);
       out.push(auditRule(audit, matches, log, `${comment(s)} audit`), { matches, action, comment: comment(s) });
     }
+    // A merged rule names the policy and rule it stands for when it stands for one.
+    const merged = rest.length === 1 ? comment(rest[0]) : `${tier} ${verb}: merged peers of ${new Set(rest.map((s) => s.policy.name)).size} policies`;
     out.push(
       ...mergedRules(
         rest.map((s) => s.alt),
         family,
         action,
-        `${tier} ${verb}: merged peers`,
+        merged,
         useSet,
       ),
     );

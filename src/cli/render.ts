@@ -7,7 +7,9 @@ import { createDataplane, recordingRunner } from '../dataplane/index.ts';
 import type { AgentConfig } from '../agent/config.ts';
 import { markBits } from '../agent/config.ts';
 import type { Logger } from '../log.ts';
-import { INVALID_POLICY_EFFECT, policyErrorLines } from '../model/policy-errors.ts';
+import { compareStrings } from '../model/order.ts';
+import { INVALID_CLUSTER_POLICY_EFFECT, INVALID_POLICY_EFFECT, policyErrorLines } from '../model/policy-errors.ts';
+import type { CompiledClusterNetworkPolicy } from '../model/types.ts';
 import { createManifestSource } from '../sources/index.ts';
 import type { SourceBatch } from '../sources/types.ts';
 
@@ -15,6 +17,8 @@ export interface Rendered {
   readonly ipset: string;
   readonly iptables: { readonly 4?: string; readonly 6?: string };
   readonly policies: ReturnType<Calculator['policyReports']>;
+  /** The ClusterNetworkPolicies that are invalid, sorted by name. */
+  readonly invalidClusterPolicies: readonly CompiledClusterNetworkPolicy[];
 }
 
 export async function loadOnce(dir: string, log: Logger): Promise<SourceBatch> {
@@ -41,7 +45,11 @@ export async function render(cfg: AgentConfig, log: Logger): Promise<Rendered> {
     if (call.cmd === 'ipset') out.ipset += call.input;
     else if (/^ip6?tables/.test(call.cmd)) out.iptables[call.cmd.startsWith('ip6') ? 6 : 4] = call.input;
   }
-  return { ...out, policies: calc.policyReports() };
+  const invalidClusterPolicies = calc
+    .takeClusterPolicyChanges()
+    .flatMap(({ policy }) => (policy && policy.errors.length > 0 ? [policy] : []))
+    .sort((a, b) => compareStrings(a.name, b.name));
+  return { ...out, policies: calc.policyReports(), invalidClusterPolicies };
 }
 
 export function formatRendered(r: Rendered): string {
@@ -55,6 +63,10 @@ export function formatRendered(r: Rendered): string {
         .map((l) => `#   ${l}`)
         .join('\n')}\n`,
     );
+  }
+  for (const p of r.invalidClusterPolicies) {
+    const lines = policyErrorLines(p.errors).map((l) => `#   ${l}`);
+    parts.push(`# ClusterNetworkPolicy ${p.name} is invalid and ${INVALID_CLUSTER_POLICY_EFFECT}:\n${lines.join('\n')}\n`);
   }
   return parts.join('\n');
 }

@@ -61,6 +61,41 @@ describe('weir CLI', () => {
     }
   });
 
+  test('render lists an invalid ClusterNetworkPolicy with the path of every error, and writes its deny', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'weir-cli-'));
+    try {
+      writeFileSync(
+        join(dir, 'p.yaml'),
+        [
+          'apiVersion: v1',
+          'kind: Pod',
+          'metadata: {name: p, namespace: ns}',
+          'spec: {nodeName: n}',
+          'status: {phase: Running, podIP: 10.0.0.5, podIPs: [{ip: 10.0.0.5}]}',
+          '---',
+          'apiVersion: policy.networking.k8s.io/v1beta1',
+          'kind: ClusterNetworkPolicy',
+          'metadata: {name: broken}',
+          'spec:',
+          '  tier: Admin',
+          '  priority: 5',
+          '  subject: {namespaces: {}}',
+          '  egress:',
+          '    - action: Deny',
+          '      to: [{networks: [nonsense]}]',
+          '',
+        ].join('\n'),
+      );
+      const r = weir(['render', '--manifests', dir, '--node-name', 'n', '--families', '4']);
+      assert.equal(r.status, 0, r.stderr);
+      assert.match(r.stdout, /# ClusterNetworkPolicy broken is invalid and denies all traffic of the pods it selects/);
+      assert.match(r.stdout, /spec\.egress\[0\]\.to\[0\]\.networks\[0\]/);
+      assert.match(r.stdout, /-A cali-ae-\S+ .*admin deny: broken rule -1" -j DROP/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('bad flags are all reported at once, with exit status 2', () => {
     const r = weir(['agent', '--mark-mask', '0xc000', '--families', '5', '--chain-prefix', 'Bad-Prefix', '--manifests', 'x', '--kubeconfig', 'y']);
     assert.equal(r.status, 2);
