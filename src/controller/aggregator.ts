@@ -1,4 +1,5 @@
-// Writes NetworkPolicyStatus objects from one controller replica at a time, the Lease holder
+// Writes NetworkPolicyStatus objects, and Weir's conditions on each ClusterNetworkPolicy, from
+// one controller replica at a time, the Lease holder
 // (./elector.ts). While it holds the Lease, a cache lists and watches what it reads
 // (./policy-status-cache.ts), and a pass runs when the input or a node's digests change: it
 // computes each policy's status from the latest input and the nodes' digests, and applies only
@@ -11,7 +12,8 @@ import type { KubeClient } from '../kube/client.ts';
 import { DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings } from '../kube/reflector.ts';
 import { createFailureLog, passReporter } from '../status/failures.ts';
 import { DEFAULT_RETRY_MAX_MS, DEFAULT_RETRY_MIN_MS, type PacedWriterOptions } from '../status/pacing.ts';
-import type { PolicyStatusInput } from '../status/policy-status.ts';
+import type { ClusterPolicyStatusInput } from '../status/cluster-policy-status.ts';
+import type { PolicyStatus, PolicyStatusInput } from '../status/policy-status.ts';
 import { createLeaseElector } from './elector.ts';
 import { longestNotEnforcedMs } from './metrics.ts';
 import { type PolicyStatusCache, startPolicyStatusCache } from './policy-status-cache.ts';
@@ -37,6 +39,8 @@ export interface PolicyStatusAggregatorOptions extends PacedWriterOptions {
 export interface PolicyStatusAggregatorInput {
   /** Every NetworkPolicy in the cluster. */
   readonly policies: readonly PolicyStatusInput[];
+  /** Every ClusterNetworkPolicy in the cluster (none: the cluster serves none, or has none). */
+  readonly clusterPolicies?: readonly ClusterPolicyStatusInput[];
 }
 
 export interface PolicyStatusAggregator {
@@ -63,7 +67,9 @@ export const DEFAULT_AGGREGATOR_MIN_INTERVAL_MS = 2_000;
  *  410 relists at once): a relist reads every NodePolicyStatus, one per node. */
 export const DEFAULT_AGGREGATOR_WATCH_TIMINGS: ListWatchTimings = { ...DEFAULT_LIST_WATCH_TIMINGS, relistMs: [1_800_000, 3_600_000] };
 
-const GRANT = 'list, watch nodepolicystatuses.weir.dev; list, watch, create, patch, delete networkpolicystatuses.weir.dev; patch networkpolicystatuses/status';
+const GRANT =
+  'list, watch nodepolicystatuses.weir.dev; list, watch, create, patch, delete networkpolicystatuses.weir.dev; patch networkpolicystatuses/status; ' +
+  'list, watch clusternetworkpolicies.policy.networking.k8s.io; patch clusternetworkpolicies/status';
 const LEASE_GRANT = 'get, create, update on leases.coordination.k8s.io in the lease namespace';
 
 export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): PolicyStatusAggregator {
@@ -102,7 +108,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     retryMinMs,
     retryMaxMs,
     isHolder: () => elector.isHolder(),
-    work: () => (latest !== null && cache !== null && elector.isHolder() && cache.listed() ? { policies: latest.policies, cache } : null),
+    work: () => (latest !== null && cache !== null && elector.isHolder() && cache.listed() ? { policies: latest.policies, clusterPolicies: latest.clusterPolicies ?? [], cache } : null),
     onResult: passReporter(createFailureLog(log, 'policy status', GRANT), signal, o.onWrite),
     collectGarbage: 'collectGarbage' in o ? o.collectGarbage : v8Collector(),
   });
@@ -126,6 +132,12 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
     if (latest !== null && cache?.listed()) writer.poke();
   }
 
+  /** What both kinds' statuses say, for the metric: a ClusterNetworkPolicy's are Weir's conditions on it. */
+  function* statusesOf(c: PolicyStatusCache): Generator<{ readonly status: Pick<PolicyStatus, 'conditions' | 'mode'> | null }> {
+    yield* c.stored.values();
+    for (const p of c.clusterStored.values()) yield { status: { conditions: p.conditions, mode: 'enforce' } };
+  }
+
   /** Drops the cache; resolves once its watches have ended. */
   function stopWatching(): Promise<void> {
     const c = cache;
@@ -142,7 +154,7 @@ export function createPolicyStatusAggregator(o: PolicyStatusAggregatorOptions): 
       poke();
     },
     isHolder: () => elector.isHolder(),
-    notEnforcedMs: () => (cache !== null && elector.isHolder() ? longestNotEnforcedMs(cache.stored.values(), clock.now()) : 0),
+    notEnforcedMs: () => (cache !== null && elector.isHolder() ? longestNotEnforcedMs(statusesOf(cache), clock.now()) : 0),
     async stop() {
       abort.abort();
       const watchesEnded = stopWatching();

@@ -1,6 +1,6 @@
 // The cluster controller's composition root. One Deployment of it (two replicas, one leader)
-// does what concerns a policy across nodes: NetworkPolicyStatus from the nodes' digests, the
-// Events on policies, the deletion of statuses whose policy is gone. Agents write only their
+// does what concerns a policy across nodes: NetworkPolicyStatus and the conditions on each
+// ClusterNetworkPolicy from the nodes' digests, the Events on policies, the deletion of statuses whose policy is gone. Agents write only their
 // own node's NodePolicyStatus, so no agent token can speak for the cluster. Nothing here takes
 // part in enforcement: with no controller running, status goes stale and packets are as before.
 
@@ -111,7 +111,7 @@ export async function startController(cfg: ControllerConfig, deps: { readonly lo
     if (!isLeader || !synced) return;
     if (changed || became) {
       changed = false;
-      aggregator.update({ policies: model.statusInputs() });
+      aggregator.update({ policies: model.statusInputs(), clusterPolicies: model.clusterStatusInputs() });
     }
     tellRejected();
     tellApplyFailures();

@@ -46,7 +46,7 @@ export function createControllerMetrics(registry: Registry, sources: ControllerM
   });
   new Gauge({
     name: 'weir_policy_not_enforced_seconds',
-    help: 'How long the policy waiting longest has not been Enforced (its NetworkPolicyStatus Enforced False since its lastTransitionTime; audit-only policies left out); 0 when none waits, or on a replica not writing status',
+    help: 'How long the policy waiting longest has not been Enforced (its NetworkPolicyStatus, or the ClusterNetworkPolicy itself, Enforced False since its lastTransitionTime; audit-only policies left out); 0 when none waits, or on a replica not writing status',
     registers,
     collect() {
       this.set(sources.notEnforcedMs() / 1000);
@@ -62,7 +62,7 @@ export function createControllerMetrics(registry: Registry, sources: ControllerM
  *  written: Enforced False since its lastTransitionTime, which moves when a change (a new
  *  generation, a pod on a new node) makes it False. Audit-only policies are never Enforced by
  *  design, so they never wait. 0 when none waits. */
-export function longestNotEnforcedMs(stored: Iterable<{ readonly status: PolicyStatus | null }>, nowMs: number): number {
+export function longestNotEnforcedMs(stored: Iterable<{ readonly status: Pick<PolicyStatus, 'conditions' | 'mode'> | null }>, nowMs: number): number {
   let oldest = Number.POSITIVE_INFINITY;
   for (const { status } of stored) {
     if (status === null || status.mode === 'audit') continue;

@@ -1,29 +1,43 @@
 // What the policy status aggregator (./aggregator.ts) reads: while this replica holds the Lease,
-// every NodePolicyStatus and NetworkPolicyStatus, listed once and then watched (the shared
-// reflector: relist on 410 Gone, jittered backoff on errors), so that a pass costs no request
-// to read. It holds each node's digests and what proofs they gave (../status/realization.ts),
-// what each NetworkPolicyStatus holds, and which watch events bring back our own writes: those
-// ask for no pass. Dropped, and started afresh, when the Lease is lost and won again.
+// every NodePolicyStatus, NetworkPolicyStatus and ClusterNetworkPolicy (when served), listed
+// once and then watched (the shared reflector: relist on 410 Gone, jittered backoff on errors),
+// so that a pass costs no request to read. It holds each node's digests and what proofs they
+// gave (../status/realization.ts), what each NetworkPolicyStatus holds, what Weir's conditions
+// on each ClusterNetworkPolicy say and on which version, and which watch events bring back our
+// own writes: those ask for no pass. Dropped, and started afresh, when the Lease is lost and won
+// again.
 
 import type { Backoff } from '../backoff.ts';
 import type { Clock } from '../clock.ts';
 import type { KubeClient } from '../kube/client.ts';
 import { type Codec, rawRefOf } from '../kube/collection.ts';
-import { createReflector, type ListWatchTimings } from '../kube/reflector.ts';
+import { createReflector, DEFAULT_LIST_WATCH_TIMINGS, type ListWatchTimings } from '../kube/reflector.ts';
 import type { Logger } from '../log.ts';
 import { isRecord } from '../records.ts';
-import { nodeStatusListPath, policyStatusListPath } from '../status/bodies.ts';
+import { clusterPolicyListPath, nodeStatusListPath, policyStatusListPath } from '../status/bodies.ts';
+import { ownClusterPolicyConditions, sameConditions } from '../status/cluster-policy-status.ts';
+import { type Condition, conditionsKey } from '../status/conditions.ts';
 import { nodeDigestOf } from '../status/node-status.ts';
 import { parsePolicyStatus, policyStatusKey, samePolicyStatus, sameStrings } from '../status/policy-status.ts';
-import type { PolicyStatus, PolicyStatusInput, Realization } from '../status/policy-status.ts';
+import type { PolicyStatus, Realization } from '../status/policy-status.ts';
 import { createRealizationTracker, encodeDigest } from '../status/realization.ts';
-import type { NodeDigest } from '../status/realization.ts';
+import type { NodeDigest, Realizable } from '../status/realization.ts';
 
 /** A NetworkPolicyStatus as the API server holds it. */
 export interface StoredStatus {
   readonly uid: string;
   readonly ownerUids: readonly string[];
   readonly status: PolicyStatus | null;
+}
+
+/** A ClusterNetworkPolicy as the API server holds it: the version, and Weir's conditions on it. */
+export interface StoredClusterPolicy {
+  readonly uid: string;
+  readonly generation: number;
+  /** The precondition of a status write: it fails (409) once the object has changed. */
+  readonly resourceVersion: string;
+  /** Weir's conditions (Accepted, Enforced), by type; others' are not kept. */
+  readonly conditions: readonly Condition[];
 }
 
 export interface PolicyStatusCacheOptions {
@@ -41,12 +55,20 @@ export interface PolicyStatusCacheOptions {
 }
 
 export interface PolicyStatusCache {
-  /** Both kinds have been listed since the cache started. */
+  /** Every kind has been listed (or found not served) since the cache started. */
   listed(): boolean;
-  /** Each input policy's realization (by uid), from the nodes' latest digests. */
-  realizations(policies: readonly PolicyStatusInput[]): Map<string, Realization>;
+  /** Each input policy's realization (by uid), from the nodes' latest digests: NetworkPolicies
+   *  and ClusterNetworkPolicies in one call, since a node's digests cover both. */
+  realizations(policies: readonly Realizable[]): Map<string, Realization>;
   /** What each NetworkPolicyStatus holds, by namespace/name. */
   readonly stored: ReadonlyMap<string, StoredStatus>;
+  /** Each ClusterNetworkPolicy, by name. */
+  readonly clusterStored: ReadonlyMap<string, StoredClusterPolicy>;
+  /** A status write on `name` is in flight that will make it hold these conditions. */
+  expectClusterWrite(name: string, uid: string, conditions: readonly Condition[]): void;
+  /** Holds what a status write answered, unless the watch brought a version after the one it
+   *  was written on (`writtenOn`, its resourceVersion). */
+  rememberCluster(name: string, writtenOn: string, answer: unknown): void;
   /** A write in flight will make `key` hold this: its watch event is our own. */
   expectWrite(key: string, content: Pick<StoredStatus, 'ownerUids' | 'status'>): void;
   /** A DELETE of `key` is in flight: its watch event is our own. */
@@ -68,29 +90,35 @@ interface NodeEntry {
 
 const DELETED = 'DELETED';
 
+/** The ClusterNetworkPolicy watch relists at least this often, so that a CRD installed after the
+ *  holder started is found about when the controller's own source finds it. */
+const CLUSTER_POLICY_RELIST_MS = DEFAULT_LIST_WATCH_TIMINGS.relistMs;
+
 export function startPolicyStatusCache(o: PolicyStatusCacheOptions): PolicyStatusCache {
   const abort = new AbortController();
   const nodes = new Map<string, NodeEntry>();
   const stored = new Map<string, StoredStatus>();
+  const clusterStored = new Map<string, StoredClusterPolicy>();
   /** What our writes in flight will make each object hold (contentKey, or DELETED), until the
-   *  watch brings it back. */
+   *  watch brings it back; one map per kind. */
   const expecting = new Map<string, Set<string>>();
+  const expectingCluster = new Map<string, Set<string>>();
   const listedKinds = new Set<string>();
   const tracker = createRealizationTracker();
 
-  function expect(k: string, content: string): void {
-    let set = expecting.get(k);
+  function expect(k: string, content: string, map = expecting): void {
+    let set = map.get(k);
     // A write that failed leaves its entry behind; a few are plenty.
-    if (set === undefined || set.size > 4) expecting.set(k, (set = new Set()));
+    if (set === undefined || set.size > 4) map.set(k, (set = new Set()));
     set.add(content);
   }
 
   /** Whether a watch event brings what one of our writes made: then it is our own. */
-  function unexpect(k: string, content: string): boolean {
-    const set = expecting.get(k);
+  function unexpect(k: string, content: string, map = expecting): boolean {
+    const set = map.get(k);
     if (set === undefined || !set.delete(content)) return false;
     // An empty set per object was most of what this map held at rest.
-    if (set.size === 0) expecting.delete(k);
+    if (set.size === 0) map.delete(k);
     return true;
   }
 
@@ -128,16 +156,40 @@ export function startPolicyStatusCache(o: PolicyStatusCacheOptions): PolicyStatu
     },
     listed: listed('NetworkPolicyStatus'),
   });
-  const loops = Promise.allSettled([nodeReflector.run(abort.signal), policyReflector.run(abort.signal)]);
+  // Optional: a cluster without the CRD has none, and is listed again at the relist interval.
+  const clusterTimings = { ...o.timings, relistMs: o.timings.relistMs[1] <= CLUSTER_POLICY_RELIST_MS[1] ? o.timings.relistMs : CLUSTER_POLICY_RELIST_MS };
+  const clusterReflector = createReflector(
+    { kind: 'ClusterNetworkPolicy', path: clusterPolicyListPath(), optional: true },
+    clusterCodec,
+    { ...deps, timings: clusterTimings },
+    {
+      change(name, entry) {
+        const own = entry !== undefined && unexpect(name, clusterContentKey(entry.uid, entry.conditions), expectingCluster);
+        if (entry === undefined) clusterStored.delete(name);
+        else clusterStored.set(name, entry);
+        if (!own) o.onChange();
+      },
+      listed: listed('ClusterNetworkPolicy'),
+    },
+  );
+  const loops = Promise.allSettled([nodeReflector.run(abort.signal), policyReflector.run(abort.signal), clusterReflector.run(abort.signal)]);
 
   return {
-    listed: () => listedKinds.size === 2,
+    listed: () => listedKinds.size === 3,
     realizations(policies) {
       const digests = new Map<string, NodeDigest>();
       for (const [node, e] of nodes) if (e.digest !== null) digests.set(node, e.digest);
       return tracker.update(policies, digests);
     },
     stored,
+    clusterStored,
+    expectClusterWrite: (name, uid, conditions) => expect(name, clusterContentKey(uid, conditions), expectingCluster),
+    rememberCluster(name, writtenOn, answer) {
+      const s = readStoredClusterPolicy(answer);
+      const held = clusterStored.get(name);
+      // The watch may be ahead (a newer version: keep it) or have brought this very one.
+      if (s !== null && (held === undefined || (held.resourceVersion === writtenOn && held.uid === s.uid))) clusterStored.set(name, s);
+    },
     expectWrite: (k, content) => expect(k, contentKey(content)),
     expectDelete: (k) => expect(k, DELETED),
     remember(k, answer) {
@@ -213,5 +265,32 @@ const nodeCodec: Codec<NodeEntry> = {
     return { key: ref.name, name: ref.name, value: { uid: ref.uid, digest }, warnings: [] };
   },
   same: (a, b) => a.uid === b.uid && (a.digest === null ? '' : encodeDigest(a.digest)) === (b.digest === null ? '' : encodeDigest(b.digest)),
+  ref: (raw) => rawRefOf(raw, false),
+};
+
+/** Weir's conditions on a ClusterNetworkPolicy, whatever version holds them. */
+const clusterContentKey = (uid: string, conditions: readonly Condition[]): string => JSON.stringify([uid, conditionsKey(conditions)]);
+
+function readStoredClusterPolicy(raw: unknown): StoredClusterPolicy | null {
+  if (!isRecord(raw) || !isRecord(raw.metadata)) return null;
+  const m = raw.metadata;
+  return {
+    uid: typeof m.uid === 'string' ? m.uid : '',
+    generation: typeof m.generation === 'number' ? m.generation : 0,
+    resourceVersion: typeof m.resourceVersion === 'string' ? m.resourceVersion : '',
+    conditions: ownClusterPolicyConditions(raw.status),
+  };
+}
+
+/** ClusterNetworkPolicies by name; only the version and Weir's conditions matter, so the spec is
+ *  never held. Every new version is stored (its resourceVersion is the next write's
+ *  precondition). */
+const clusterCodec: Codec<StoredClusterPolicy> = {
+  decode(raw) {
+    const ref = rawRefOf(raw, false);
+    const value = readStoredClusterPolicy(raw) ?? { uid: ref.uid, generation: 0, resourceVersion: '', conditions: [] };
+    return { key: ref.name, name: ref.name, value, warnings: [] };
+  },
+  same: (a, b) => a.uid === b.uid && a.generation === b.generation && a.resourceVersion === b.resourceVersion && sameConditions(a.conditions, b.conditions),
   ref: (raw) => rawRefOf(raw, false),
 };

@@ -1,9 +1,9 @@
 // What the policy status aggregator (./aggregator.ts) writes: a pass computes each policy's
-// NetworkPolicyStatus from the latest input and the nodes' proofs (./policy-status-cache.ts),
-// applies only what differs from what the API server holds, and deletes the statuses whose
-// NetworkPolicy is gone, explicitly rather than leaving them to the garbage collector. Passes
-// are paced (src/pacer.ts): one at a time, at most one per interval, again with backoff after
-// a failure.
+// NetworkPolicyStatus, and Weir's conditions on each ClusterNetworkPolicy, from the latest input
+// and the nodes' proofs (./policy-status-cache.ts), applies only what differs from what the API
+// server holds, and deletes the statuses whose NetworkPolicy is gone, explicitly rather than
+// leaving them to the garbage collector. Passes are paced (src/pacer.ts): one at a time, at most
+// one per interval, again with backoff after a failure.
 
 import type { Clock } from '../clock.ts';
 import { listHeapGuard } from '../agent/gc.ts';
@@ -12,14 +12,17 @@ import type { KubeClient } from '../kube/client.ts';
 import { compareStrings } from '../model/order.ts';
 import { createPacer } from '../pacer.ts';
 import type { PassResult } from '../pacer.ts';
-import { AGGREGATOR_FIELD_MANAGER, applyQuery, deleteBody, policyObjectBody, policyStatusBody, policyStatusPath } from '../status/bodies.ts';
+import { AGGREGATOR_FIELD_MANAGER, applyQuery, clusterPolicyPath, clusterPolicyStatusBody, deleteBody, policyObjectBody, policyStatusBody, policyStatusPath } from '../status/bodies.ts';
+import { buildClusterPolicyConditions, sameConditions } from '../status/cluster-policy-status.ts';
+import type { ClusterPolicyStatusInput } from '../status/cluster-policy-status.ts';
 import { buildPolicyStatus, samePolicyStatus } from '../status/policy-status.ts';
-import type { PolicyStatusInput } from '../status/policy-status.ts';
+import type { PolicyStatusInput, Realization } from '../status/policy-status.ts';
 import type { PolicyStatusCache, StoredStatus } from './policy-status-cache.ts';
 
-/** What a pass writes from: every NetworkPolicy, and the holder's cache. */
+/** What a pass writes from: every NetworkPolicy and ClusterNetworkPolicy, and the holder's cache. */
 export interface PolicyStatusWork {
   readonly policies: readonly PolicyStatusInput[];
+  readonly clusterPolicies: readonly ClusterPolicyStatusInput[];
   readonly cache: PolicyStatusCache;
 }
 
@@ -63,8 +66,9 @@ export function createPolicyStatusWriter(o: PolicyStatusWriterOptions): PolicySt
   async function pass(): Promise<'ok' | 'skipped'> {
     const work = o.work();
     if (work === null) return 'skipped';
-    const { policies, cache } = work;
-    const realizations = cache.realizations(policies);
+    const { policies, clusterPolicies, cache } = work;
+    // One call for both kinds: a node's digests cover both, so each is proven against both.
+    const realizations = cache.realizations(clusterPolicies.length === 0 ? policies : [...policies, ...clusterPolicies]);
     // In namespace/name order, once per key (the first of the input wins); each key made once.
     const keyed = policies.map((p) => ({ p, k: key(p.namespace, p.name) })).sort((a, b) => compareStrings(a.k, b.k));
     const seen = new Set<string>();
@@ -79,10 +83,13 @@ export function createPolicyStatusWriter(o: PolicyStatusWriterOptions): PolicySt
     // objects, mostly), and V8 lets it pile up to several times the live heap before a full
     // collection on its own (docs/performance.md).
     const wrote = heapGuard?.();
-    const written = (answer: unknown, k: string): void => {
-      cache.remember(k, answer);
+    const counted = (): void => {
       writes++;
       wrote?.();
+    };
+    const written = (answer: unknown, k: string): void => {
+      cache.remember(k, answer);
+      counted();
     };
     try {
       // A few writes in flight: one at a time, a new cluster's statuses take minutes
@@ -106,11 +113,39 @@ export function createPolicyStatusWriter(o: PolicyStatusWriterOptions): PolicySt
         return true;
       });
       if (!isHolder()) return writes > 0 ? 'ok' : 'skipped';
+      await forEachLimited(clusterPolicies, WRITES_IN_FLIGHT, async (p) => {
+        if (!isHolder()) return false;
+        if (await writeClusterPolicy(cache, p, realizations.get(p.uid) ?? { desired: 0, realized: 0, pending: [] })) counted();
+        return true;
+      });
+      if (!isHolder()) return writes > 0 ? 'ok' : 'skipped';
       writes += await deleteOrphans(cache, seen);
       return writes > 0 ? 'ok' : 'skipped';
     } finally {
       // V8 keeps the pages a burst of writes grew its heap to, collected or not, until asked.
       if (writes >= COMPACT_AFTER_WRITES) collect?.(true);
+    }
+  }
+
+  /** Applies Weir's conditions to a ClusterNetworkPolicy's status when they differ from what it
+   *  holds; returns whether it wrote. Only on the version the watch holds of the same object
+   *  (uid) at the generation described: otherwise the model or the watch is behind, and the
+   *  one catching up asks for another pass. */
+  async function writeClusterPolicy(cache: PolicyStatusCache, p: ClusterPolicyStatusInput, r: Realization): Promise<boolean> {
+    const held = cache.clusterStored.get(p.name);
+    if (held === undefined || held.uid !== p.uid || held.generation !== p.generation) return false;
+    const next = buildClusterPolicyConditions(p, r, held.conditions, clock.now());
+    if (sameConditions(held.conditions, next)) return false;
+    cache.expectClusterWrite(p.name, p.uid, next);
+    try {
+      const body = clusterPolicyStatusBody(p.name, held.resourceVersion, next);
+      const answer = await client.send({ method: 'PATCH', path: clusterPolicyPath(p.name, 'status'), query: q, body, contentType: APPLY_PATCH, signal });
+      cache.rememberCluster(p.name, held.resourceVersion, answer);
+      return true;
+    } catch (err) {
+      // Changed since (409: its watch event asks for another pass) or deleted (404).
+      if (isStatus(err, 409) || isStatus(err, 404)) return false;
+      throw err;
     }
   }
 

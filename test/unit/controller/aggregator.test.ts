@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { createPolicyStatusAggregator } from '../../../src/controller/aggregator.ts';
 import type { PolicyStatusAggregator } from '../../../src/controller/aggregator.ts';
+import type { ClusterPolicyStatusInput } from '../../../src/status/cluster-policy-status.ts';
 import type { PassResult, PolicyStatusInput } from '../../../src/status/index.ts';
 import { buildNodeStatus } from '../../../src/status/node-status.ts';
 import { captureLog, FakeApi, FakeClock, isList, Results, settle, until } from '../status/fake-api.ts';
@@ -15,6 +16,7 @@ const LEASE = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/weir-p
 const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
 const NPS = (node: string) => `/apis/weir.dev/v1alpha1/nodepolicystatuses/${node}`;
 const POLSTATUS = (ns: string, name: string) => `/apis/weir.dev/v1alpha1/namespaces/${ns}/networkpolicystatuses/${name}`;
+const CNP = (name: string) => `/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies/${name}`;
 
 const web = (generation: number, desiredNodes: string[]): PolicyStatusInput => ({
   namespace: 'shop',
@@ -32,6 +34,26 @@ const bad: PolicyStatusInput = {
   accepted: { ok: false, message: 'spec.ingress[0].ports[0].port: must be between 1 and 65535' },
   desiredNodes: [],
 };
+
+const guard = (generation: number, desiredNodes: string[], uid = 'u-guard'): ClusterPolicyStatusInput => ({
+  name: 'guard',
+  uid,
+  generation,
+  accepted: { ok: true, message: '' },
+  desiredNodes,
+});
+
+/** A ClusterNetworkPolicy as somebody (kubectl) writes it. */
+function clusterPolicy(api: FakeApi, generation: number, more: { uid?: string; labels?: Record<string, string>; status?: unknown } = {}): string {
+  const o = api.put(CNP('guard'), {
+    apiVersion: 'policy.networking.k8s.io/v1beta1',
+    kind: 'ClusterNetworkPolicy',
+    metadata: { name: 'guard', uid: more.uid ?? 'u-guard', generation, ...(more.labels ? { labels: more.labels } : {}) },
+    spec: { tier: 'Admin', priority: 1, subject: { namespaces: {} } },
+    ...(more.status ? { status: more.status } : {}),
+  });
+  return o.metadata.resourceVersion as string;
+}
 
 /** The NodePolicyStatus a node's reporter writes when it enforces `policies`. */
 function nodeStatus(api: FakeApi, node: string, policies: { uid: string; generation: number }[]): void {
@@ -343,7 +365,7 @@ describe('policy status aggregator', () => {
       a.update({ policies: [web(2, ['node-a'])] });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
-      await until(() => api.openWatches() === 2, 'both kinds watched');
+      await until(() => api.openWatches() === 3, 'every kind watched');
       const lists = api.requests.filter(isList).length;
 
       api.compact(); // ends the watches; resuming them gets 410
@@ -494,6 +516,157 @@ describe('policy status aggregator', () => {
       denial.times = 0;
       await passAt(lastPass() + 2_000);
       assert.equal(await results.next(), 'ok');
+    });
+  });
+  describe('ClusterNetworkPolicy status', () => {
+    const cnpWrites = () => api.writes().filter((r) => r.path.startsWith('/apis/policy.networking.k8s.io/'));
+    const conditions = () =>
+      (api.get(CNP('guard'))!.status as { conditions: { type: string; status: string; observedGeneration: number; lastTransitionTime: string; reason: string; message: string }[] }).conditions;
+
+    test("the holder applies Weir's two conditions to the policy's own status, on the version it read, only when they change", async () => {
+      const rv = clusterPolicy(api, 2);
+      nodeStatus(api, 'node-a', [
+        { uid: 'u-web', generation: 1 },
+        { uid: 'u-guard', generation: 2 },
+      ]);
+      nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 1 }]);
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [web(1, ['node-a', 'node-b'])], clusterPolicies: [guard(2, ['node-a', 'node-b'])] });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+
+      assert.deepEqual(
+        cnpWrites().map((r) => `${r.method} ${r.path}`),
+        [`PATCH ${CNP('guard')}/status`],
+      );
+      const [w] = cnpWrites();
+      assert.equal(w.contentType, 'application/apply-patch+yaml');
+      assert.equal(w.query.get('fieldManager'), 'weir-aggregator');
+      assert.equal(w.query.get('force'), 'true');
+      assert.deepEqual((w.body as { metadata: unknown }).metadata, { name: 'guard', resourceVersion: rv });
+      assert.deepEqual(conditions(), [
+        { type: 'Accepted', status: 'True', observedGeneration: 2, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'the spec is valid and supported' },
+        {
+          type: 'Enforced',
+          status: 'False',
+          observedGeneration: 2,
+          lastTransitionTime: '2025-06-01T12:00:00Z',
+          reason: 'NodesPending',
+          message: '1 of 2 nodes have not realized generation 2: node-b',
+        },
+      ]);
+      // One digest per node covers both kinds: node-b holds web though it lacks the other.
+      assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '2/2');
+
+      // node-b takes it up; its report, by the watch, brings a pass.
+      nodeStatus(api, 'node-b', [
+        { uid: 'u-web', generation: 1 },
+        { uid: 'u-guard', generation: 2 },
+      ]);
+      await passAt(T0 + 2_000);
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(
+        conditions().map((c) => [c.type, c.status, c.reason, c.lastTransitionTime]),
+        [
+          ['Accepted', 'True', 'Valid', '2025-06-01T12:00:00Z'],
+          ['Enforced', 'True', 'AllNodesRealized', '2025-06-01T12:00:02Z'],
+        ],
+      );
+      assert.equal(cnpWrites().length, 2);
+
+      // The watch brings both writes back as ours: no pass, nothing written.
+      const passes = results.all.length;
+      for (let i = 0; i < 3; i++) await leaseTick(5_000, leaseCalls().length + 2);
+      assert.equal(results.all.length, passes, 'no pass without a change');
+      assert.equal(cnpWrites().length, 2);
+    });
+
+    test('an invalid policy is not Accepted, with its field errors', async () => {
+      clusterPolicy(api, 1);
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      const message = 'spec.priority: must be an integer from 0 to 1000, got 2000';
+      a.update({ policies: [], clusterPolicies: [{ ...guard(1, []), accepted: { ok: false, message } }] });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(
+        conditions().map((c) => [c.type, c.status, c.reason, c.message]),
+        [
+          ['Accepted', 'False', 'Invalid', message],
+          ['Enforced', 'True', 'NoPodsSelected', 'no node runs a pod this policy selects'],
+        ],
+      );
+    });
+
+    test('writes only on the version the watch holds, of the same uid and the generation described; a write that meets a newer version (409) waits for its watch event', async () => {
+      clusterPolicy(api, 1);
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+
+      // The model is at generation 2, the watch still at 1: conditions about 2 would land on 1.
+      a.update({ policies: [], clusterPolicies: [guard(2, [])] });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'skipped');
+      assert.equal(cnpWrites().length, 0);
+
+      // Generation 2 arrives by the watch and brings a pass; just before its write somebody
+      // labels the policy: 409, no failure, and the watch event of the label brings the pass
+      // that writes on the version after it.
+      let labelled = '';
+      api.fail({ method: 'PATCH', path: `${CNP('guard')}/status`, status: 409, reason: 'Conflict', times: 1, onHit: () => (labelled = clusterPolicy(api, 2, { labels: { owner: 'sec' } })) });
+      clusterPolicy(api, 2);
+      await passAt(T0 + 2_000);
+      assert.equal(await results.next(), 'skipped', 'a conflict is no failure');
+      await passAt(T0 + 4_000);
+      assert.equal(await results.next(), 'ok');
+      assert.equal(logs.warnings().length, 0);
+      const last = cnpWrites()[cnpWrites().length - 1];
+      assert.equal((last.body as { metadata: { resourceVersion: string } }).metadata.resourceVersion, labelled);
+      assert.deepEqual(
+        conditions().map((c) => [c.type, c.observedGeneration]),
+        [
+          ['Accepted', 2],
+          ['Enforced', 2],
+        ],
+      );
+
+      // Deleted and created again under the same name: nothing about the old uid lands on it.
+      const before = cnpWrites().length;
+      api.remove(CNP('guard'));
+      clusterPolicy(api, 1, { uid: 'u-guard-2' });
+      await passAt(T0 + 6_000);
+      assert.equal(await results.next(), 'skipped');
+      assert.equal(cnpWrites().length, before);
+      a.update({ policies: [], clusterPolicies: [guard(1, [], 'u-guard-2')] });
+      await passAt(T0 + 8_000);
+      assert.equal(await results.next(), 'ok');
+      assert.deepEqual(
+        conditions().map((c) => [c.type, c.status, c.observedGeneration]),
+        [
+          ['Accepted', 'True', 1],
+          ['Enforced', 'True', 1],
+        ],
+      );
+    });
+
+    test('a cluster that does not serve ClusterNetworkPolicy (404) still gets its NetworkPolicyStatus', async () => {
+      api.fail({ method: 'GET', path: /\/clusternetworkpolicies$/, status: 404, reason: 'NotFound' });
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [web(1, [])] });
+      await passAt(clock.now());
+      assert.equal(await results.next(), 'ok');
+      assert.notEqual(api.get(POLSTATUS('shop', 'web')), undefined);
+      assert.equal(cnpWrites().length, 0);
     });
   });
 });

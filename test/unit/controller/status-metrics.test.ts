@@ -195,5 +195,24 @@ describe('controller metrics', () => {
       assert.equal(await results.next(), 'ok');
       assert.equal(a.notEnforcedMs(), 0);
     });
+
+    test('a ClusterNetworkPolicy waiting for its nodes counts too, from the Enforced condition on the policy itself', async () => {
+      api.put('/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies/guard', {
+        apiVersion: 'policy.networking.k8s.io/v1beta1',
+        kind: 'ClusterNetworkPolicy',
+        metadata: { name: 'guard', uid: 'u-guard', generation: 1 },
+        spec: { tier: 'Admin', priority: 1, subject: { namespaces: {} } },
+      });
+      const results = new Results<PassResult>();
+      const a = start('node-a', results);
+      clock.advance(0);
+      await until(() => a.isHolder(), 'node-a holds the lease');
+      a.update({ policies: [], clusterPolicies: [{ name: 'guard', uid: 'u-guard', generation: 1, accepted: { ok: true, message: '' }, desiredNodes: ['node-a'] }] });
+      await until(() => clock.hasTimerAt(clock.now()), 'the first pass');
+      clock.advance(0);
+      assert.equal(await results.next(), 'ok');
+      clock.advance(3_000);
+      assert.equal(a.notEnforcedMs(), 3_000);
+    });
   });
 });

@@ -227,6 +227,11 @@ export class FakeApi {
         if (contentType === 'application/apply-patch+yaml') {
           if (!url.searchParams.get('fieldManager')) return failure(400, 'BadRequest', 'fieldManager is required for apply requests');
           const o = body as Obj;
+          // A resourceVersion in an applied object is a precondition, on the status subresource too.
+          const rv = o?.metadata?.resourceVersion;
+          if (cur && rv !== undefined && rv !== cur.metadata.resourceVersion) {
+            return failure(409, 'Conflict', `Operation cannot be fulfilled on ${p.plural} "${p.name}": the object has been modified`);
+          }
           if (p.sub === 'status') {
             if (!cur) return failure(404, 'NotFound', `${p.plural} "${p.name}" not found`);
             return send(200, this.put(itemPath, { ...cur, status: o.status }));
