@@ -53,6 +53,7 @@ export class Calculator {
   readonly #touchedPolicies = new Set<string>();
   /** How many of the cluster's policies are invalid. */
   #invalidPolicies = 0;
+  #clusterPoliciesChanged = false;
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
@@ -104,6 +105,8 @@ export class Calculator {
   /** Applies a batch of events; returns exactly the sets, members and chains they changed. */
   applyEvents(events: Iterable<CalcEvent>): Dirty {
     for (const e of events) this.#apply(e);
+    if (this.#clusterPoliciesChanged) this.#workloads.refreshAll();
+    this.#clusterPoliciesChanged = false;
     for (const key of this.#touchedPolicies) this.#policies.sync(key, this.#workloads.refsOf(key) > 0 ? this.#cluster.policies.get(key) : undefined);
     this.#touchedPolicies.clear();
     this.#workloads.releaseDeferred();
@@ -227,7 +230,8 @@ export class Calculator {
           this.#clusterPolicyChanges.push({ name: compiled.name, policy: compiled });
         } else if (this.#clusterPolicies.delete(e.name)) this.#clusterPolicyChanges.push({ name: e.name, policy: null });
         else return;
-        this.#workloads.refreshAll();
+        // Every local workload may change: refreshed once, when the batch's events are in.
+        this.#clusterPoliciesChanged = true;
         return;
       }
     }
@@ -248,17 +252,13 @@ export class Calculator {
   }
 
   /** The ClusterNetworkPolicies whose subject holds a pod of this node (either tier, valid or
-   *  not), sorted by name: what a write reports beside enforcedPolicyReports. Interim: it walks
-   *  the cluster's pods, until workloads.ts counts them as it counts policies. */
+   *  not), sorted by name: what a write reports beside enforcedPolicyReports. */
   enforcedClusterPolicyReports(): Pick<CompiledClusterNetworkPolicy, 'name' | 'uid' | 'generation' | 'errors'>[] {
-    if (this.#clusterPolicies.size === 0) return [];
-    const found = new Map<string, CompiledClusterNetworkPolicy>();
-    for (const pod of this.#cluster.pods.values()) {
-      if (!this.#workloads.has(pod.uid)) continue;
-      const { admin, baseline } = this.#clusterPolicies.selecting(pod);
-      for (const p of admin) found.set(p.name, p);
-      for (const p of baseline) found.set(p.name, p);
+    const out: CompiledClusterNetworkPolicy[] = [];
+    for (const name of this.#workloads.clusterPolicyNames()) {
+      const p = this.#clusterPolicies.get(name);
+      if (p) out.push(p);
     }
-    return [...found.values()].sort((a, b) => compareStrings(a.name, b.name));
+    return out.sort((a, b) => compareStrings(a.name, b.name));
   }
 }

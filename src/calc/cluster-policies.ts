@@ -17,6 +17,9 @@ export class ClusterPolicies {
   readonly #byName = new Map<string, CompiledClusterNetworkPolicy>();
   /** Every policy in evaluation order; rebuilt on the first read after a change. */
   #ordered: CompiledClusterNetworkPolicy[] | null = [];
+  /** One array per distinct list selected since the last change: pods that share a list get
+   *  the same array, so what is built from it can be built once (see WorkloadChains). */
+  readonly #lists = new Map<string, readonly CompiledClusterNetworkPolicy[]>();
 
   constructor(cluster: ClusterState) {
     this.#cluster = cluster;
@@ -34,14 +37,28 @@ export class ClusterPolicies {
   upsert(p: CompiledClusterNetworkPolicy): CompiledClusterNetworkPolicy | undefined {
     const old = this.#byName.get(p.name);
     this.#byName.set(p.name, p);
-    this.#ordered = null;
+    this.#changed();
     return old;
   }
 
   delete(name: string): CompiledClusterNetworkPolicy | undefined {
     const old = this.#byName.get(name);
-    if (this.#byName.delete(name)) this.#ordered = null;
+    if (this.#byName.delete(name)) this.#changed();
     return old;
+  }
+
+  #changed(): void {
+    this.#ordered = null;
+    this.#lists.clear();
+  }
+
+  #intern(list: CompiledClusterNetworkPolicy[]): readonly CompiledClusterNetworkPolicy[] {
+    if (list.length === 0) return NONE.admin;
+    const key = list.map((p) => p.name).join('\n');
+    const held = this.#lists.get(key);
+    if (held) return held;
+    this.#lists.set(key, list);
+    return list;
   }
 
   /** The policies selecting a pod (host-networked pods are never subjects). */
@@ -54,6 +71,6 @@ export class ClusterPolicies {
       if (!this.#cluster.peerMatchesPod(p.subject, pod)) continue;
       (p.tier === 'Admin' ? admin : baseline).push(p);
     }
-    return { admin, baseline };
+    return { admin: this.#intern(admin), baseline: this.#intern(baseline) };
   }
 }

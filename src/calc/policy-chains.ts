@@ -90,7 +90,7 @@ export class PolicyChains {
     }
     // Release after acquiring, so a set both versions use is never torn down and rebuilt.
     for (const s of current?.sets ?? []) this.#d.sets.release(s);
-    this.#d.audit?.tags.retire(current?.tags ?? [], tags);
+    this.#d.audit?.tags.release(current?.tags ?? []);
   }
 
   /** Level `all`: every allowing rule logs the connections it allows first. */

@@ -16,6 +16,9 @@ export class TagCatalog implements AuditCatalog {
   readonly #group: number;
   /** NFLOG prefix -> what its rule means, for the rules desired now, and recently removed. */
   readonly #tags = new Map<string, AuditTag>();
+  /** How many owners' lists hold each prefix: one rule's tag may be written for many pods
+   *  (a ClusterNetworkPolicy rule in every subject's chain), and stays while any does. */
+  readonly #owners = new Map<string, number>();
   readonly #retired = new Map<string, AuditTag>();
 
   /** `group`: the NFLOG group the agent's reader listens on. */
@@ -33,16 +36,28 @@ export class TagCatalog implements AuditCatalog {
     const prefix = `weir:${code}:${sha256Base64Url(identity).slice(0, 20)}`;
     this.#tags.set(prefix, tag);
     this.#retired.delete(prefix);
-    owned.push(prefix);
+    this.own([prefix], owned);
     return { kind: 'nflog', group: this.#group, prefix, size: AUDIT_COPY_BYTES };
   }
 
-  /** Tags an owner no longer writes move to the bounded retired map. */
-  retire(before: readonly string[], after: readonly string[]): void {
-    if (before.length === 0) return;
-    const keep = new Set(after);
-    for (const prefix of before) {
-      if (keep.has(prefix)) continue;
+  /** Adds an owner to prefixes already logged (rules built once and reused). */
+  own(prefixes: readonly string[], owned: string[]): void {
+    for (const prefix of prefixes) {
+      this.#owners.set(prefix, (this.#owners.get(prefix) ?? 0) + 1);
+      owned.push(prefix);
+    }
+  }
+
+  /** An owner gives up its list (after logging its new one, so a prefix both hold stays): a
+   *  prefix no owner lists any more moves to the bounded retired map. */
+  release(owned: readonly string[]): void {
+    for (const prefix of owned) {
+      const n = (this.#owners.get(prefix) ?? 0) - 1;
+      if (n > 0) {
+        this.#owners.set(prefix, n);
+        continue;
+      }
+      this.#owners.delete(prefix);
       const tag = this.#tags.get(prefix);
       if (!tag) continue;
       this.#tags.delete(prefix);

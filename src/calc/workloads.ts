@@ -6,7 +6,7 @@ import type { ClusterState } from '../model/cluster.ts';
 import { isPoliced } from '../model/cluster.ts';
 import { compareStrings } from '../model/order.ts';
 import { selectorMatches } from '../model/selector.ts';
-import type { CompiledPolicy, Family, Pod } from '../model/types.ts';
+import type { CompiledClusterNetworkPolicy, CompiledPolicy, Family, Pod } from '../model/types.ts';
 import { familyOf } from '../model/types.ts';
 import type { AuditTag, AuditVerdict } from './audit-tags.ts';
 import type { AuditLevels } from './audit-levels.ts';
@@ -66,6 +66,10 @@ export class WorkloadChains {
   readonly #byNs = new Map<string, Set<string>>();
   /** Local workloads selected by each policy key (in any direction it isolates or audits). */
   readonly #policyRefs = new Map<string, number>();
+  /** Local workloads in the subject of each ClusterNetworkPolicy, by name. */
+  readonly #clusterPolicyRefs = new Map<string, number>();
+  /** Tier chain rules by the (shared) policy list they were built from: see #tierRules. */
+  readonly #tierBuilt = new WeakMap<readonly CompiledClusterNetworkPolicy[], Map<string, { rules: readonly Rule[]; specs: readonly SetSpec[]; prefixes: readonly string[] }>>();
   /** Set references to drop at the end of the batch (see releaseDeferred). */
   #releaseLater: ActiveSet[] = [];
 
@@ -95,6 +99,11 @@ export class WorkloadChains {
     return this.#policyRefs.keys();
   }
 
+  /** Names of the ClusterNetworkPolicies whose subject holds a local workload, in no order. */
+  clusterPolicyNames(): Iterable<string> {
+    return this.#clusterPolicyRefs.keys();
+  }
+
   /** Recomputes the chains of every workload (the cluster's ClusterNetworkPolicies changed). */
   refreshAll(): void {
     for (const [uid, w] of [...this.#workloads]) this.refresh(uid, w.pod);
@@ -119,6 +128,9 @@ export class WorkloadChains {
     const after = keys(next);
     for (const k of after) if (!before.has(k)) this.#refPolicy(k, +1);
     for (const k of before) if (!after.has(k)) this.#refPolicy(k, -1);
+    const names = (w: Workload | undefined) => (w ? [...w.tiers.admin, ...w.tiers.baseline].map((p) => p.name) : []);
+    for (const n of names(next)) count(this.#clusterPolicyRefs, n, +1);
+    for (const n of names(old)) count(this.#clusterPolicyRefs, n, -1);
 
     if (old && (!next || old.pod.namespace !== next.pod.namespace)) this.#byNs.get(old.pod.namespace)?.delete(uid);
     if (next) {
@@ -131,7 +143,7 @@ export class WorkloadChains {
     const who = (next ?? old)?.pod;
     if (who) this.#d.dispatch.moveWorkload(uid, `${who.namespace}/${who.name}/${uid}`, old?.pod.ips ?? [], next?.pod.ips ?? []);
     this.#writeChains(uid, next, tags, sets);
-    this.#d.audit?.tags.retire(old?.tags ?? [], next?.tags ?? []);
+    this.#d.audit?.tags.release(old?.tags ?? []);
     // Released at the end of the batch: a set this workload stops using may be taken up by a
     // policy chain in the same batch (its audit level changed), and is then never rebuilt.
     this.#releaseLater.push(...(old?.sets ?? []));
@@ -173,7 +185,7 @@ export class WorkloadChains {
         const name = names.tierChain(tier, dir, uid);
         const consulted = w && ip !== undefined && (tier === 'admin' || w[dir].length === 0);
         const policies = consulted ? w.tiers[tier] : [];
-        const rules = policies.length > 0 ? tierChainRules(tier, tierSteps(policies, dir, f), f, names.tierAccept, useSet, this.#tierAudit(dir, tags)) : [];
+        const rules = policies.length > 0 ? this.#tierRules(tier, dir, f, policies, sets, tags) : [];
         if (rules.length === 0) chains.delete(f, name);
         else chains.set(f, name, rules);
         return rules.length > 0 ? name : null;
@@ -232,6 +244,32 @@ export class WorkloadChains {
     return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
   }
 
+  /** A tier chain's rules for a list of policies, built once per list (pods that share a list
+   *  share its rules): each pod still takes its own references on the sets and tags. */
+  #tierRules(tier: Tier, dir: Direction, f: Family, policies: readonly CompiledClusterNetworkPolicy[], sets: ActiveSet[], tags: string[]): readonly Rule[] {
+    let built = this.#tierBuilt.get(policies);
+    if (!built) this.#tierBuilt.set(policies, (built = new Map()));
+    const key = `${tier} ${dir} ${f}`;
+    const hit = built.get(key);
+    if (hit) {
+      for (const spec of hit.specs) sets.push(this.#d.sets.acquire(spec));
+      this.#d.audit?.tags.own(hit.prefixes, tags);
+      return hit.rules;
+    }
+    const specs: SetSpec[] = [];
+    const prefixes: string[] = [];
+    const useSet = (spec: SetSpec) => {
+      const set = this.#d.sets.acquire(spec);
+      sets.push(set);
+      specs.push(spec);
+      return set.name;
+    };
+    const rules = tierChainRules(tier, tierSteps(policies, dir, f), f, this.#d.names.tierAccept, useSet, this.#tierAudit(dir, prefixes));
+    tags.push(...prefixes);
+    built.set(key, { rules, specs, prefixes });
+    return rules;
+  }
+
   /** A ClusterNetworkPolicy rule logs what it denies at level deny, and what it accepts too at
    *  level all; Pass decides nothing and is never logged. */
   #tierAudit(dir: Direction, tags: string[]): TierAudit | undefined {
@@ -271,9 +309,13 @@ export class WorkloadChains {
   }
 
   #refPolicy(key: string, delta: number): void {
-    const n = (this.#policyRefs.get(key) ?? 0) + delta;
-    if (n === 0) this.#policyRefs.delete(key);
-    else this.#policyRefs.set(key, n);
+    count(this.#policyRefs, key, delta);
     this.#d.policyRefsChanged(key);
   }
+}
+
+function count(refs: Map<string, number>, key: string, delta: number): void {
+  const n = (refs.get(key) ?? 0) + delta;
+  if (n === 0) refs.delete(key);
+  else refs.set(key, n);
 }
