@@ -102,7 +102,7 @@ describe('Weir on a real cluster (kubelet, containerd, Flannel, kube-proxy), ins
 
   // The chart asks for the runtime's default seccomp filter (containerd's): every process the
   // agent starts inherits it. What is refused under it fails silently (EPERM or ENOSYS), so the
-  // audit reader (tcpdump on NFLOG, which drops to its own user) is proven by a line it wrote;
+  // audit reader (tcpdump on NFLOG, started by setpriv as its own user) is proven by a line it wrote;
   // the fork server, iptables-restore, ipset, conntrack and nsenter by the checks below.
   test('the agents run under seccomp RuntimeDefault, every process of their containers, and their audit log still writes', async () => {
     for (const node of NODES) {

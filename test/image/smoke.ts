@@ -24,6 +24,9 @@ export const AGENT_PROGRAMS: readonly (readonly string[])[] = [
   ['ip', '-V'],
   ['nsenter', '--version'],
   ['modprobe', '--version'],
+  // The audit reader: tcpdump, started through setpriv as its own user with a parent-death signal.
+  ['setpriv', '--version'],
+  ['tcpdump', '--version'],
 ];
 
 export class SmokeFailure extends Error {
