@@ -23,7 +23,8 @@ export const CLIENT_A: PodDef = { namespace: NS, name: 'client-a', node: 'node-a
 export const CLIENT_B: PodDef = { namespace: NS, name: 'client-b', node: 'node-b', ips: ['10.244.2.11', 'fd00:10:244:2::11'], labels: { app: 'client' } };
 export const OTHER_A: PodDef = { namespace: NS, name: 'other-a', node: 'node-a', ips: ['10.244.1.12', 'fd00:10:244:1::12'], labels: { app: 'other' } };
 export const OTHER_B: PodDef = { namespace: NS, name: 'other-b', node: 'node-b', ips: ['10.244.2.12', 'fd00:10:244:2::12'], labels: { app: 'other' } };
-const PEER_LABELS = 50;
+/** How many distinct peer labels (peer=p0..p49) the phantom peers carry. */
+export const PEER_LABELS = 50;
 /** The port every policy of the scene allows, served by connect-loop's own server in the server pod. */
 export const PORT = 8080;
 
@@ -111,63 +112,78 @@ export interface SceneRun {
   readonly enforcers: readonly EnforcerSpec[];
   /** Replay the rules with no agent running (replay.ts), as rows of the section. */
   readonly replay: boolean;
-  /** The cells of enforcers that take no turn (saying why), in every row. */
-  readonly absent?: Partial<Record<EnforcerName, Value>>;
 }
 
 /** Measures the scene the API holds now: each enforcer's turns, then the section's rows. */
 export async function connectRows(ctx: Ctx, bin: string, scene: SceneRun): Promise<void> {
-  const { connects, rateMs, inflight, rounds } = ctx.flags;
-  const { section, what, replay, absent = {} } = scene;
-  type Acc = Partial<Record<EnforcerName, number[]>>;
-  const lat: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
-  const rate: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
-  const state = {
-    rules: {} as Partial<Record<EnforcerName, Value>>,
-    sets: {} as Partial<Record<EnforcerName, Value>>,
-    settle: {} as Partial<Record<EnforcerName, Value>>,
-  };
-  const captures: Record<string, Capture> = {};
-  let failures = '';
+  const samples = new SceneSamples();
   // Rounds alternate the order of the enforcers, so that a slow drift of the machine's load
   // (others' tests) does not always fall on the same one; samples are pooled.
-  for (let round = 0; round < rounds; round++) {
+  for (let round = 0; round < ctx.flags.rounds; round++) {
     const order = round % 2 === 0 ? [...scene.enforcers] : [...scene.enforcers].reverse();
-    for (const spec of order) {
-      await ctx.env.turn(spec, async (t) => {
-        const policed = spec.name !== 'none';
-        const server = SERVER.ips[0];
-        const ready = await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(CLIENT_B)]: true, [key(OTHER_A)]: !policed }, 120_000, what);
-        await quiet(t);
-        const settled = await idle(t);
-        if (round === 0 && policed) state.settle[spec.name] = { p50: settled.cpuS, text: `(idle ${(settled.ms / 1000).toFixed(0)} s after the first right verdicts)` };
-        if (replay && policed && !captures[spec.name]) captures[spec.name] = captureRules(t);
-        const ks = kernelState(t, 'node-a');
-        state.rules[spec.name] = { p50: ks.rules };
-        state.sets[spec.name] = { p50: ks.sets, text: `(${ks.members} members)` };
-        const load = ctx.sampleLoad();
-        const line: string[] = [];
-        for (const [where, from] of [
-          ['same', t.pod('bench/client-a').netns],
-          ['cross', t.pod('bench/client-b').netns],
-        ] as const) {
-          // Warm-up: neighbour entries and the first-run costs of the path.
-          await connectLatency(bin, from, server, PORT, 50);
-          const run = await connectLatency(bin, from, server, PORT, connects);
-          (lat[where][spec.name] ??= []).push(...run.samples);
-          if (run.failures) failures += ` ${spec.name} ${where}: ${run.failures} failed (${[...run.reasons].map(([r, n]) => `${r} ×${n}`).join(', ')});`;
-          const r = await connectRate(bin, from, server, PORT, inflight, rateMs);
-          (rate[where][spec.name] ??= []).push(r.perSecond);
-          if (r.fail) failures += ` ${spec.name} ${where} rate: ${r.fail} failed;`;
-          line.push(`${where}-node p50 ${percentile(run.samples, 50).toFixed(1)} p99 ${percentile(run.samples, 99).toFixed(1)} µs, ${r.perSecond.toFixed(0)} conn/s`);
-        }
-        ctx.log(
-          `  round ${round + 1}, ${spec.name}, ${what} (enforced ${ready.toFixed(0)} ms after its first sync; node-a: ${ks.rules} iptables rules, ${ks.sets} ipsets; load ${load.toFixed(2)}): ${line.join('; ')}`,
-        );
-      });
-    }
+    for (const spec of order) await measureTurn(ctx, bin, spec, { round, what: scene.what, replay: scene.replay }, samples);
   }
-  const note = failures ? `failed connects:${failures}` : undefined;
+  addSceneRows(ctx, scene.section, samples);
+  if (scene.replay) await replayConnect(ctx, bin, scene.section, samples.captures);
+}
+
+type Acc = Partial<Record<EnforcerName, number[]>>;
+
+/** What the turns of one scene measured, pooled over its rounds. */
+export class SceneSamples {
+  readonly lat: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
+  readonly rate: Record<'same' | 'cross', Acc> = { same: {}, cross: {} };
+  readonly rules: Partial<Record<EnforcerName, Value>> = {};
+  readonly sets: Partial<Record<EnforcerName, Value>> = {};
+  readonly settle: Partial<Record<EnforcerName, Value>> = {};
+  readonly captures: Record<string, Capture> = {};
+  failures = '';
+}
+
+/** One enforcer's turn on the scene the API holds now (its `round`-th); adds to `samples`. */
+export async function measureTurn(ctx: Ctx, bin: string, spec: EnforcerSpec, turn: { round: number; what: string; replay: boolean }, samples: SceneSamples): Promise<void> {
+  const { connects, rateMs, inflight } = ctx.flags;
+  const { round, what, replay } = turn;
+  const { lat, rate, captures } = samples;
+  await ctx.env.turn(spec, async (t) => {
+    const policed = spec.name !== 'none';
+    const server = SERVER.ips[0];
+    const ready = await serveUntil(t, bin, { [key(CLIENT_A)]: true, [key(CLIENT_B)]: true, [key(OTHER_A)]: !policed }, 120_000, what);
+    await quiet(t);
+    const settled = await idle(t);
+    if (round === 0 && policed) samples.settle[spec.name] = { p50: settled.cpuS, text: `(idle ${(settled.ms / 1000).toFixed(0)} s after the first right verdicts)` };
+    if (replay && policed && !captures[spec.name]) captures[spec.name] = captureRules(t);
+    const ks = kernelState(t, 'node-a');
+    samples.rules[spec.name] = { p50: ks.rules };
+    samples.sets[spec.name] = { p50: ks.sets, text: `(${ks.members} members)` };
+    const load = ctx.sampleLoad();
+    const line: string[] = [];
+    for (const [where, from] of [
+      ['same', t.pod('bench/client-a').netns],
+      ['cross', t.pod('bench/client-b').netns],
+    ] as const) {
+      // Warm-up: neighbour entries and the first-run costs of the path.
+      await connectLatency(bin, from, server, PORT, 50);
+      const run = await connectLatency(bin, from, server, PORT, connects);
+      (lat[where][spec.name] ??= []).push(...run.samples);
+      if (run.failures) samples.failures += ` ${spec.name} ${where}: ${run.failures} failed (${[...run.reasons].map(([r, n]) => `${r} ×${n}`).join(', ')});`;
+      const r = await connectRate(bin, from, server, PORT, inflight, rateMs);
+      (rate[where][spec.name] ??= []).push(r.perSecond);
+      if (r.fail) samples.failures += ` ${spec.name} ${where} rate: ${r.fail} failed;`;
+      line.push(`${where}-node p50 ${percentile(run.samples, 50).toFixed(1)} p99 ${percentile(run.samples, 99).toFixed(1)} µs, ${r.perSecond.toFixed(0)} conn/s`);
+    }
+    ctx.log(
+      `  round ${round + 1}, ${spec.name}, ${what} (enforced ${ready.toFixed(0)} ms after its first sync; node-a: ${ks.rules} iptables rules, ${ks.sets} ipsets; load ${load.toFixed(2)}): ${line.join('; ')}`,
+    );
+  });
+}
+
+/** The section's rows from a scene's pooled samples; `absent`: the cells of enforcers that took
+ *  no turn (saying why), in every row. */
+export function addSceneRows(ctx: Ctx, section: string, samples: SceneSamples, absent: Partial<Record<EnforcerName, Value>> = {}): void {
+  const { inflight, rounds } = ctx.flags;
+  const { lat, rate } = samples;
+  const note = samples.failures ? `failed connects:${samples.failures}` : undefined;
   const dists = (acc: Acc) => ({ ...absent, ...Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, dist(xs)])) });
   // A rate per round: their mean.
   const means = (acc: Acc) => ({ ...absent, ...Object.fromEntries(Object.entries(acc).map(([e, xs]) => [e, { p50: xs.reduce((a, b) => a + b, 0) / xs.length }])) });
@@ -176,18 +192,17 @@ export async function connectRows(ctx: Ctx, bin: string, scene: SceneRun): Promi
     { section, figure: 'connect latency, cross node', unit: 'µs', better: 'lower', values: dists(lat.cross) },
     { section, figure: `new connections/s, same node (${inflight} in flight, mean of ${rounds} rounds)`, unit: 'conn/s', better: 'higher', values: means(rate.same) },
     { section, figure: `new connections/s, cross node (${inflight} in flight, mean of ${rounds} rounds)`, unit: 'conn/s', better: 'higher', values: means(rate.cross) },
-    { section, figure: 'iptables rules on node-a (IPv4, all tables)', unit: 'rules', better: 'lower', values: { ...absent, ...state.rules } },
-    { section, figure: 'ipsets on node-a', unit: 'sets', better: 'lower', values: { ...absent, ...state.sets } },
+    { section, figure: 'iptables rules on node-a (IPv4, all tables)', unit: 'rules', better: 'lower', values: { ...absent, ...samples.rules } },
+    { section, figure: 'ipsets on node-a', unit: 'sets', better: 'lower', values: { ...absent, ...samples.sets } },
     {
       section,
       figure: 'work after the first right verdicts until idle: CPU of both enforcers and the API server',
       unit: 'CPU s',
       better: 'lower',
-      values: state.settle,
+      values: { ...absent, ...samples.settle },
     },
   );
   if (note) ctx.log(`  ${note}`);
-  if (replay) await replayConnect(ctx, bin, section, captures);
 }
 
 const REPLIES_FIRST = 'weir, replies first';
