@@ -13,9 +13,14 @@ export interface KubeObject {
   readonly [k: string]: unknown;
 }
 
-/** The REST path of a collection or an object (core v1 and networking v1 only: all the bench writes). */
+const GROUPS: Record<string, readonly [string, string]> = {
+  NetworkPolicy: ['/apis/networking.k8s.io/v1', 'networkpolicies'],
+  ClusterNetworkPolicy: ['/apis/policy.networking.k8s.io/v1beta1', 'clusternetworkpolicies'],
+};
+
+/** The REST path of a collection or an object (the kinds the bench writes: core v1, NetworkPolicy, ClusterNetworkPolicy). */
 export function pathOf(kind: string, namespace?: string, name?: string): string {
-  const [group, plural] = kind === 'NetworkPolicy' ? ['/apis/networking.k8s.io/v1', 'networkpolicies'] : ['/api/v1', { Pod: 'pods', Namespace: 'namespaces', Node: 'nodes' }[kind]];
+  const [group, plural] = GROUPS[kind] ?? ['/api/v1', { Pod: 'pods', Namespace: 'namespaces', Node: 'nodes' }[kind]];
   if (plural === undefined) throw new Error(`bench api: no path for kind ${kind}`);
   const ns = namespace === undefined ? '' : `/namespaces/${namespace}`;
   return `${group}${ns}/${plural}${name === undefined ? '' : `/${name}`}`;

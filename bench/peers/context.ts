@@ -13,6 +13,8 @@ export interface Flags {
   readonly only: ReadonlySet<string>;
   readonly enforcers: readonly EnforcerName[];
   readonly policies: readonly number[];
+  /** connect-cnp: Admin ClusterNetworkPolicies selecting the policed pod, per scene (0: none). */
+  readonly cnps: readonly number[];
   readonly pods: readonly number[];
   readonly connects: number;
   readonly rateMs: number;

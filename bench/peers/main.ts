@@ -3,13 +3,15 @@
 // one table (p50 / p99 and kube-router ÷ Weir for every figure); asserts nothing.
 // docs/performance.md says what each figure means and how it was taken.
 //
-//   --only=connect,latency,resources,faults,conformance   sections to run (default all)
+//   --only=connect,connect-cnp,latency,resources,faults,conformance   sections to run (default all)
 //   --enforcers=none,kube-router,weir                      who takes turns (default all three)
 //   --policies=1,100,1000     connect: policies selecting the policed pod
-//   --connects=2000           connect: sequential connects per latency figure
-//   --rate-ms=3000            connect: length of each new-connections-per-second run
-//   --inflight=4              connect: connects in flight during that run
-//   --rounds=2                connect: turns of each enforcer per policy count (alternating order; pooled)
+//   --cnps=0,1000             connect-cnp: Admin ClusterNetworkPolicies selecting it, beside one
+//                             policy (Weir and none only: kube-router has no ClusterNetworkPolicy)
+//   --connects=2000           connect, connect-cnp: sequential connects per latency figure
+//   --rate-ms=3000            connect, connect-cnp: length of each new-connections-per-second run
+//   --inflight=4              connect, connect-cnp: connects in flight during that run
+//   --rounds=2                connect, connect-cnp: turns of each enforcer per policy count (alternating order; pooled)
 //   --replay-rounds=8         connect: rounds of each enforcer's rules replayed in a fresh cluster
 //                             with no agent running, next to a conntrack-only baseline (0: skip)
 //   --replay-policies=1       connect: the policy counts whose rules are replayed
@@ -29,6 +31,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { benchConformance } from './conformance.ts';
 import { benchConnect } from './connect.ts';
+import { benchConnectCnp } from './connect-cnp.ts';
 import { benchFaults } from './faults.ts';
 import { benchLatency } from './latency.ts';
 import { benchResources } from './resources.ts';
@@ -37,7 +40,7 @@ import { ENFORCERS, type EnforcerName, prepareEnforcers } from './enforcers.ts';
 import { BenchEnv, machine } from './env.ts';
 import { renderTable } from './table.ts';
 
-const SECTIONS = ['connect', 'latency', 'resources', 'faults', 'conformance'] as const;
+const SECTIONS = ['connect', 'connect-cnp', 'latency', 'resources', 'faults', 'conformance'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function parseFlags(argv: string[]): Flags {
@@ -47,6 +50,7 @@ function parseFlags(argv: string[]): Flags {
       only: { type: 'string' },
       enforcers: { type: 'string' },
       policies: { type: 'string' },
+      cnps: { type: 'string' },
       connects: { type: 'string' },
       'rate-ms': { type: 'string' },
       inflight: { type: 'string' },
@@ -71,6 +75,12 @@ function parseFlags(argv: string[]): Flags {
   const q = values.quick;
   const list = (v: string | undefined, dflt: string) => (v ?? dflt).split(',').filter(Boolean);
   const ints = (v: string | undefined, dflt: string) => list(v, dflt).map((x) => positive(x, 'list entry'));
+  const counts = (v: string | undefined, dflt: string, what: string) =>
+    list(v, dflt).map((x) => {
+      const n = Number(x);
+      if (!Number.isInteger(n) || n < 0) problems.push(`${what}: "${x}" is not a whole number`);
+      return n;
+    });
   const problems: string[] = [];
   const positive = (x: string, what: string) => {
     const n = Number(x);
@@ -85,6 +95,7 @@ function parseFlags(argv: string[]): Flags {
     only: new Set(only),
     enforcers: ENFORCERS.filter((e) => enforcers.includes(e)),
     policies: ints(values.policies, q ? '1,100' : '1,100,1000'),
+    cnps: counts(values.cnps, '0,1000', '--cnps'),
     connects: positive(values.connects ?? (q ? '500' : '2000'), '--connects'),
     rateMs: positive(values['rate-ms'] ?? (q ? '1000' : '3000'), '--rate-ms'),
     inflight: positive(values.inflight ?? '4', '--inflight'),
@@ -107,7 +118,7 @@ function parseFlags(argv: string[]): Flags {
 }
 
 function readHeader(): string {
-  return 'npm run bench:peers -- [--only=connect,latency,resources,faults,conformance] [--enforcers=none,kube-router,weir] [--policies=1,100,1000] [--pods=100,1000] [--quick] ... (see bench/peers/main.ts)';
+  return 'npm run bench:peers -- [--only=connect,connect-cnp,latency,resources,faults,conformance] [--enforcers=none,kube-router,weir] [--policies=1,100,1000] [--cnps=0,1000] [--pods=100,1000] [--quick] ... (see bench/peers/main.ts)';
 }
 
 async function main(): Promise<void> {
@@ -123,6 +134,10 @@ async function main(): Promise<void> {
     if (flags.only.has('connect')) {
       log('\n== 1. new-connection cost through a policed pod');
       await benchConnect(ctx);
+    }
+    if (flags.only.has('connect-cnp')) {
+      log('\n== 1b. new-connection cost through a pod that Admin ClusterNetworkPolicies select');
+      await benchConnectCnp(ctx);
     }
     if (flags.only.has('latency')) {
       log('\n== 2. API write -> enforced, seen with real packets');
