@@ -9,7 +9,7 @@ import { formatCidr, parseCidr, parseIp } from './cidr.ts';
 import { readPolicyAnnotations, ENFORCEMENT_ANNOTATION } from './annotations.ts';
 import { compareStrings } from './order.ts';
 import { capPolicyErrors } from './policy.ts';
-import { checkKnownFields, describeValue, exact, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
+import { checkKnownFields, describeValue, exact, isPlainObject, matchAllSelector, quote, selectorOrNull } from './selector.ts';
 import type { CnpAction, CnpRule, CnpTier, CompiledClusterNetworkPolicy, IpBlockPeer, Peer, PodsPeer, PolicyError, PortMatch, Protocol, RawClusterNetworkPolicy, Selector } from './types.ts';
 
 const SPEC_FIELDS = ['tier', 'priority', 'subject', 'ingress', 'egress'] as const;
@@ -182,15 +182,6 @@ function readNamespacedPod(raw: unknown, path: string, errors: PolicyError[]): P
  *  namespaceSelector peer, so that equal peers of both APIs share one set. */
 function subjectPeer(ns: Selector, pods: Selector): PodsPeer {
   return { kind: 'pods', key: `pods|nssel=${ns.key}|${pods.key}`, namespace: null, namespaceSelector: ns, podSelector: pods };
-}
-
-function selectorOrNull(raw: unknown, path: string, errors: PolicyError[]): Selector | null {
-  const r = parseSelector(raw, path);
-  if ('errors' in r) {
-    errors.push(...r.errors);
-    return null;
-  }
-  return r.selector;
 }
 
 function isInteger(v: unknown): v is number {

@@ -6,7 +6,7 @@
 import { aggregateCidrs, cidrCovers, formatCidr, parseCidr, prefixSet } from './cidr.ts';
 import type { Cidr } from './cidr.ts';
 import { readPolicyAnnotations } from './annotations.ts';
-import { checkKnownFields, describeValue, exact, isPlainObject, matchAllSelector, parseSelector, quote } from './selector.ts';
+import { checkKnownFields, describeValue, exact, isPlainObject, matchAllSelector, parseSelector, quote, selectorOrNull } from './selector.ts';
 import { Pool } from './pool.ts';
 import { PROTOCOLS, policyKey } from './types.ts';
 import type { CompiledPolicy, IpBlockPeer, Peer, PolicyError, PolicyRule, PortMatch, Protocol, RawNetworkPolicy, Selector } from './types.ts';
@@ -243,15 +243,6 @@ function compilePeer(raw: unknown, path: string, namespace: string, tally: Tally
     return { kind: 'pods', key: `pods|nssel=${nsSelector.key}|${pods.key}`, namespace: null, namespaceSelector: nsSelector, podSelector: pods };
   }
   return { kind: 'pods', key: `pods|ns=${namespace}|${pods.key}`, namespace, namespaceSelector: null, podSelector: pods };
-}
-
-function selectorOrNull(raw: unknown, path: string, errors: PolicyError[]): Selector | null {
-  const r = parseSelector(raw, path);
-  if ('errors' in r) {
-    errors.push(...r.errors);
-    return null;
-  }
-  return r.selector;
 }
 
 function compileIpBlock(raw: unknown, path: string, tally: Tally, errors: PolicyError[]): IpBlockPeer | null {

@@ -193,6 +193,16 @@ export function exact<T>(grown: T[]): T[] {
 
 /** True when every requirement holds for these labels. NotIn and DoesNotExist hold when the
  *  label is absent. Hot path: no allocation. */
+/** A selector read at `path`, or null with its errors added to `errors`. */
+export function selectorOrNull(raw: unknown, path: string, errors: PolicyError[]): Selector | null {
+  const r = parseSelector(raw, path);
+  if ('errors' in r) {
+    errors.push(...r.errors);
+    return null;
+  }
+  return r.selector;
+}
+
 export function selectorMatches(sel: Selector, labels: Labels): boolean {
   const reqs = sel.requirements;
   for (let i = 0; i < reqs.length; i++) {
