@@ -119,9 +119,10 @@ build_go_tools() {
     go_build "the upstream e2e NetworkPolicy specs" "$e2e" go.mod "$build_log" test -c -o "$b/e2e-netpol.test" .
     echo "$stamp" >"$b/e2e.stamp"
   fi
-  stamp=$(stamp_of "$np/go.mod" "$np/go.sum" "$np"/*.go)
+  stamp=$(stamp_of "$0" "$np/go.mod" "$np/go.sum" "$np"/*.go "$np"/overlay/*.go)
   if ! fresh npapi "$stamp" npapi-conformance.test; then
-    go_build "the upstream ClusterNetworkPolicy conformance tests" "$np" go.mod "$build_log" test -c -o "$b/npapi-conformance.test" .
+    npapi_module "$np" "$b/npapi-module"
+    go_build "the upstream ClusterNetworkPolicy conformance tests" "$np" "$b/npapi-module/go.mod" "$build_log" test -c -o "$b/npapi-conformance.test" .
     echo "$stamp" >"$b/npapi.stamp"
   fi
   stamp=$(stamp_of "$fl/go.mod" "$fl/go.sum" "$fl/cni.mod" "$fl/cni.sum")
@@ -131,6 +132,29 @@ build_go_tools() {
     go_build "Flannel's CNI plugin" "$fl" cni.mod "$build_log" build -o "$b/flannel" github.com/containernetworking/plugins/plugins/meta/flannel
     echo "$stamp" >"$b/flannel.stamp"
   fi
+}
+
+# npapi_module NPAPI_DIR OUT_DIR: OUT_DIR/go.mod, hack/npapi's go.mod with the suite's module
+# replaced by a copy in OUT_DIR (the Go module cache cannot be overlaid) that differs from it in
+# one way: hack/npapi/overlay/sctp_probes.go is added to its kubernetes package, and PokeServer
+# asks it first whether to leave an SCTP probe out (only under --sctp=false).
+npapi_module() {
+  local np=$1 out=$2 dir pkg
+  dir=$(cd "$np" && go mod download -json sigs.k8s.io/network-policy-api | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$dir/conformance/utils/kubernetes/helper.go" ] || die "no sigs.k8s.io/network-policy-api in $np/go.mod's module cache ($dir)"
+  rm -rf "$out"
+  mkdir -p "$out"
+  cp -r "$dir" "$out/network-policy-api"
+  chmod -R u+w "$out/network-policy-api"
+  pkg=$out/network-policy-api/conformance/utils/kubernetes
+  sed -i '/^func PokeServer(t \*testing.T, .*protocol, targetHost string, targetPort int32, .*shouldConnect bool) {$/a\
+\tif sctpProbeLeftOut(t, protocol, targetHost, targetPort, shouldConnect) {\
+\t\treturn\
+\t}' "$pkg/helper.go"
+  [ "$(grep -c sctpProbeLeftOut "$pkg/helper.go")" = 1 ] || die "PokeServer in $dir is not what hack/npapi/overlay expects"
+  cp "$np/overlay/sctp_probes.go" "$pkg/"
+  cp "$np/go.mod" "$np/go.sum" "$out/"
+  echo "replace sigs.k8s.io/network-policy-api => $out/network-policy-api" >>"$out/go.mod"
 }
 
 # oci_image ROOTFS_DIR NAME ENTRYPOINT...: a one-layer image as a docker archive named NAME
