@@ -33,6 +33,11 @@ export async function e2eBinary(): Promise<string> {
   return (await script(['e2e-binary'])).trim();
 }
 
+/** The upstream ClusterNetworkPolicy conformance tests' binary (hack/npapi; scripts/cluster.sh build makes it). */
+export async function npapiBinary(): Promise<string> {
+  return (await script(['npapi-binary'])).trim();
+}
+
 export interface RealCluster {
   readonly kubeconfig: string;
   /** The environment that names this cluster to scripts/cluster.sh. */
