@@ -322,9 +322,13 @@ describe('charts/weir rendered by helm', () => {
     assert.equal(svc.spec.clusterIP, 'None');
     assert.deepEqual(svc.spec.ports, [{ name: 'metrics', port: 9477, targetPort: 'metrics', protocol: 'TCP' }]);
     assert.deepEqual(svc.spec.selector, find(docs, 'DaemonSet')!.spec.selector.matchLabels);
-    assert.deepEqual(find(docs, 'PodMonitor')!.spec.podMetricsEndpoints, [{ port: 'metrics', path: '/metrics', interval: '15s' }]);
+    assert.deepEqual(find(docs, 'PodMonitor')!.spec.podMetricsEndpoints, [
+      { port: 'metrics', path: '/metrics', interval: '15s', relabelings: [{ sourceLabels: ['__meta_kubernetes_pod_node_name'], targetLabel: 'node' }] },
+    ]);
     assert.equal(find(docs, 'PodMonitor')!.metadata.labels.release, 'prometheus');
-    assert.deepEqual(find(docs, 'ServiceMonitor')!.spec.endpoints, [{ port: 'metrics', path: '/metrics', interval: '20s' }]);
+    assert.deepEqual(find(docs, 'ServiceMonitor')!.spec.endpoints, [
+      { port: 'metrics', path: '/metrics', interval: '20s', relabelings: [{ sourceLabels: ['__meta_kubernetes_pod_node_name'], targetLabel: 'node' }] },
+    ]);
     assert.equal(agentContainer(docs).ports[0].containerPort, 9477);
     const onlySm = await render(['--set', 'metrics.serviceMonitor.enabled=true']);
     assert.ok(find(onlySm, 'Service'));
