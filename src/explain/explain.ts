@@ -1,0 +1,422 @@
+// `weir explain`: why a new connection from SRC to DST passes or is dropped. The nodes' desired
+// dataplane is computed by calc from the same events the agent gets (one Calculator per node
+// that polices an end), a new packet is walked through it (evaluate.ts), and each direction's
+// outcome is told with the rule that decided it and the policies behind that rule
+// (attribute.ts). Pure: no I/O, no clock.
+
+import { Calculator } from '../calc/index.ts';
+import type { AuditTag } from '../calc/audit-tags.ts';
+import type { CalcConfig } from '../calc/config.ts';
+import { ClusterPolicies } from '../calc/cluster-policies.ts';
+import type { Rule } from '../calc/desired.ts';
+import type { Direction } from '../calc/rules.ts';
+import type { Tier } from '../calc/tier-rules.ts';
+import type { CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Family, ModelEvent, Pod, Protocol } from '../model/types.ts';
+import type { ClusterRuleRef, PolicyRuleRef, Selected } from './attribute.ts';
+import { allowingRules, ModelSets, sameSignature, selectedPolicies, tierDecision } from './attribute.ts';
+import type { Hit, Packet, SetLookup, Walk } from './evaluate.ts';
+import { walk } from './evaluate.ts';
+import type { Endpoint, World } from './resolve.ts';
+import { addressesOf, ExplainInputError, podRef, resolveEndpoint, worldOf } from './resolve.ts';
+
+/** What the agent's Calculator is built with, but for its node: explain builds one per node. */
+export type ExplainConfig = Omit<CalcConfig, 'nodeName'>;
+
+export interface ExplainRequest {
+  readonly source: string;
+  readonly destination: string;
+  readonly protocol: Protocol;
+  readonly port: number;
+  /** Only this family (default: every family both ends have). */
+  readonly family?: Family;
+}
+
+export interface EndpointView {
+  /** As given on the command line. */
+  readonly given: string;
+  readonly kind: 'pod' | 'host' | 'address';
+  /** namespace/name of a pod (a host-networked one too). */
+  readonly pod?: string;
+  readonly node?: string;
+  readonly ips: readonly string[];
+  /** What an address is, in words. */
+  readonly note?: string;
+}
+
+/** One rule on the packet's way: where it is and what it is. */
+export interface PathStep {
+  readonly chain: string;
+  /** 1-based, as iptables numbers the rules of a chain. */
+  readonly position: number;
+  readonly rule: Rule;
+  readonly lookups: readonly SetLookup[];
+}
+
+export type DirectionVerdict = 'allowed' | 'denied' | 'not isolated';
+
+export type Reason =
+  /** A NetworkPolicy rule allows it. */
+  | 'network-policy'
+  /** A ClusterNetworkPolicy rule decided (Admin Accept or Deny, Baseline Accept or Deny). */
+  | 'cluster-policy'
+  /** Policies isolate the pod and none of their rules allows it. */
+  | 'default-deny'
+  /** No NetworkPolicy isolates the pod that way (and no tier rule decided). */
+  | 'not-isolated'
+  /** A pod reaching itself through the bridge (a Service hairpin) is always allowed. */
+  | 'self'
+  /** The address is no pod this node knows: dropped (fail closed). */
+  | 'fail-closed'
+  /** Something the chains did that explain has no words for: see `rule`. */
+  | 'other';
+
+export interface DirectionResult {
+  readonly direction: Direction;
+  /** The node whose chains decide this direction. */
+  readonly node: string;
+  /** namespace/name of the pod policed; null for an address of the node's pod CIDR no pod holds. */
+  readonly pod: string | null;
+  readonly verdict: DirectionVerdict;
+  readonly reason: Reason;
+  /** NetworkPolicy rules that allow it (every one, in policy then rule order). */
+  readonly allowedBy?: readonly PolicyRuleRef[];
+  /** The ClusterNetworkPolicy rule that decided (the first match in evaluation order), and the
+   *  other rules of its run that match too. */
+  readonly clusterRule?: ClusterRuleRef & { readonly alsoMatching: readonly ClusterRuleRef[] };
+  /** An Admin Pass that handed the packet on to NetworkPolicy (or the Baseline tier). */
+  readonly passedBy?: ClusterRuleRef;
+  /** For a default deny: the policies isolating the pod that way. */
+  readonly isolatedBy?: readonly { readonly namespace: string; readonly name: string; readonly invalid: boolean }[];
+  /** Audit-only policies selecting the pod (they never decide): would they drop it? */
+  readonly auditOnly?: { readonly policies: readonly string[]; readonly wouldAllowBy: readonly PolicyRuleRef[] };
+  /** The kernel rule that decided, and whether it stands for several policies' peers. */
+  readonly rule: (PathStep & { readonly merged: boolean }) | null;
+  /** Every rule that matched on the way, from the top chain. */
+  readonly path: readonly PathStep[];
+  /** Audit log prefixes the packet is copied with, and what the agent reads them as. */
+  readonly logged: readonly { readonly prefix: string; readonly meaning: AuditTag | null }[];
+  /** False when the packet never gets here: the other direction dropped it first, on this
+   *  same node; the result says what this direction alone would do. */
+  readonly reached: boolean;
+  /** Where the chains and the policies' own rules disagree (a bug to report). */
+  readonly disagreement?: string;
+}
+
+export interface FamilyResult {
+  readonly family: Family;
+  readonly src: string;
+  readonly dst: string;
+  /** Allowed only when every direction that applies allows it. */
+  readonly verdict: 'allowed' | 'denied';
+  readonly directions: readonly DirectionResult[];
+  /** Why no node polices this packet at all, when none does. */
+  readonly unpoliced?: string;
+}
+
+export interface Explanation {
+  readonly source: EndpointView;
+  readonly destination: EndpointView;
+  readonly protocol: Protocol;
+  readonly port: number;
+  readonly families: readonly FamilyResult[];
+}
+
+/** The bridge port explain binds each local pod's address to (the agent learns the real one
+ *  from the node's kernel; any name gives the same rules at the same positions). */
+export const bridgePortOf = (pod: Pod): string => `port-of:${podRef(pod)}`;
+
+interface NodeState {
+  readonly calc: Calculator;
+  readonly clusterPolicies: ClusterPolicies;
+  readonly audit: ReadonlyMap<string, string>;
+}
+
+/** Explains one request over the events of a full view of the cluster. */
+export function explain(events: readonly ModelEvent[], req: ExplainRequest, cfg: ExplainConfig): Explanation {
+  if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) throw new ExplainInputError(`port ${req.port} is not a port number from 1 to 65535`);
+  const world = worldOf(events);
+  const src = resolveEndpoint(world, req.source, 'source');
+  const dst = resolveEndpoint(world, req.destination, 'destination');
+  const policed = (e: Endpoint) => e.kind === 'pod' || (e.kind === 'address' && e.podCidrOf !== undefined);
+  if (!policed(src) && !policed(dst)) {
+    const what = (e: Endpoint) =>
+      e.kind === 'host' ? `${e.text} is node ${e.pod.nodeName}'s own address` : `${e.text} is outside every known range (no pod holds it, and it is in no node's pod CIDR)`;
+    throw new ExplainInputError(`neither end is a pod: ${what(src)}, and ${what(dst)}; Weir polices only traffic to and from pods`);
+  }
+  const nodes = new Map<string, NodeState>();
+  const nodeState = (name: string): NodeState => {
+    let s = nodes.get(name);
+    if (!s) nodes.set(name, (s = compileNode(events, world, name, cfg)));
+    return s;
+  };
+  const families = familiesOf(src, dst, req.family);
+  const results = families.map((family) => explainFamily(src, dst, family, req, cfg, nodeState));
+  return { source: viewOf(src), destination: viewOf(dst), protocol: req.protocol, port: req.port, families: results };
+}
+
+function familiesOf(src: Endpoint, dst: Endpoint, only: Family | undefined): Family[] {
+  const both = ([4, 6] as const).filter((f) => addressesOf(src, f) !== undefined && addressesOf(dst, f) !== undefined);
+  const stack = (e: Endpoint) => {
+    const fs = ([4, 6] as const).filter((f) => addressesOf(e, f) !== undefined);
+    return fs.length === 2 ? 'both IPv4 and IPv6' : `only IPv${fs[0]}`;
+  };
+  if (both.length === 0) throw new ExplainInputError(`${src.text} has ${stack(src)} and ${dst.text} ${stack(dst)}: no packet can go between them`);
+  if (only === undefined) return both;
+  if (!both.includes(only)) throw new ExplainInputError(`IPv${only} was asked for, but ${addressesOf(src, only) === undefined ? src.text : dst.text} has no IPv${only} address`);
+  return [only];
+}
+
+function compileNode(events: readonly ModelEvent[], world: World, nodeName: string, cfg: ExplainConfig): NodeState {
+  const calc = new Calculator({ ...cfg, nodeName });
+  const all: CalcEvent[] = [...events];
+  if (cfg.sourceBinding) {
+    for (const pod of world.pods) {
+      if (pod.nodeName !== nodeName || pod.hostNetwork) continue;
+      for (const ip of pod.ips) all.push({ kind: 'PodInterface', op: 'upsert', object: { ip, port: bridgePortOf(pod) } });
+    }
+  }
+  calc.applyEvents(all);
+  const clusterPolicies = new ClusterPolicies(calc.cluster);
+  const latest = new Map<string, CompiledClusterNetworkPolicy | null>();
+  for (const { name, policy } of calc.takeClusterPolicyChanges()) latest.set(name, policy);
+  for (const p of latest.values()) if (p) clusterPolicies.upsert(p);
+  const audit = new Map(calc.policyReports().map((r) => [r.key, r.auditLevel]));
+  return { calc, clusterPolicies, audit };
+}
+
+function viewOf(e: Endpoint): EndpointView {
+  if (e.kind === 'address') {
+    const note = e.podCidrOf
+      ? `no pod holds it; it is in node ${e.podCidrOf.node}'s pod CIDR ${e.podCidrOf.cidr}`
+      : 'no pod holds it, and it is in no node’s pod CIDR: an address outside the cluster’s pods';
+    return { given: e.text, kind: 'address', ...(e.podCidrOf ? { node: e.podCidrOf.node } : {}), ips: [e.ip], note };
+  }
+  return { given: e.text, kind: e.kind, pod: podRef(e.pod), node: e.pod.nodeName, ips: e.pod.ips, ...(e.kind === 'host' ? { note: "a host-networked pod: its node's own address" } : {}) };
+}
+
+/** The node whose chains police an end, if any. */
+function nodeOf(e: Endpoint): string | undefined {
+  if (e.kind === 'pod') return e.pod.nodeName || undefined;
+  if (e.kind === 'address') return e.podCidrOf?.node;
+  return undefined;
+}
+
+function explainFamily(src: Endpoint, dst: Endpoint, family: Family, req: ExplainRequest, cfg: ExplainConfig, nodeState: (n: string) => NodeState): FamilyResult {
+  const s = addressesOf(src, family)!;
+  const d = addressesOf(dst, family)!;
+  const base = { family, src: s, dst: d };
+  if (!cfg.families.includes(family)) return { ...base, verdict: 'allowed', directions: [], unpoliced: `IPv${family} is not policed (families ${cfg.families.join(',')})` };
+  if (src.kind === 'pod' && dst.kind === 'pod' && src.pod.uid === dst.pod.uid) {
+    return { ...base, verdict: 'allowed', directions: [], unpoliced: "a pod's packets to its own address never leave it" };
+  }
+  const srcNode = nodeOf(src);
+  const dstNode = nodeOf(dst);
+  // A pod and the host-networked end on its own node talk through INPUT or OUTPUT, which Weir
+  // does not police.
+  const hostOf = (e: Endpoint) => (e.kind === 'host' ? e.pod.nodeName : undefined);
+  const egressAt = srcNode !== undefined && hostOf(dst) !== srcNode ? srcNode : undefined;
+  const ingressAt = dstNode !== undefined && hostOf(src) !== dstNode ? dstNode : undefined;
+  if (egressAt === undefined && ingressAt === undefined) {
+    return { ...base, verdict: 'allowed', directions: [], unpoliced: `traffic between a pod and its own node (${srcNode ?? dstNode}) never crosses FORWARD, where Weir polices` };
+  }
+  const local = (e: Endpoint, node: string) => nodeOf(e) === node;
+  const packetAt = (node: string): Packet => ({
+    family,
+    src: s,
+    dst: d,
+    protocol: req.protocol,
+    dport: req.port,
+    ctstate: 'NEW',
+    mark: 0,
+    ...(local(src, node) && cfg.podBridge ? { inIface: cfg.podBridge } : {}),
+    ...(local(dst, node) && cfg.podBridge ? { outIface: cfg.podBridge } : {}),
+    ...(src.kind === 'pod' && local(src, node) ? { bridgePortIn: bridgePortOf(src.pod) } : {}),
+  });
+  const walks = new Map<string, Walk>();
+  const walkAt = (node: string): Walk => {
+    let w = walks.get(node);
+    if (!w) {
+      const { calc } = nodeState(node);
+      const desired = calc.desired;
+      walks.set(node, (w = walk(desired.chains[family], desired.topChain, packetAt(node), desired.sets)));
+    }
+    return w;
+  };
+  const directions: DirectionResult[] = [];
+  let egressDropped = false;
+  if (egressAt !== undefined) {
+    const w = walkAt(egressAt);
+    const r = direction('egress', egressAt, src.kind === 'pod' ? src.pod : null, w, true, family, packetAt(egressAt), nodeState(egressAt), cfg);
+    egressDropped = r.verdict === 'denied';
+    directions.push(r);
+  }
+  if (ingressAt !== undefined) {
+    const { calc } = nodeState(ingressAt);
+    let w = walkAt(ingressAt);
+    let reached = true;
+    if (egressDropped && ingressAt === egressAt) {
+      // The packet went no further on this node: walk the ingress half alone.
+      const desired = calc.desired;
+      w = walk(desired.chains[family], cfg.names.toWorkloadDispatch, packetAt(ingressAt), desired.sets);
+      reached = false;
+    }
+    directions.push(direction('ingress', ingressAt, dst.kind === 'pod' ? dst.pod : null, w, reached, family, packetAt(ingressAt), nodeState(ingressAt), cfg));
+  }
+  const verdict = directions.every((r) => r.verdict !== 'denied') ? 'allowed' : 'denied';
+  return { ...base, verdict, directions };
+}
+
+/** The hits of one half of a walk: from the top chain's jump to `dispatch` up to its next rule. */
+function half(w: Walk, top: string, dispatch: string): Hit[] {
+  if (w.hits.length > 0 && w.hits[0].stack[0] !== top) return [...w.hits];
+  const out: Hit[] = [];
+  let inside = false;
+  for (const h of w.hits) {
+    if (h.stack.length === 1) inside = h.rule.action.kind === 'jump' && h.rule.action.chain === dispatch;
+    if (inside) out.push(h);
+  }
+  return out;
+}
+
+const stepOf = (h: Hit): PathStep => ({ chain: h.chain, position: h.position, rule: h.rule, lookups: h.lookups });
+
+function direction(dir: Direction, node: string, pod: Pod | null, w: Walk, reached: boolean, family: Family, packet: Packet, state: NodeState, cfg: ExplainConfig): DirectionResult {
+  const n = cfg.names;
+  const top = state.calc.desired.topChain;
+  const hits = half(w, top, dir === 'egress' ? n.fromWorkloadDispatch : n.toWorkloadDispatch);
+  const final = w.final !== undefined && hits.includes(w.final) ? w.final : undefined;
+  const path = hits.map(stepOf);
+  const logged = hits
+    .filter((h) => h.rule.action.kind === 'nflog')
+    .map((h) => {
+      const prefix = (h.rule.action as { prefix: string }).prefix;
+      return { prefix, meaning: state.calc.auditCatalog.lookup(prefix) ?? null };
+    });
+  const base = { direction: dir, node, pod: pod ? podRef(pod) : null, path, logged, reached };
+  const decided = (h: Hit | undefined, merged = false) => (h ? { ...stepOf(h), merged } : null);
+
+  if (pod === null) {
+    if (final?.rule.action.kind === 'drop') return { ...base, verdict: 'denied', reason: 'fail-closed', rule: decided(final) };
+    return { ...base, verdict: 'allowed', reason: 'other', rule: null, disagreement: `an address of ${node}'s pod CIDR that no pod holds was not dropped there` };
+  }
+  const wl = dir === 'egress' ? n.fromWorkload(pod.uid) : n.toWorkload(pod.uid);
+  const inPod = hits.filter((h) => h.stack.includes(wl));
+  if (inPod.length === 0) {
+    if (final?.rule.action.kind === 'drop') return { ...base, verdict: 'denied', reason: 'fail-closed', rule: decided(final) };
+    return { ...base, verdict: 'allowed', reason: 'other', rule: decided(final), disagreement: `the packet never reached ${wl}, the ${dir} chain of ${podRef(pod)}` };
+  }
+  const sets = new ModelSets(state.calc.cluster);
+  const selected = selectedPolicies(state.calc.cluster, pod, dir);
+  const tiers = state.clusterPolicies.selecting(pod);
+  const tierChain = (tier: Tier) => n.tierChain(tier, dir, pod.uid);
+  const decision = (tier: Tier) => tierDecision(tier === 'admin' ? tiers.admin : tiers.baseline, dir, family, packet, sets);
+  const clusterRule = (tier: Tier) => {
+    const d = decision(tier);
+    return d ? { clusterRule: { ...d.first, alsoMatching: d.alsoMatching } } : {};
+  };
+  const mergedTierRule = (h: Hit) => h.rule.comment?.includes('merged peers') === true;
+
+  // Admin tier: Accept ends it (to the tier-accept chain), Pass returns, Deny drops.
+  const adminHit = inPod.find((h) => h.chain === tierChain('admin') && h.rule.action.kind !== 'nflog');
+  const adminDecision = decision('admin');
+  const kernelAdmin = adminHit === undefined ? null : adminHit.rule.action.kind === 'drop' ? 'Deny' : adminHit.rule.action.kind === 'goto' ? 'Accept' : 'Pass';
+  const adminDisagrees = (kernelAdmin ?? null) !== (adminDecision?.first.action ?? null);
+  const disagreement = adminDisagrees
+    ? `the Admin tier chain did ${kernelAdmin ?? 'nothing'}, its policies' first matching rule is ${adminDecision ? `${adminDecision.first.action} (${adminDecision.first.name} rule ${adminDecision.first.rule})` : 'none'}`
+    : undefined;
+  const withAdmin = { ...(disagreement ? { disagreement } : {}) };
+  if (kernelAdmin === 'Deny' || kernelAdmin === 'Accept') {
+    return { ...base, ...withAdmin, verdict: kernelAdmin === 'Deny' ? 'denied' : 'allowed', reason: 'cluster-policy', ...clusterRule('admin'), rule: decided(adminHit, mergedTierRule(adminHit!)) };
+  }
+  const passedBy = kernelAdmin === 'Pass' && adminDecision ? { passedBy: adminDecision.first } : {};
+
+  if (final?.rule.action.kind === 'accept' || (final === undefined && hits.some((h) => h.chain === wl && h.rule.comment?.endsWith(' to itself')))) {
+    const self = inPod.find((h) => h.chain === wl && h.rule.comment?.endsWith(' to itself'));
+    if (self) return { ...base, ...withAdmin, ...passedBy, verdict: 'allowed', reason: 'self', rule: decided(self) };
+  }
+  if (final?.rule.action.kind === 'drop' && final.stack.includes(wl)) {
+    if (final.chain === tierChain('baseline')) {
+      const kernelSays = 'Deny';
+      const d = decision('baseline');
+      const extra = d?.first.action === kernelSays ? {} : { disagreement: `the Baseline tier chain dropped it, its policies' first matching rule is ${d ? d.first.action : 'none'}` };
+      return { ...base, ...withAdmin, ...extra, ...passedBy, verdict: 'denied', reason: 'cluster-policy', ...clusterRule('baseline'), rule: decided(final, mergedTierRule(final)) };
+    }
+    if (final.chain === wl) {
+      const allowing = allowingRules(selected.enforced, dir, family, packet, sets);
+      const extra =
+        selected.enforced.length === 0
+          ? { disagreement: `${wl} dropped it, yet no enforced policy isolates ${podRef(pod)}` }
+          : allowing.length > 0
+            ? { disagreement: `${wl} dropped it, yet ${allowing.map(ruleText(dir)).join(', ')} allow it` }
+            : {};
+      return { ...base, ...withAdmin, ...extra, ...passedBy, verdict: 'denied', reason: 'default-deny', isolatedBy: isolatedBy(selected), rule: decided(final) };
+    }
+    return { ...base, ...withAdmin, ...passedBy, verdict: 'denied', reason: 'other', rule: decided(final) };
+  }
+  if (final?.rule.action.kind === 'drop') {
+    return { ...base, ...withAdmin, ...passedBy, verdict: 'denied', reason: 'fail-closed', rule: decided(final) };
+  }
+
+  // Allowed: by a NetworkPolicy rule (isolated), else by the Baseline tier or the default.
+  const acceptBit = cfg.marks.accept;
+  if (selected.enforced.length > 0) {
+    const policyChains = new Map(selected.enforced.map((p) => [dir === 'ingress' ? n.policyIngress(p.key) : n.policyEgress(p.key), p]));
+    const allowHit = inPod.find((h) => h.rule.action.kind === 'setMark' && (h.rule.action.value & acceptBit) !== 0 && (h.chain === wl || policyChains.has(h.chain)));
+    const allowing = allowingRules(selected.enforced, dir, family, packet, sets);
+    if (!allowHit) {
+      return {
+        ...base,
+        ...withAdmin,
+        ...passedBy,
+        verdict: 'allowed',
+        reason: 'other',
+        allowedBy: allowing,
+        rule: null,
+        disagreement: `${podRef(pod)} is isolated and no rule of its chains set the accept bit, yet the packet passed`,
+      };
+    }
+    const merged = allowHit.chain === wl;
+    let allowedBy = allowing;
+    if (merged) {
+      // The merged rule's port signature: its matches other than the one peer set.
+      const set = allowHit.rule.matches.find((m) => m.kind === 'set');
+      const rest = allowHit.rule.matches.filter((m) => m.kind !== 'set');
+      const peerDir = set && set.kind === 'set' && set.dir !== 'dst,dst' ? set.dir : null;
+      const mergedPolicies = selected.enforced.filter((p) => state.audit.get(p.key) !== 'all');
+      allowedBy = allowingRules(mergedPolicies, dir, family, packet, sets, (alt) => sameSignature(alt, rest, peerDir));
+    }
+    const extra = allowedBy.length === 0 ? { disagreement: `${allowHit.chain} rule ${allowHit.position} allowed it, yet no policy rule it stands for matches` } : {};
+    return { ...base, ...withAdmin, ...extra, ...passedBy, verdict: 'allowed', reason: 'network-policy', allowedBy, rule: decided(allowHit, merged) };
+  }
+  const auditOnly = selected.auditOnly.length > 0 ? { auditOnly: { policies: selected.auditOnly.map((p) => p.key), wouldAllowBy: allowingRules(selected.auditOnly, dir, family, packet, sets) } } : {};
+  const baselineHit = inPod.find((h) => h.chain === tierChain('baseline') && h.rule.action.kind === 'return');
+  const notIsolated = inPod.find((h) => h.chain === wl && h.rule.action.kind === 'setMark' && (h.rule.action.value & acceptBit) !== 0 && h.rule.comment?.includes('is not isolated'));
+  if (baselineHit) {
+    const d = decision('baseline');
+    const extra =
+      d && d.first.action !== 'Deny' ? {} : { disagreement: `the Baseline tier chain returned at rule ${baselineHit.position}, its policies' first matching rule is ${d ? d.first.action : 'none'}` };
+    const accepted = d?.first.action === 'Accept';
+    return {
+      ...base,
+      ...withAdmin,
+      ...extra,
+      ...passedBy,
+      ...auditOnly,
+      verdict: accepted ? 'allowed' : 'not isolated',
+      reason: accepted ? 'cluster-policy' : 'not-isolated',
+      ...clusterRule('baseline'),
+      rule: decided(baselineHit, mergedTierRule(baselineHit)),
+    };
+  }
+  const d = decision('baseline');
+  const extra = d === null || d.first.action !== 'Deny' ? {} : { disagreement: `${d.first.name} rule ${d.first.rule} (Baseline Deny) matches, yet its chain let the packet pass` };
+  return { ...base, ...withAdmin, ...extra, ...passedBy, ...auditOnly, verdict: 'not isolated', reason: 'not-isolated', rule: decided(notIsolated) };
+}
+
+function isolatedBy(s: Selected): NonNullable<DirectionResult['isolatedBy']> {
+  return s.enforced.map((p: CompiledPolicy) => ({ namespace: p.namespace, name: p.name, invalid: p.errors.length > 0 }));
+}
+
+const ruleText = (dir: Direction) => (r: PolicyRuleRef) => `${r.namespace}/${r.name} ${dir} rule ${r.rule}`;
+
+export { ExplainInputError };

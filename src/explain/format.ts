@@ -1,0 +1,129 @@
+// The short, readable form of an explanation: per family the verdict, then per direction what
+// decided it, the kernel rule (chain, position, sets) and the way there. Words only: iptables
+// syntax is dataplane's.
+
+import type { Match } from '../calc/desired.ts';
+import type { ClusterRuleRef, PolicyRuleRef } from './attribute.ts';
+import type { SetLookup } from './evaluate.ts';
+import type { DirectionResult, EndpointView, Explanation, PathStep } from './explain.ts';
+
+export function formatExplanation(x: Explanation): string {
+  const lines = [`${endpoint(x.source)} -> ${endpoint(x.destination)}, ${x.protocol} ${x.port}`];
+  for (const f of x.families) {
+    lines.push(`IPv${f.family} ${f.src} -> ${f.dst}: ${f.verdict}${f.unpoliced ? ` (not policed: ${f.unpoliced})` : ''}`);
+    for (const d of f.directions) lines.push(...direction(d));
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+function endpoint(e: EndpointView): string {
+  if (e.kind === 'pod') return `${e.pod} (${e.node})`;
+  if (e.kind === 'host') return `${e.given} (${e.pod}, host network on ${e.node})`;
+  return `${e.given} (${e.note})`;
+}
+
+const policyRule = (dir: string) => (r: PolicyRuleRef) => `${r.namespace}/${r.name} ${dir} rule ${r.rule}`;
+
+function clusterRule(r: ClusterRuleRef): string {
+  if (r.rule < 0) return `ClusterNetworkPolicy ${r.name} (${r.tier}; invalid, so it denies everything)`;
+  return `ClusterNetworkPolicy ${r.name} (${r.tier}) rule ${r.rule}${r.ruleName ? ` "${r.ruleName}"` : ''} (${r.action})`;
+}
+
+function direction(d: DirectionResult): string[] {
+  const who = d.pod ?? 'an address no pod holds';
+  const head = `  ${d.direction} at ${d.node}, ${who}: ${d.verdict}`;
+  const out = [`${head}${why(d)}`];
+  const more = (s: string) => out.push(`    ${s}`);
+  if (!d.reached) more('(not reached: the other direction dropped it first on this node; this is what this direction alone would do)');
+  if (d.passedBy) more(`passed on by ${clusterRule(d.passedBy)}`);
+  if (d.auditOnly) {
+    const would = d.auditOnly.wouldAllowBy.length > 0 ? `would allow it (${d.auditOnly.wouldAllowBy.map(policyRule(d.direction)).join(', ')})` : 'would drop it (logged as would-deny when audited)';
+    more(`audit-only ${d.auditOnly.policies.join(', ')}: ${would}`);
+  }
+  if (d.rule) more(`rule: ${step(d.rule)}${merged(d)}`);
+  for (const l of d.rule?.lookups ?? []) more(lookup(l));
+  if (d.logged.length > 0) more(`logged: ${d.logged.map((l) => l.prefix).join(', ')}`);
+  more(`path: ${d.path.map((p) => `${p.chain} #${p.position}`).join(' > ')}`);
+  if (d.disagreement) more(`WARNING: the chains and the policies disagree: ${d.disagreement}`);
+  return out;
+}
+
+function why(d: DirectionResult): string {
+  switch (d.reason) {
+    case 'network-policy':
+      return ` by ${(d.allowedBy ?? []).map(policyRule(d.direction)).join(', ')}`;
+    case 'cluster-policy':
+      return d.clusterRule ? ` by ${clusterRule(d.clusterRule)}` : '';
+    case 'default-deny': {
+      const by = (d.isolatedBy ?? []).map((p) => `${p.namespace}/${p.name}${p.invalid ? ' (invalid)' : ''}`);
+      return ` (no rule allows it; isolated for ${d.direction} by ${by.join(', ')})`;
+    }
+    case 'not-isolated':
+      return d.clusterRule ? ` (${clusterRule(d.clusterRule)} hands it to the default allow)` : ` (no NetworkPolicy selects it for ${d.direction})`;
+    case 'self':
+      return ' (a pod may always reach itself)';
+    case 'fail-closed':
+      return ` (no pod ${d.node} knows sends or receives with that address: fail closed)`;
+    case 'other':
+      return d.rule?.rule.comment ? ` (${d.rule.rule.comment})` : '';
+  }
+}
+
+function merged(d: DirectionResult): string {
+  if (!d.rule?.merged) return '';
+  if (d.reason === 'network-policy') return `; merged rule, policies whose peers match: ${(d.allowedBy ?? []).map(policyRule(d.direction)).join(', ')}`;
+  const also = d.clusterRule?.alsoMatching ?? [];
+  return `; merged rule, rules whose peers match: ${also.map((r) => `${r.name} rule ${r.rule}`).join(', ')}`;
+}
+
+function step(p: PathStep): string {
+  const what = [...p.rule.matches.map(matchText), `then ${actionText(p)}`].filter((s) => s !== '').join(', ');
+  return `${p.chain} #${p.position}${p.rule.comment ? ` "${p.rule.comment}"` : ''}: ${what}`;
+}
+
+function actionText(p: PathStep): string {
+  const a = p.rule.action;
+  switch (a.kind) {
+    case 'accept':
+    case 'drop':
+    case 'return':
+      return a.kind;
+    case 'jump':
+    case 'goto':
+      return `${a.kind} ${a.chain}`;
+    case 'setMark':
+      return a.value === 0 ? `clear mark ${hex(a.mask)}` : `set mark ${hex(a.value)}`;
+    case 'nflog':
+      return `log as ${a.prefix}`;
+  }
+}
+
+function matchText(m: Match): string {
+  switch (m.kind) {
+    case 'set':
+      return `${m.dir === 'dst,dst' ? 'destination and port' : m.dir === 'src' ? 'source' : 'destination'} ${m.negate ? 'not ' : ''}in set ${m.set}`;
+    case 'addr':
+      return `${m.dir === 'src' ? 'source' : 'destination'} in ${m.cidr}`;
+    case 'proto':
+      return `${m.protocol}${m.dports ? ` port ${m.dports.map((r) => (r.from === r.to ? `${r.from}` : `${r.from}-${r.to}`)).join(',')}` : ''}`;
+    case 'ctstate':
+      return `conntrack ${m.states.join(',')}`;
+    case 'mark':
+      return `mark ${hex(m.value)}/${hex(m.mask)}`;
+    case 'icmp6':
+      return `ICMPv6 type ${m.type}`;
+    case 'iface':
+      return `${m.dir === 'in' ? 'in from' : 'out to'} ${m.name}`;
+    case 'bridgePortIn':
+      return `entered through ${m.port}`;
+    case 'limit':
+      return `at most ${m.perSecond}/s`;
+  }
+}
+
+function lookup(l: SetLookup): string {
+  const holds = l.found ? `holds ${l.member}${l.by && l.by !== l.member ? ` (as ${l.by})` : ''}` : `lacks ${l.member}`;
+  return `set ${l.set} ${holds}${l.negate ? ' (an except set: the rule needs it absent)' : ''}`;
+}
+
+const hex = (n: number) => `0x${(n >>> 0).toString(16)}`;
