@@ -112,7 +112,7 @@ function matches(m: Match, p: Packet, sets: SetSource, mark: number, lookups: Se
     case 'mark':
       return (mark & m.mask) >>> 0 === m.value >>> 0;
     case 'icmp6':
-      return p.family === 6 && p.protocol === 'ICMPv6' && p.icmp6Type === m.type;
+      return p.protocol === 'ICMPv6' && p.icmp6Type === m.type;
     case 'iface':
       return (m.dir === 'in' ? p.inIface : p.outIface) === m.name;
     case 'bridgePortIn':
@@ -147,7 +147,6 @@ function lookup(sets: SetSource, name: string, dir: 'src' | 'dst' | 'dst,dst', p
   }
   const ip = dir === 'src' ? p.src : p.dst;
   if (set.type !== 'hash:net') throw new EvaluationError(`set ${name} is ${set.type}, looked up by address`);
-  if (set.family !== p.family) return { member: ip };
   if (set.members.has(ip)) return { member: ip, by: ip };
   for (const m of set.members) if (m.includes('/') && cidrContains(cidrOf(m), ip)) return { member: ip, by: m };
   return { member: ip };
