@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The weir command: agent, controller, render, cleanup, uninstall, demo.
+// The weir command: agent, controller, render, explain, cleanup, uninstall, demo.
 
 import { hostname } from 'node:os';
 import v8 from 'node:v8';
@@ -17,6 +17,8 @@ import { formatRendered, render } from './render.ts';
 import { waitForSignal } from './signals.ts';
 
 async function main(argv: readonly string[]): Promise<number> {
+  // explain has flags of its own (--port, -o) that the other commands' parser refuses.
+  if (argv[0] === 'explain') return (await import('./explain.ts')).runExplain(argv.slice(1), process.env);
   const { command, values } = parse(argv, process.env);
   if (values.help || command === undefined || command === 'help') {
     console.log(usage());
@@ -77,7 +79,7 @@ async function main(argv: readonly string[]): Promise<number> {
       return runDemo(values);
     }
     default:
-      throw new ConfigError([`unknown command "${command}"; expected agent, controller, render, cleanup, uninstall or demo`]);
+      throw new ConfigError([`unknown command "${command}"; expected agent, controller, render, explain, cleanup, uninstall or demo`]);
   }
 }
 
