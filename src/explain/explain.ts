@@ -133,25 +133,33 @@ interface NodeState {
 
 /** Explains one request over the events of a full view of the cluster. */
 export function explain(events: readonly ModelEvent[], req: ExplainRequest, cfg: ExplainConfig): Explanation {
-  if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) throw new ExplainInputError(`port ${req.port} is not a port number from 1 to 65535`);
+  return explainer(events, cfg)(req);
+}
+
+/** Explains requests over one view of the cluster; each node's chains are computed once, on
+ *  the first request that needs them. */
+export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig): (req: ExplainRequest) => Explanation {
   const world = worldOf(events);
-  const src = resolveEndpoint(world, req.source, 'source');
-  const dst = resolveEndpoint(world, req.destination, 'destination');
-  const policed = (e: Endpoint) => e.kind === 'pod' || (e.kind === 'address' && e.podCidrOf !== undefined);
-  if (!policed(src) && !policed(dst)) {
-    const what = (e: Endpoint) =>
-      e.kind === 'host' ? `${e.text} is node ${e.pod.nodeName}'s own address` : `${e.text} is outside every known range (no pod holds it, and it is in no node's pod CIDR)`;
-    throw new ExplainInputError(`neither end is a pod: ${what(src)}, and ${what(dst)}; Weir polices only traffic to and from pods`);
-  }
   const nodes = new Map<string, NodeState>();
   const nodeState = (name: string): NodeState => {
     let s = nodes.get(name);
     if (!s) nodes.set(name, (s = compileNode(events, world, name, cfg)));
     return s;
   };
-  const families = familiesOf(src, dst, req.family);
-  const results = families.map((family) => explainFamily(src, dst, family, req, cfg, nodeState));
-  return { source: viewOf(src), destination: viewOf(dst), protocol: req.protocol, port: req.port, families: results };
+  return (req) => {
+    if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) throw new ExplainInputError(`port ${req.port} is not a port number from 1 to 65535`);
+    const src = resolveEndpoint(world, req.source, 'source');
+    const dst = resolveEndpoint(world, req.destination, 'destination');
+    const policed = (e: Endpoint) => e.kind === 'pod' || (e.kind === 'address' && e.podCidrOf !== undefined);
+    if (!policed(src) && !policed(dst)) {
+      const what = (e: Endpoint) =>
+        e.kind === 'host' ? `${e.text} is node ${e.pod.nodeName}'s own address` : `${e.text} is outside every known range (no pod holds it, and it is in no node's pod CIDR)`;
+      throw new ExplainInputError(`neither end is a pod: ${what(src)}, and ${what(dst)}; Weir polices only traffic to and from pods`);
+    }
+    const families = familiesOf(src, dst, req.family);
+    const results = families.map((family) => explainFamily(src, dst, family, req, cfg, nodeState));
+    return { source: viewOf(src), destination: viewOf(dst), protocol: req.protocol, port: req.port, families: results };
+  };
 }
 
 function familiesOf(src: Endpoint, dst: Endpoint, only: Family | undefined): Family[] {
@@ -206,9 +214,8 @@ function explainFamily(src: Endpoint, dst: Endpoint, family: Family, req: Explai
   const d = addressesOf(dst, family)!;
   const base = { family, src: s, dst: d };
   if (!cfg.families.includes(family)) return { ...base, verdict: 'allowed', directions: [], unpoliced: `IPv${family} is not policed (families ${cfg.families.join(',')})` };
-  if (src.kind === 'pod' && dst.kind === 'pod' && src.pod.uid === dst.pod.uid) {
-    return { ...base, verdict: 'allowed', directions: [], unpoliced: "a pod's packets to its own address never leave it" };
-  }
+  // The kernel delivers them locally, whoever holds the address (a pod, or none any more).
+  if (s === d) return { ...base, verdict: 'allowed', directions: [], unpoliced: 'packets to their own source address never leave its network namespace' };
   const srcNode = nodeOf(src);
   const dstNode = nodeOf(dst);
   // A pod and the host-networked end on its own node talk through INPUT or OUTPUT, which Weir
