@@ -196,7 +196,7 @@ function viewOf(e: Endpoint): EndpointView {
   if (e.kind === 'address') {
     const note = e.podCidrOf
       ? `no pod holds it; it is in node ${e.podCidrOf.node}'s pod CIDR ${e.podCidrOf.cidr}`
-      : 'no pod holds it, and it is in no node’s pod CIDR: an address outside the cluster’s pods';
+      : "no pod holds it, and it is in no node's pod CIDR: an address outside the cluster's pods";
     return { given: e.text, kind: 'address', ...(e.podCidrOf ? { node: e.podCidrOf.node } : {}), ips: [e.ip], note };
   }
   return { given: e.text, kind: e.kind, pod: podRef(e.pod), node: e.pod.nodeName, ips: e.pod.ips, ...(e.kind === 'host' ? { note: "a host-networked pod: its node's own address" } : {}) };
