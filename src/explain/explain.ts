@@ -16,6 +16,7 @@ import type { ClusterRuleRef, PolicyRuleRef, Selected } from './attribute.ts';
 import { allowingRules, ModelSets, sameSignature, selectedPolicies, tierDecision } from './attribute.ts';
 import type { Hit, Packet, SetLookup, Walk } from './evaluate.ts';
 import { walk } from './evaluate.ts';
+import { payloadLine } from './payload.ts';
 import type { Endpoint, World } from './resolve.ts';
 import { addressesOf, ExplainInputError, podRef, resolveEndpoint, worldOf } from './resolve.ts';
 
@@ -46,7 +47,8 @@ export interface EndpointView {
 /** One rule on the packet's way: where it is and what it is. */
 export interface PathStep {
   readonly chain: string;
-  /** 1-based, as iptables numbers the rules of a chain. */
+  /** 1-based, as iptables numbers the rules of a chain: the line of the payload (a rule with
+   *  a long port list is written as several lines; this is the one the packet matches). */
   readonly position: number;
   readonly rule: Rule;
   readonly lookups: readonly SetLookup[];
@@ -285,13 +287,13 @@ function half(w: Walk, top: string, dispatch: string): Hit[] {
   return out;
 }
 
-const stepOf = (h: Hit): PathStep => ({ chain: h.chain, position: h.position, rule: h.rule, lookups: h.lookups });
-
 function direction(dir: Direction, node: string, pod: Pod | null, w: Walk, reached: boolean, family: Family, packet: Packet, state: NodeState, cfg: ExplainConfig): DirectionResult {
   const n = cfg.names;
   const top = state.calc.desired.topChain;
   const hits = half(w, top, dir === 'egress' ? n.fromWorkloadDispatch : n.toWorkloadDispatch);
   const final = w.final !== undefined && hits.includes(w.final) ? w.final : undefined;
+  const chains = state.calc.desired.chains[family];
+  const stepOf = (h: Hit): PathStep => ({ chain: h.chain, position: payloadLine(chains.get(h.chain) ?? [h.rule], h.position - 1, packet.dport), rule: h.rule, lookups: h.lookups });
   const path = hits.map(stepOf);
   const logged = hits
     .filter((h) => h.rule.action.kind === 'nflog')

@@ -96,6 +96,19 @@ describe('explain: the policies behind a verdict', () => {
     assert.deepEqual([q.verdict, q.reason], ['denied', 'default-deny']);
   });
 
+  test('positions are the payload lines iptables numbers: a rule whose ports need two multiport matches is two lines', () => {
+    const ports = Array.from({ length: 20 }, (_, i) => ({ port: 100 + 2 * i }));
+    const events = cluster([np('a', 'many', { podSelector: {}, ingress: [{ ports }] })]);
+    const at = (port: number) => dirOf(ask(events, { source: 'b/r', destination: 'a/p', port }), 'ingress');
+    const low = at(100);
+    const high = at(138);
+    assert.deepEqual(low.rule?.rule, high.rule?.rule, 'one rule of calc');
+    assert.equal(high.rule!.position, low.rule!.position + 1, 'the second line of it');
+    // The rule after it (the accept bit returns) sits past both lines.
+    assert.equal(low.path.at(-1)?.position, low.rule!.position + 2);
+    assert.equal(high.path.at(-1)?.position, low.rule!.position + 2);
+  });
+
   test('a default deny names every policy isolating the pod, invalid ones marked, and the drop rule', () => {
     const events = cluster([
       np('a', 'deny', { podSelector: {}, policyTypes: ['Egress'] }),
