@@ -9,9 +9,14 @@ import { markBits } from '../agent/config.ts';
 import type { AgentConfig } from '../agent/config.ts';
 import { makeNames } from '../calc/index.ts';
 import { ConfigError } from '../errors.ts';
-import { explain } from '../explain/explain.ts';
-import type { ExplainConfig, ExplainRequest } from '../explain/explain.ts';
-import { formatExplanation } from '../explain/format.ts';
+import type { Explainer, ExplainConfig, Explanation, ExplainRequest } from '../explain/explain.ts';
+import { explainer } from '../explain/explain.ts';
+import { formatExplanation, formatNodeChecks } from '../explain/format.ts';
+import type { KernelState, NodeCheck } from '../explain/node-check.ts';
+import { checksFor, kernelStateOf } from '../explain/node-check.ts';
+import { createIpset } from '../dataplane/ipset.ts';
+import { createIptables, detectBackend } from '../dataplane/iptables.ts';
+import { type CommandRunner, processRunner } from '../exec/runner.ts';
 import { ExplainInputError } from '../explain/resolve.ts';
 import { createKubeClient } from '../kube/client.ts';
 import { loadKubeConfig } from '../kube/kubeconfig.ts';
@@ -24,6 +29,8 @@ import { loadOnce } from './render.ts';
 
 /** The agent's flags that change the chains explain computes, read as the agent reads them. */
 const AGENT_FLAGS = [
+  'node-name',
+  'backend',
   'manifests',
   'kubeconfig',
   'chain-prefix',
@@ -45,6 +52,10 @@ const OWN_FLAGS = {
   family: { type: 'string', help: '4 or 6: only that IP family (default: every family both ends have)' },
   output: { type: 'string', short: 'o', help: 'text (default: short and readable) or json' },
   timeout: { type: 'string', help: "seconds to wait for the cluster's lists (default 30)" },
+  'node-check': {
+    type: 'boolean',
+    help: 'on the node named by --node-name, as root: read its kernel (iptables-save, ipset save) and say whether it holds the chains and sets explain judged by, or which part differs (exit 3)',
+  },
   help: { type: 'boolean', help: 'show this help' },
 } as const;
 
@@ -56,7 +67,8 @@ export function explainUsage(): string {
     "verdict at the source's node and the ingress verdict at the destination's, the policies and",
     'rules behind each, and the chain, rule position and sets that decide it, as calc computes',
     'them for the agent. SRC and DST are each a pod (NAMESPACE/NAME, or a NAME one namespace',
-    'holds) or an IP address. Exit 0 when explained (whatever the verdict), 2 for bad input.',
+    'holds) or an IP address. Exit 0 when explained (whatever the verdict), 2 for bad input, 1 when',
+    'the cluster or the kernel cannot be read, 3 when --node-check finds the kernel differs.',
     '',
     'Flags:',
   ];
@@ -74,7 +86,12 @@ export interface ExplainIo {
 const processIo: ExplainIo = { stdout: (s) => process.stdout.write(s), stderr: (s) => process.stderr.write(s) };
 
 /** Runs the command; resolves to the exit code (0 explained, 1 failed, 2 bad flags or input). */
-export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv, io: ExplainIo = processIo): Promise<number> {
+export interface ExplainDeps {
+  /** Reads the node's kernel for --node-check (default: readKernel, on this host). */
+  readonly readKernel?: typeof readKernel;
+}
+
+export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv, io: ExplainIo = processIo, deps: ExplainDeps = {}): Promise<number> {
   let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(argv, env);
@@ -87,7 +104,7 @@ export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv
     io.stdout(`${explainUsage()}\n`);
     return 0;
   }
-  const { agent, request, json, timeoutMs } = parsed;
+  const { agent, request, json, timeoutMs, nodeCheck } = parsed;
   const log = pino({ level: agent.logLevel === 'info' && env[envName('log-level')] === undefined ? 'warn' : agent.logLevel }, pino.destination(2));
   let events: ModelEvent[];
   try {
@@ -96,18 +113,54 @@ export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv
     io.stderr(`weir explain: ${err instanceof Error ? err.message : String(err)}\n`);
     return err instanceof ConfigError ? 2 : 1;
   }
+  let ex: Explainer;
+  let x: Explanation;
   try {
-    const x = explain(events, request, explainConfig(agent));
-    io.stdout(json ? `${JSON.stringify(x, null, 2)}\n` : formatExplanation(x));
-    return 0;
+    ex = explainer(events, explainConfig(agent));
+    x = ex(request);
   } catch (err) {
     if (!(err instanceof ExplainInputError)) throw err;
     io.stderr(`weir explain: ${err.message}\n`);
     return 2;
   }
+  if (!nodeCheck) {
+    io.stdout(json ? `${JSON.stringify(x, null, 2)}\n` : formatExplanation(x));
+    return 0;
+  }
+  let checks: NodeCheck[];
+  try {
+    const here = x.families.flatMap((f) => f.directions.filter((d) => d.node === agent.nodeName).map((d) => ({ family: f.family, d })));
+    const setNames = here.flatMap(({ d }) => d.path.flatMap((p) => p.lookups.map((l) => l.set)));
+    const kernel = await (deps.readKernel ?? readKernel)(
+      agent,
+      here.map((h) => h.family),
+      setNames,
+      log,
+    );
+    checks = checksFor(x, agent.nodeName, ex.desired(agent.nodeName), (f) => kernel.get(f)!);
+  } catch (err) {
+    io.stderr(`weir explain: cannot read this node's kernel for --node-check: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+  io.stdout(json ? `${JSON.stringify({ ...x, nodeCheck: checks }, null, 2)}\n` : `${formatExplanation(x)}${formatNodeChecks(agent.nodeName, checks)}`);
+  return checks.every((c) => c.same) ? 0 : 3;
 }
 
-type Parsed = { agent: AgentConfig; request: ExplainRequest; json: boolean; timeoutMs: number };
+/** How --node-check reads the node's kernel: iptables-save (mangle) per family and `ipset
+ *  save` of each set named (one the kernel lacks is left out), through the agent's runner and
+ *  backend choice. */
+export async function readKernel(cfg: AgentConfig, families: readonly Family[], setNames: readonly string[], log: Logger, runner: CommandRunner = processRunner()): Promise<Map<Family, KernelState>> {
+  const backend = await detectBackend(runner, cfg.backend, log);
+  const iptables = createIptables({ runner, backend, log });
+  const ipset = createIpset(runner);
+  let sets = '';
+  for (const name of new Set(setNames)) sets += await ipset.save(name).catch(() => '');
+  const out = new Map<Family, KernelState>();
+  for (const f of new Set(families)) out.set(f, kernelStateOf(await iptables.save(f), sets));
+  return out;
+}
+
+type Parsed = { agent: AgentConfig; request: ExplainRequest; json: boolean; timeoutMs: number; nodeCheck: boolean };
 
 function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed | 'help' {
   const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {};
@@ -150,6 +203,8 @@ function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed | '
   if (output !== 'text' && output !== 'json') problems.push(`--output (-o) must be text or json, got "${output}"`);
   const timeoutText = str('timeout') ?? '30';
   if (!/^\d+$/.test(timeoutText) || Number(timeoutText) < 1) problems.push(`--timeout must be a whole number of seconds, at least 1, got "${timeoutText}"`);
+  const nodeCheck = values['node-check'] === true;
+  if (nodeCheck && agent && !agent.nodeName) problems.push('--node-check needs --node-name (WEIR_NODE_NAME): the node whose kernel is read');
   if (problems.length > 0 || !agent) throw new ConfigError(problems);
   const request: ExplainRequest = {
     source: positionals[0],
@@ -158,7 +213,7 @@ function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed | '
     port,
     ...(familyText ? { family: Number(familyText) as Family } : {}),
   };
-  return { agent, request, json: output === 'json', timeoutMs: Number(timeoutText) * 1000 };
+  return { agent, request, json: output === 'json', timeoutMs: Number(timeoutText) * 1000, nodeCheck };
 }
 
 /** The Calculator's configuration, exactly as the agent builds it from the same flags. */

@@ -8,7 +8,7 @@ import { Calculator } from '../calc/index.ts';
 import type { AuditTag } from '../calc/audit-tags.ts';
 import type { CalcConfig } from '../calc/config.ts';
 import { ClusterPolicies } from '../calc/cluster-policies.ts';
-import type { Rule } from '../calc/desired.ts';
+import type { DesiredDataplane, Rule } from '../calc/desired.ts';
 import type { Direction } from '../calc/rules.ts';
 import type { Tier } from '../calc/tier-rules.ts';
 import type { CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Family, ModelEvent, Pod, Protocol } from '../model/types.ts';
@@ -140,7 +140,13 @@ export function explain(events: readonly ModelEvent[], req: ExplainRequest, cfg:
 
 /** Explains requests over one view of the cluster; each node's chains are computed once, on
  *  the first request that needs them. */
-export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig): (req: ExplainRequest) => Explanation {
+export interface Explainer {
+  (req: ExplainRequest): Explanation;
+  /** The desired dataplane explain computed for a node (what --node-check compares). */
+  desired(node: string): DesiredDataplane;
+}
+
+export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig): Explainer {
   const world = worldOf(events);
   const nodes = new Map<string, NodeState>();
   const nodeState = (name: string): NodeState => {
@@ -148,7 +154,7 @@ export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig): (r
     if (!s) nodes.set(name, (s = compileNode(events, world, name, cfg)));
     return s;
   };
-  return (req) => {
+  const ex = (req: ExplainRequest): Explanation => {
     if (!Number.isInteger(req.port) || req.port < 1 || req.port > 65535) throw new ExplainInputError(`port ${req.port} is not a port number from 1 to 65535`);
     const src = resolveEndpoint(world, req.source, 'source');
     const dst = resolveEndpoint(world, req.destination, 'destination');
@@ -162,6 +168,7 @@ export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig): (r
     const results = families.map((family) => explainFamily(src, dst, family, req, cfg, nodeState));
     return { source: viewOf(src), destination: viewOf(dst), protocol: req.protocol, port: req.port, families: results };
   };
+  return Object.assign(ex, { desired: (node: string) => nodeState(node).calc.desired });
 }
 
 function familiesOf(src: Endpoint, dst: Endpoint, only: Family | undefined): Family[] {

@@ -6,6 +6,7 @@ import type { Match } from '../calc/desired.ts';
 import type { ClusterRuleRef, PolicyRuleRef } from './attribute.ts';
 import type { SetLookup } from './evaluate.ts';
 import type { DirectionResult, EndpointView, Explanation, PathStep } from './explain.ts';
+import type { NodeCheck } from './node-check.ts';
 
 export function formatExplanation(x: Explanation): string {
   const lines = [`${endpoint(x.source)} -> ${endpoint(x.destination)}, ${x.protocol} ${x.port}`];
@@ -126,4 +127,36 @@ function lookup(l: SetLookup): string {
   return `set ${l.set} ${holds}${l.negate ? ' (an except set: the rule needs it absent)' : ''}`;
 }
 
+const count = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
 const hex = (n: number) => `0x${(n >>> 0).toString(16)}`;
+
+/** The node check in words: same, or which part differs. */
+export function formatNodeChecks(node: string, checks: readonly NodeCheck[]): string {
+  if (checks.length === 0) return `node check on ${node}: ${node} decides no direction of this connection; nothing to compare\n`;
+  const lines: string[] = [];
+  for (const c of checks) {
+    if (c.same) {
+      const layered = c.chains.some((ch) => ch.layered) ? ', some chains above older rules a layered write left for the tidy' : '';
+      lines.push(`node check on ${node}, IPv${c.family}: the kernel holds what explain judged by (the hook, ${count(c.chains.length, 'chain')}, ${count(c.sets.length, 'set')}${layered})`);
+      continue;
+    }
+    lines.push(`node check on ${node}, IPv${c.family}: the kernel differs`);
+    if (!c.hook) lines.push("  hook: mangle FORWARD's first rule is not Weir's hook to the top chain");
+    for (const ch of c.chains) {
+      if (ch.same) continue;
+      lines.push(
+        ch.kernel === null ? `  chain ${ch.chain}: missing from the kernel` : `  chain ${ch.chain}: line ${ch.firstDifference} differs (the kernel holds ${ch.kernel} lines, calc ${ch.expected})`,
+      );
+    }
+    for (const s of c.sets) {
+      if (s.same) continue;
+      if (s.kernel === null) {
+        lines.push(`  set ${s.set}: missing from the kernel`);
+        continue;
+      }
+      const answer = s.kernel === s.expected ? '' : `the kernel ${s.kernel ? 'holds' : 'lacks'} ${s.member} (calc: ${s.expected ? 'holds' : 'lacks'}); `;
+      lines.push(`  set ${s.set}: ${answer}${s.missing} members missing, ${s.extra} extra${s.examples.length > 0 ? ` (${s.examples.join(', ')})` : ''}`);
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}

@@ -60,7 +60,8 @@ describe('weir explain over a manifests directory', () => {
       [['frontend/web-1', '--port', '80'], /expected SRC and DST/],
       [['frontend/web-1', 'db/db-1', '--port', '80', '--protocol', 'icmp'], /--protocol must be tcp, udp or sctp, got "icmp"/],
       [['frontend/web-1', 'db/db-1', '--port', '80', '-o', 'yaml'], /--output \(-o\) must be text or json/],
-      [['frontend/web-1', 'db/db-1', '--port', '80', '--node-name', 'x'], /Unknown option '--node-name'/],
+      [['frontend/web-1', 'db/db-1', '--port', '80', '--metrics-addr', ':9'], /Unknown option '--metrics-addr'/],
+      [['frontend/web-1', 'db/db-1', '--port', '80', '--node-check'], /--node-check needs --node-name/],
       [['192.0.2.1', '198.51.100.7', '--port', '80'], /neither end is a pod/],
       [['frontend/web-1', 'db/db-1', '--port', '80', '--mark-mask', '0x4000'], /mark/],
     ] as const) {
