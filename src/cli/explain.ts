@@ -23,6 +23,7 @@ import { loadKubeConfig } from '../kube/kubeconfig.ts';
 import type { Logger } from '../log.ts';
 import type { Family, ModelEvent, Protocol } from '../model/types.ts';
 import { createKubeSource, toNode } from '../sources/index.ts';
+import { createPodInterfaceScanner, type PortBindings } from '../sources/pod-interfaces.ts';
 import type { SourceBatch } from '../sources/types.ts';
 import { envName, FLAGS, type FlagName, toConfig } from './flags.ts';
 import { loadOnce } from './render.ts';
@@ -87,8 +88,8 @@ const processIo: ExplainIo = { stdout: (s) => process.stdout.write(s), stderr: (
 
 /** Runs the command; resolves to the exit code (0 explained, 1 failed, 2 bad flags or input). */
 export interface ExplainDeps {
-  /** Reads the node's kernel for --node-check (default: readKernel, on this host). */
-  readonly readKernel?: typeof readKernel;
+  /** How --node-check runs its commands (default: on this host; tests: in a node's netns). */
+  readonly runner?: CommandRunner;
 }
 
 export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv, io: ExplainIo = processIo, deps: ExplainDeps = {}): Promise<number> {
@@ -113,10 +114,21 @@ export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv
     io.stderr(`weir explain: ${err instanceof Error ? err.message : String(err)}\n`);
     return err instanceof ConfigError ? 2 : 1;
   }
+  const runner = deps.runner ?? processRunner();
+  // The node's real bridge ports, as its agent scans them: its chains then name them too.
+  let ports: PortBindings | undefined;
+  if (nodeCheck && agent.sourceBinding) {
+    try {
+      ports = await createPodInterfaceScanner(runner, agent.podBridge, log).scan();
+    } catch (err) {
+      io.stderr(`weir explain: cannot read this node's bridge ports for --node-check: ${err instanceof Error ? err.message : String(err)}\n`);
+      return 1;
+    }
+  }
   let ex: Explainer;
   let x: Explanation;
   try {
-    ex = explainer(events, explainConfig(agent));
+    ex = explainer(events, explainConfig(agent), ports ? { bridgePorts: { node: agent.nodeName, ports } } : {});
     x = ex(request);
   } catch (err) {
     if (!(err instanceof ExplainInputError)) throw err;
@@ -131,11 +143,12 @@ export async function runExplain(argv: readonly string[], env: NodeJS.ProcessEnv
   try {
     const here = x.families.flatMap((f) => f.directions.filter((d) => d.node === agent.nodeName).map((d) => ({ family: f.family, d })));
     const setNames = here.flatMap(({ d }) => d.path.flatMap((p) => p.lookups.map((l) => l.set)));
-    const kernel = await (deps.readKernel ?? readKernel)(
+    const kernel = await readKernel(
       agent,
       here.map((h) => h.family),
       setNames,
       log,
+      runner,
     );
     checks = checksFor(x, agent.nodeName, ex.desired(agent.nodeName), (f) => kernel.get(f)!);
   } catch (err) {

@@ -123,12 +123,21 @@ export interface Explanation {
   readonly families: readonly FamilyResult[];
 }
 
-/** The bridge port explain binds each local pod's address to (the agent learns the real one
- *  from the node's kernel; any name gives the same rules at the same positions). */
+/** The bridge port explain binds each local pod's address to when it does not know the real
+ *  one (the agent learns it from the node's kernel; any name gives the same rules at the same
+ *  positions, only the port named differs). */
 export const bridgePortOf = (pod: Pod): string => `port-of:${podRef(pod)}`;
+
+export interface ExplainerOptions {
+  /** A node's real bridge ports (address -> port), as the agent scans them on that node
+   *  (--node-check): its chains then name the ports the kernel's do. */
+  readonly bridgePorts?: { readonly node: string; readonly ports: ReadonlyMap<string, string> };
+}
 
 interface NodeState {
   readonly calc: Calculator;
+  /** Local pod address -> the bridge port its chains bind it to. */
+  readonly ports: ReadonlyMap<string, string>;
   readonly clusterPolicies: ClusterPolicies;
   readonly audit: ReadonlyMap<string, string>;
 }
@@ -146,12 +155,12 @@ export interface Explainer {
   desired(node: string): DesiredDataplane;
 }
 
-export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig): Explainer {
+export function explainer(events: readonly ModelEvent[], cfg: ExplainConfig, opts: ExplainerOptions = {}): Explainer {
   const world = worldOf(events);
   const nodes = new Map<string, NodeState>();
   const nodeState = (name: string): NodeState => {
     let s = nodes.get(name);
-    if (!s) nodes.set(name, (s = compileNode(events, world, name, cfg)));
+    if (!s) nodes.set(name, (s = compileNode(events, world, name, cfg, opts.bridgePorts?.node === name ? opts.bridgePorts.ports : undefined)));
     return s;
   };
   const ex = (req: ExplainRequest): Explanation => {
@@ -183,14 +192,13 @@ function familiesOf(src: Endpoint, dst: Endpoint, only: Family | undefined): Fam
   return [only];
 }
 
-function compileNode(events: readonly ModelEvent[], world: World, nodeName: string, cfg: ExplainConfig): NodeState {
+function compileNode(events: readonly ModelEvent[], world: World, nodeName: string, cfg: ExplainConfig, known: ReadonlyMap<string, string> | undefined): NodeState {
   const calc = new Calculator({ ...cfg, nodeName });
   const all: CalcEvent[] = [...events];
+  let ports: ReadonlyMap<string, string> = new Map();
   if (cfg.sourceBinding) {
-    for (const pod of world.pods) {
-      if (pod.nodeName !== nodeName || pod.hostNetwork) continue;
-      for (const ip of pod.ips) all.push({ kind: 'PodInterface', op: 'upsert', object: { ip, port: bridgePortOf(pod) } });
-    }
+    ports = known ?? new Map(world.pods.filter((p) => p.nodeName === nodeName && !p.hostNetwork).flatMap((p) => p.ips.map((ip) => [ip, bridgePortOf(p)] as const)));
+    for (const [ip, port] of ports) all.push({ kind: 'PodInterface', op: 'upsert', object: { ip, port } });
   }
   calc.applyEvents(all);
   const clusterPolicies = new ClusterPolicies(calc.cluster);
@@ -198,7 +206,7 @@ function compileNode(events: readonly ModelEvent[], world: World, nodeName: stri
   for (const { name, policy } of calc.takeClusterPolicyChanges()) latest.set(name, policy);
   for (const p of latest.values()) if (p) clusterPolicies.upsert(p);
   const audit = new Map(calc.policyReports().map((r) => [r.key, r.auditLevel]));
-  return { calc, clusterPolicies, audit };
+  return { calc, ports, clusterPolicies, audit };
 }
 
 function viewOf(e: Endpoint): EndpointView {
@@ -246,7 +254,7 @@ function explainFamily(src: Endpoint, dst: Endpoint, family: Family, req: Explai
     mark: 0,
     ...(local(src, node) && cfg.podBridge ? { inIface: cfg.podBridge } : {}),
     ...(local(dst, node) && cfg.podBridge ? { outIface: cfg.podBridge } : {}),
-    ...(src.kind === 'pod' && local(src, node) ? { bridgePortIn: bridgePortOf(src.pod) } : {}),
+    ...(src.kind === 'pod' && local(src, node) && nodeState(node).ports.has(s) ? { bridgePortIn: nodeState(node).ports.get(s) } : {}),
   });
   const walks = new Map<string, Walk>();
   const walkAt = (node: string): Walk => {

@@ -6,14 +6,21 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { explainConfig } from '../../src/cli/explain.ts';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { explainConfig, runExplain } from '../../src/cli/explain.ts';
+import { netnsRunner, processRunner } from '../../src/dataplane/index.ts';
+import type { Explanation } from '../../src/explain/explain.ts';
+import type { NodeCheck } from '../../src/explain/node-check.ts';
 import { toConfig } from '../../src/cli/flags.ts';
 import { loadOnce } from '../../src/cli/render.ts';
 import { explainer } from '../../src/explain/explain.ts';
 import { silentLogger } from '../../src/log.ts';
 import type { Matrix } from '../../src/sim/prober.ts';
 import { EXPLAIN_SCENARIOS, explainCell } from './explain-scenarios.ts';
-import { type Cell, Conformance } from './harness.ts';
+import { A1, B1, B2, type Cell, Conformance } from './harness.ts';
+
+const execFileP = promisify(execFile);
 
 describe('conformance: weir explain agrees with the probes', () => {
   let c: Conformance;
@@ -22,6 +29,48 @@ describe('conformance: weir explain agrees with the probes', () => {
   });
   after(async () => {
     await c?.stop();
+  });
+
+  test('--node-check on each node confirms the kernel holds what explain judged by, and names a set member someone removed', async () => {
+    await c.reset();
+    const step = EXPLAIN_SCENARIOS.find((x) => x.name.startsWith('a connection needs'))!.steps[1];
+    await c.setPolicies(...step.policies!);
+    await c.settledTidy(10_000);
+    const check = async (node: string, src: string, dst: string) => {
+      let out = '';
+      let err = '';
+      const code = await runExplain(
+        [src, dst, '--port', '80', '--manifests', c.dir, '--node-name', node, '--node-check', '-o', 'json'],
+        {},
+        { stdout: (t) => void (out += t), stderr: (t) => void (err += t) },
+        { runner: netnsRunner(c.nodeNetns(node), processRunner()) },
+      );
+      return { code, err, x: out ? (JSON.parse(out) as Explanation & { nodeCheck: NodeCheck[] }) : undefined };
+    };
+    // b1 -> b2 crosses nodes (egress on node-a, ingress on node-b); a1 -> b1 stays on node-a.
+    for (const [node, src, dst] of [
+      ['node-a', B1, B2],
+      ['node-b', B1, B2],
+      ['node-a', A1, B1],
+    ] as const) {
+      const r = await check(node, src, dst);
+      assert.equal(r.code, 0, `${node} ${src} -> ${dst}: ${r.err}\n${JSON.stringify(r.x?.nodeCheck, null, 1)}`);
+      assert.ok(r.x && r.x.nodeCheck.length > 0 && r.x.nodeCheck.every((n) => n.same && n.chains.length > 3));
+    }
+    // b2 admits a1 by a set holding a1's address: take it out of node-b's kernel.
+    const r = await check('node-b', A1, B2);
+    const lookup = r.x!.nodeCheck.flatMap((n) => n.sets).find((s) => s.member === '10.244.1.11' && s.expected)!;
+    assert.ok(lookup, JSON.stringify(r.x!.nodeCheck));
+    const ns = c.nodeNetns('node-b');
+    await execFileP('ip', ['netns', 'exec', ns, 'ipset', 'del', lookup.set, '10.244.1.11']);
+    try {
+      const drifted = await check('node-b', A1, B2);
+      assert.equal(drifted.code, 3, drifted.err);
+      const set = drifted.x!.nodeCheck.find((n) => n.family === 4)!.sets.find((s) => s.set === lookup.set)!;
+      assert.deepEqual([set.same, set.expected, set.kernel, set.examples], [false, true, false, ['missing 10.244.1.11']]);
+    } finally {
+      await execFileP('ip', ['netns', 'exec', ns, 'ipset', 'add', '-exist', lookup.set, '10.244.1.11']);
+    }
   });
 
   for (const scenario of EXPLAIN_SCENARIOS) {
