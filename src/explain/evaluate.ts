@@ -211,6 +211,9 @@ export function walk(chains: ReadonlyMap<string, readonly Rule[]>, top: string, 
       case 'nflog':
         logged.push(a.prefix);
         break;
+      default:
+        // A new kind of action fails the type check here until the walk gives it a meaning.
+        throw new EvaluationError(`rule ${position} of ${frame.chain} has an action explain does not know: ${JSON.stringify(a satisfies never)}`);
     }
   }
   return { verdict: 'return', mark, hits, logged };
