@@ -36,6 +36,8 @@ describe('conformance: weir explain agrees with the probes', () => {
     const step = EXPLAIN_SCENARIOS.find((x) => x.name.startsWith('a connection needs'))!.steps[1];
     await c.setPolicies(...step.policies!);
     await c.settledTidy(10_000);
+    // One command runner (and its fork server) for every check, run in the node's namespace.
+    const base = processRunner();
     const check = async (node: string, src: string, dst: string) => {
       let out = '';
       let err = '';
@@ -43,7 +45,7 @@ describe('conformance: weir explain agrees with the probes', () => {
         [src, dst, '--port', '80', '--manifests', c.dir, '--node-name', node, '--node-check', '-o', 'json'],
         {},
         { stdout: (t) => void (out += t), stderr: (t) => void (err += t) },
-        { runner: netnsRunner(c.nodeNetns(node), processRunner()) },
+        { runner: netnsRunner(c.nodeNetns(node), base) },
       );
       return { code, err, x: out ? (JSON.parse(out) as Explanation & { nodeCheck: NodeCheck[] }) : undefined };
     };
