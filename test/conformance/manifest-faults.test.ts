@@ -7,7 +7,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { chmod, cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -149,7 +149,8 @@ describe('an agent whose manifest directory cannot be read at start', () => {
       revision: string;
     };
   const revisionOf = async () => {
-    const names = ['00-namespaces.yaml', '10-pods.yaml', '20-nodes.yaml', '30-policies.yaml'];
+    // Every file of the copied examples: the revision covers the whole directory.
+    const names = (await readdir(dir)).filter((n) => /\.(ya?ml|json)$/.test(n) && !n.startsWith('.')).sort();
     return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await readFile(join(dir, name), 'utf8') }))));
   };
 

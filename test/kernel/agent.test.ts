@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -37,7 +37,8 @@ describe('agent on a real kernel', () => {
   });
 
   async function revisionOf(): Promise<string> {
-    const names = ['00-namespaces.yaml', '10-pods.yaml', '20-nodes.yaml', '30-policies.yaml'];
+    // Every file of the copied examples: the revision covers the whole directory.
+    const names = (await readdir(dir)).filter((n) => /\.(ya?ml|json)$/.test(n) && !n.startsWith('.')).sort();
     return manifestRevision(await Promise.all(names.map(async (name) => ({ name, content: await readFile(join(dir, name), 'utf8') }))));
   }
 
