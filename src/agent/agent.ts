@@ -17,7 +17,7 @@ import { createLinkMonitor, createPodInterfaceScanner, withPodInterfaces } from 
 import type { Source } from '../sources/types.ts';
 import type { ModelEvent } from '../model/types.ts';
 import type { AgentConfig } from './config.ts';
-import { markBits } from './config.ts';
+import { calcConfig } from './config.ts';
 import { listHeapGuard, v8Collector } from './gc.ts';
 import { preflight } from './preflight.ts';
 import { Reconciler } from './reconciler.ts';
@@ -74,16 +74,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
         unboundRescanMs: 100,
       })
     : clusterSource;
-  const calc = new Calculator({
-    nodeName: cfg.nodeName,
-    names,
-    families: cfg.families,
-    marks: markBits(cfg.markMask),
-    podBridge: cfg.podBridge,
-    allowAction: cfg.allowAction,
-    sourceBinding: cfg.sourceBinding,
-    audit: cfg.audit.enabled ? { group: cfg.audit.nflogGroup, defaultLevel: cfg.audit.defaultLevel, perSecond: cfg.audit.rate, burst: 2 * cfg.audit.rate } : undefined,
-  });
+  const calc = new Calculator(calcConfig(cfg, names));
   const dataplane = createDataplane({
     runner,
     names,

@@ -1,7 +1,9 @@
 // Agent configuration: a plain value with named defaults and one validation that reports
 // every problem at once. Flags and environment variables both land here (cli/).
 
-import { validatePrefix } from '../calc/names.ts';
+import { makeNames, validatePrefix } from '../calc/names.ts';
+import type { CalcConfig } from '../calc/config.ts';
+import type { Names } from '../calc/names.ts';
 import { parseDaemonSetRef } from '../lifecycle/daemonset-ref.ts';
 import type { AuditLogConfig } from '../audit/index.ts';
 import type { IpvsChoice } from '../dataplane/index.ts';
@@ -121,6 +123,21 @@ export function defaultConfig(): AgentConfig {
 }
 
 /** The accept bit is the lowest bit of the mask, pass the next one. */
+/** The Calculator's configuration as the agent builds it from its flags (weir explain uses the
+ *  same, so it judges by the chains the agent would write). */
+export function calcConfig(cfg: AgentConfig, names: Names = makeNames(cfg.chainPrefix)): CalcConfig {
+  return {
+    nodeName: cfg.nodeName,
+    names,
+    families: cfg.families,
+    marks: markBits(cfg.markMask),
+    podBridge: cfg.podBridge,
+    allowAction: cfg.allowAction,
+    sourceBinding: cfg.sourceBinding,
+    audit: cfg.audit.enabled ? { group: cfg.audit.nflogGroup, defaultLevel: cfg.audit.defaultLevel, perSecond: cfg.audit.rate, burst: 2 * cfg.audit.rate } : undefined,
+  };
+}
+
 export function markBits(mask: number): { accept: number; pass: number } {
   const bits: number[] = [];
   for (let b = 0; b < 32 && bits.length < 2; b++) if ((mask >>> b) & 1) bits.push((1 << b) >>> 0);

@@ -5,9 +5,8 @@
 
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { markBits } from '../agent/config.ts';
+import { calcConfig } from '../agent/config.ts';
 import type { AgentConfig } from '../agent/config.ts';
-import { makeNames } from '../calc/index.ts';
 import { ConfigError } from '../errors.ts';
 import type { Explainer, ExplainConfig, Explanation, ExplainRequest } from '../explain/explain.ts';
 import { explainer } from '../explain/explain.ts';
@@ -231,15 +230,8 @@ function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed | '
 
 /** The Calculator's configuration, exactly as the agent builds it from the same flags. */
 export function explainConfig(cfg: AgentConfig): ExplainConfig {
-  return {
-    names: makeNames(cfg.chainPrefix),
-    families: cfg.families,
-    marks: markBits(cfg.markMask),
-    podBridge: cfg.podBridge,
-    allowAction: cfg.allowAction,
-    sourceBinding: cfg.sourceBinding,
-    audit: cfg.audit.enabled ? { group: cfg.audit.nflogGroup, defaultLevel: cfg.audit.defaultLevel, perSecond: cfg.audit.rate, burst: 2 * cfg.audit.rate } : undefined,
-  };
+  const { nodeName: _, ...rest } = calcConfig(cfg);
+  return rest;
 }
 
 /** One full view of the cluster: the manifests directory, or the kube source's first batch
