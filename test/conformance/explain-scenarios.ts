@@ -8,6 +8,7 @@ import type { Explanation, ExplainRequest } from '../../src/explain/explain.ts';
 import { familyOf } from '../../src/model/types.ts';
 import { EXTERNAL_HOST, underlayIp } from '../../src/sim/addressing.ts';
 import { A1, A2, B1, B2, type Cell, cnp, EXTERNAL, G1, NODES, np, nsOf, type PodDef } from './harness.ts';
+import { allow, always, from, fromAnyPod, fromNs, not, nothing, tcp, to, toNs } from './predicates.ts';
 
 export type Verdict = (x: Cell) => boolean;
 
@@ -29,44 +30,6 @@ export interface Step {
 export interface Scenario {
   readonly name: string;
   readonly steps: readonly Step[];
-}
-
-const always: Verdict = () => true;
-const nothing: Verdict = () => false;
-const from =
-  (...keys: string[]): Verdict =>
-  (x) =>
-    keys.includes(x.source);
-const to =
-  (...keys: string[]): Verdict =>
-  (x) =>
-    keys.includes(x.target);
-const fromNs =
-  (...ns: string[]): Verdict =>
-  (x) =>
-    x.source !== EXTERNAL && ns.includes(nsOf(x.source));
-const toNs =
-  (...ns: string[]): Verdict =>
-  (x) =>
-    x.target !== EXTERNAL && ns.includes(nsOf(x.target));
-const fromAnyPod: Verdict = (x) => x.source !== EXTERNAL;
-const not =
-  (p: Verdict): Verdict =>
-  (x) =>
-    !p(x);
-const tcp =
-  (port: number): Verdict =>
-  (x) =>
-    x.proto === 'tcp' && x.port === port;
-
-interface Isolation {
-  readonly ingress?: Readonly<Record<string, Verdict>>;
-  readonly egress?: Readonly<Record<string, Verdict>>;
-}
-
-/** Passes when the source's egress and the target's ingress allow it; a pod reaches itself. */
-function allow(iso: Isolation): Verdict {
-  return (x) => x.source === x.target || ((iso.egress?.[x.source] ?? always)(x) && (iso.ingress?.[x.target] ?? always)(x));
 }
 
 const WEB = { matchLabels: { app: 'web' } };

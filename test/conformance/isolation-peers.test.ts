@@ -3,41 +3,8 @@
 // Every predicate is written by hand from design/semantics.md.
 
 import { after, before, describe, test } from 'node:test';
-import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, nsOf, type Cell, type PodDef } from './harness.ts';
-
-type Verdict = (x: Cell) => boolean;
-
-/** Who a pod accepts from (ingress) or may send to (egress), for the pods isolated that way. */
-interface Isolation {
-  readonly ingress?: Readonly<Record<string, Verdict>>;
-  readonly egress?: Readonly<Record<string, Verdict>>;
-}
-
-const always: Verdict = () => true;
-const nothing: Verdict = () => false;
-const from =
-  (...keys: string[]): Verdict =>
-  (x) =>
-    keys.includes(x.source);
-const to =
-  (...keys: string[]): Verdict =>
-  (x) =>
-    keys.includes(x.target);
-const fromNs =
-  (...ns: string[]): Verdict =>
-  (x) =>
-    x.source !== EXTERNAL && ns.includes(nsOf(x.source));
-const toNs =
-  (...ns: string[]): Verdict =>
-  (x) =>
-    x.target !== EXTERNAL && ns.includes(nsOf(x.target));
-const fromAnyPod: Verdict = (x) => x.source !== EXTERNAL;
-
-/** A connection passes when the source's egress and the target's ingress both allow it (each
- *  only checked when that pod is isolated that way); a pod always reaches itself. */
-function allow(iso: Isolation): Verdict {
-  return (x) => x.source === x.target || ((iso.egress?.[x.source] ?? always)(x) && (iso.ingress?.[x.target] ?? always)(x));
-}
+import { A1, A2, B1, B2, type Cell, Conformance, G1, np, nsOf, type PodDef } from './harness.ts';
+import { allow, always, from, fromAnyPod, fromNs, nothing, to, toNs, type Verdict } from './predicates.ts';
 
 const WEB = { matchLabels: { app: 'web' } };
 const DB = { matchLabels: { app: 'db' } };
