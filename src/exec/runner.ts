@@ -29,7 +29,8 @@ export interface RunResult {
  */
 export interface CommandRunner {
   run(cmd: string, args: readonly string[], opts?: RunOptions): Promise<RunResult>;
-  /** Starts a long-running command whose output is read as it arrives (a monitor). */
+  /** Starts a long-running command whose output is read as it arrives (a monitor); it dies
+   *  with this process. */
   spawn(cmd: string, args: readonly string[], opts?: SpawnOptions): RunningCommand;
 }
 
@@ -116,7 +117,9 @@ export function processRunner(options: ProcessRunnerOptions = {}): CommandRunner
       return { stdout: String(r.stdout ?? ''), stderr, exitCode: r.exitCode };
     },
     spawn(cmd, args, opts) {
-      const child = execa(cmd, args, { buffer: false, reject: false, stdin: 'ignore', env: { LC_ALL: 'C' }, forceKillAfterDelay: opts?.killAfterMs ?? 2_000 });
+      // setpriv execs the command with a parent-death signal: a monitor dies with the agent
+      // however the agent ends, instead of being re-parented to init and running on.
+      const child = execa('setpriv', ['--pdeathsig', 'KILL', cmd, ...args], { buffer: false, reject: false, stdin: 'ignore', env: { LC_ALL: 'C' }, forceKillAfterDelay: opts?.killAfterMs ?? 2_000 });
       return {
         pid: child.pid,
         stdout: child.stdout,

@@ -24,7 +24,7 @@ export const AGENT_PROGRAMS: readonly (readonly string[])[] = [
   ['ip', '-V'],
   ['nsenter', '--version'],
   ['modprobe', '--version'],
-  // The audit reader: tcpdump, started through setpriv as its own user with a parent-death signal.
+  // setpriv gives the audit reader (tcpdump, as its own user) and the link monitor a parent-death signal.
   ['setpriv', '--version'],
   ['tcpdump', '--version'],
 ];

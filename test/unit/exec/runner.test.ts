@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandError } from '../../../src/errors.ts';
+import { untilPasses } from '../../support/eventually.ts';
 import { processRunner, FORK_SERVER_INPUT_LIMIT, netnsRunner, recordingRunner, runOk } from '../../../src/exec/runner.ts';
 
 test('processRunner reports a missing binary as WEIR_COMMAND_MISSING', async () => {
@@ -208,4 +209,31 @@ test('spawn: netnsRunner starts the command through ip netns exec; a responder-o
   const nothing = recordingRunner().spawn('ip', ['monitor']);
   assert.equal(nothing.pid, undefined);
   assert.match(await nothing.ended, /did not run/);
+});
+
+test('spawn: a monitor dies with the process that started it when that process is killed with SIGKILL', async (t) => {
+  const runner = new URL('../../../src/exec/runner.ts', import.meta.url).href;
+  const starter = `
+    const { processRunner } = await import(${JSON.stringify(runner)});
+    console.log(processRunner().spawn('sleep', ['60']).pid);
+    setInterval(() => {}, 1000);
+  `;
+  const parent = spawn(process.execPath, ['--input-type=module', '-e', starter], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let pid = 0;
+  const running = () => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  t.after(() => {
+    parent.kill('SIGKILL');
+    if (pid > 0 && running()) process.kill(pid, 'SIGKILL');
+  });
+  pid = Number(await new Promise<string>((resolve) => parent.stdout.once('data', (b: Buffer) => resolve(b.toString().trim()))));
+  assert.ok(pid > 0 && running(), 'the monitor did not start');
+  parent.kill('SIGKILL');
+  await untilPasses(() => assert.ok(!running(), `the monitor ${pid} outlived the killed process that started it`), 3000, 20);
 });
