@@ -71,6 +71,9 @@ export interface AgentConfig {
    *  (auto: while kube-ipvs0 exists). */
   readonly ipvs: IpvsChoice;
   readonly audit: AuditSettings;
+  /** Cut, after each write, the tracked connections of every local pod that its new rules deny
+   *  (without it, only pods opted in by weir.dev/cut-existing). */
+  readonly cutExisting: boolean;
 }
 
 /** The audit log: NFLOG rules where annotations ask for them, read back into JSON lines by
@@ -118,6 +121,7 @@ export function defaultConfig(): AgentConfig {
     allowAction: 'ACCEPT',
     sourceBinding: true,
     ipvs: 'auto',
+    cutExisting: false,
     audit: { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10 << 20, maxFiles: 5, stdout: false },
   };
 }

@@ -3,8 +3,8 @@
 // dirtied. Every pass runs through one pacer, the loop's only timer: bursts coalesce, failures
 // back off however many batches arrive, and the periodic resync and hook check are requests to
 // that same pacer, so stop() cancels everything at once. The side jobs have modules of their
-// own: health.ts (the probes), hook-watch.ts, flow-cleanup.ts, first-compute-collections.ts
-// and loop-metrics.ts.
+// own: health.ts (the probes), hook-watch.ts, flow-cleanup.ts, connection-cut.ts,
+// first-compute-collections.ts and loop-metrics.ts.
 
 import { backoffMs } from '../backoff.ts';
 import type { Calculator, DesiredDataplane, Dirty } from '../calc/index.ts';
@@ -15,6 +15,7 @@ import { formatPolicyErrors, INVALID_CLUSTER_POLICY_EFFECT, INVALID_POLICY_EFFEC
 import type { CalcEvent, CompiledPolicy } from '../model/types.ts';
 import { createPacer, type Pacer } from '../pacer.ts';
 import type { SourceBatch } from '../sources/types.ts';
+import { ConnectionCut, type ConnectionCutOptions } from './connection-cut.ts';
 import { FirstComputeCollections } from './first-compute-collections.ts';
 import { FlowCleanup, type FlowForgetter } from './flow-cleanup.ts';
 import { type Health, type Readiness, unhealthyAfterMs, WriteHealth } from './health.ts';
@@ -92,6 +93,8 @@ export interface ReconcilerOptions {
   /** Events a first full state needs for those collections to run, unless it is computed in
    *  slices (default COLLECT_GARBAGE_FROM). */
   readonly collectGarbageFrom?: number;
+  /** The opt-in cut of connections the rules written deny (connection-cut.ts); absent: none. */
+  readonly cut?: Pick<ConnectionCutOptions, 'dataplane' | 'targets' | 'judge'>;
 }
 
 export interface PassOutcome {
@@ -112,6 +115,7 @@ export class Reconciler {
   readonly #health: WriteHealth;
   readonly #hooks: HookWatch;
   readonly #flows: FlowCleanup;
+  readonly #cut: ConnectionCut | undefined;
   readonly #collections: FirstComputeCollections;
   readonly #metrics: LoopMetrics;
   #queue: SourceBatch<CalcEvent>[] = [];
@@ -161,6 +165,7 @@ export class Reconciler {
       },
     });
     this.#flows = new FlowCleanup({ dataplane, log, metrics, clock, onEnded: () => this.#wakeIdleWaiters() });
+    this.#cut = o.cut && new ConnectionCut({ ...o.cut, log, metrics, clock, onEnded: () => this.#wakeIdleWaiters() });
     this.#collections = new FirstComputeCollections({ collectGarbage: o.collectGarbage, firstComputeSlice: o.firstComputeSlice, collectGarbageFrom: o.collectGarbageFrom, log, clock });
     this.#pacer = createPacer({
       clock,
@@ -188,9 +193,11 @@ export class Reconciler {
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#flows.stop();
+    this.#cut?.stop();
     await this.#pacer.stop();
     await this.#hooks.whenDone();
     await this.#flows.whenDone();
+    await this.#cut?.whenDone();
   }
 
   onBatch(batch: SourceBatch<CalcEvent>): void {
@@ -229,7 +236,7 @@ export class Reconciler {
   }
 
   #isIdle(): boolean {
-    return !this.#pacer.busy() && !this.#hooks.running && !this.#flows.running && (!this.#synced ? true : this.#queue.length === 0 && !this.#needResync);
+    return !this.#pacer.busy() && !this.#hooks.running && !this.#flows.running && !this.#cut?.running && (!this.#synced ? true : this.#queue.length === 0 && !this.#needResync);
   }
 
   #wakeIdleWaiters(): void {
@@ -352,6 +359,7 @@ export class Reconciler {
     // computes only while no write runs, so that is everything computed before this write.
     this.#flows.add(calc.takeReleasedAddresses());
     this.#flows.start();
+    this.#cut?.request();
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     this.#collections.afterWrite();
     this.#askForPeriodic();

@@ -14,6 +14,7 @@ import { compareStrings } from '../model/order.ts';
 import { compilePolicy, PolicyParts } from '../model/policy.ts';
 import { compileClusterNetworkPolicy } from '../model/cluster-network-policy.ts';
 import { ClusterPolicies } from './cluster-policies.ts';
+import { CutOptIn } from './cut-opt-in.ts';
 import { tierAcceptRules } from './tier-rules.ts';
 import type { AuditLevel, CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Pod } from '../model/types.ts';
 import type { AuditCatalog } from './audit-tags.ts';
@@ -45,6 +46,7 @@ export class Calculator {
   readonly #policies: PolicyChains;
   readonly #workloads: WorkloadChains;
   readonly #clusterPolicies = new ClusterPolicies(this.#cluster);
+  readonly #cut = new CutOptIn();
   /** Equal selectors and rule lists of different policies, held once. */
   readonly #policyParts = new PolicyParts();
   #policyChanges: { key: string; policy: CompiledPolicy | null }[] = [];
@@ -158,6 +160,20 @@ export class Calculator {
     return { valid: all - this.#invalidPolicies, invalid: this.#invalidPolicies };
   }
 
+  /** Addresses of the local pods whose connections their new rules deny are cut after a write
+   *  (cut-opt-in.ts): every local pod's with `all`. */
+  cutTargets(all: boolean): string[] {
+    if (!all && !this.#cut.any()) return [];
+    const out: string[] = [];
+    for (const w of this.#workloads.workloads()) if (all || this.#cut.covers(w)) out.push(...w.pod.ips);
+    return out;
+  }
+
+  /** The bridge port a local pod's address is bound to, when known (source binding). */
+  bridgePortOf(ip: string): string | undefined {
+    return this.#dispatch.portOf(ip);
+  }
+
   get localPodCount(): number {
     return this.#workloads.size;
   }
@@ -194,6 +210,7 @@ export class Calculator {
         // Its pods may enter or leave the subjects of ClusterNetworkPolicies.
         if (this.#clusterPolicies.size > 0) this.#workloads.refreshNamespace(name);
         this.#onNamespaceAudit(name, e.op === 'upsert' ? namespaceAuditLevel(e.object.audit) : null);
+        this.#cut.setNamespace(name, e.op === 'upsert' ? e.object.cutExisting : undefined);
         return;
       }
       case 'Node': {
@@ -215,7 +232,9 @@ export class Calculator {
           const compiled = this.#policyParts.share(compilePolicy(e.object));
           this.#invalidPolicies += invalid(compiled) - invalid(this.#cluster.upsertPolicy(compiled));
           this.#policyChanges.push({ key, policy: compiled });
+          this.#cut.setPolicy(key, compiled);
         } else {
+          this.#cut.setPolicy(key, undefined);
           this.#invalidPolicies -= invalid(this.#cluster.deletePolicy(key));
           this.#policyChanges.push({ key, policy: null });
         }
@@ -227,9 +246,12 @@ export class Calculator {
         if (e.op === 'upsert') {
           const compiled = compileClusterNetworkPolicy(e.object);
           this.#clusterPolicies.upsert(compiled);
+          this.#cut.setClusterPolicy(compiled.name, compiled);
           this.#clusterPolicyChanges.push({ name: compiled.name, policy: compiled });
-        } else if (this.#clusterPolicies.delete(e.name)) this.#clusterPolicyChanges.push({ name: e.name, policy: null });
-        else return;
+        } else if (this.#clusterPolicies.delete(e.name)) {
+          this.#cut.setClusterPolicy(e.name, undefined);
+          this.#clusterPolicyChanges.push({ name: e.name, policy: null });
+        } else return;
         // Every local workload may change: refreshed once, when the batch's events are in.
         this.#clusterPoliciesChanged = true;
         return;

@@ -81,6 +81,11 @@ export class DispatchTree {
     if (before !== port && this.#cfg.sourceBinding) this.#dirtyBlocks.add(dispatchBlock(ip));
   }
 
+  /** The bridge port a local address is bound to, when known. */
+  portOf(ip: string): string | undefined {
+    return this.#ports.get(ip);
+  }
+
   /** This node's pod CIDRs (none: without its Node, the pod bridge alone closes unknown addresses). */
   setPodCIDRs(cidrs: readonly string[]): void {
     const sorted = [...cidrs].sort();

@@ -19,6 +19,7 @@ import type { AllowAction, Direction, MarkBits, SetSpec } from './rules.ts';
 import { mergeable, workloadChainRules } from './rules.ts';
 import { mergedRules } from './merge.ts';
 import type { ClusterPolicies, TierSelection } from './cluster-policies.ts';
+import type { CutCandidate } from './cut-opt-in.ts';
 import type { Tier, TierAudit, TierStep } from './tier-rules.ts';
 import { tierChainRules, tierSteps } from './tier-rules.ts';
 import type { ActiveSet, SetRegistry } from './set-registry.ts';
@@ -102,6 +103,11 @@ export class WorkloadChains {
   /** Names of the ClusterNetworkPolicies whose subject holds a local workload, in no order. */
   clusterPolicyNames(): Iterable<string> {
     return this.#clusterPolicyRefs.keys();
+  }
+
+  /** Every local workload: its pod and the policies selecting it. */
+  workloads(): Iterable<CutCandidate> {
+    return this.#workloads.values();
   }
 
   /** Recomputes the chains of every workload (the cluster's ClusterNetworkPolicies changed). */

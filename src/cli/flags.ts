@@ -44,6 +44,10 @@ export const FLAGS = {
     type: 'string',
     help: "objects per step of the first full state's compute, with a full garbage collection between steps (default 50000); fewer lower the start's peak memory on a large cluster, for more time before enforcement",
   },
+  'cut-existing': {
+    type: 'boolean',
+    help: 'after each write, delete the tracked connections of every local pod that its new rules deny (default: only for pods opted in by the weir.dev/cut-existing annotation on their namespace or a policy selecting them)',
+  },
   'tidy-delay': { type: 'string', help: 'seconds without writes before the rules a change left shadowed (nf_tables) are removed (default 1)' },
   'hook-check-interval': {
     type: 'string',
@@ -152,6 +156,7 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     favourMemory: values['favour-memory'] === true || d.favourMemory,
     firstComputeSlice: num('first-compute-slice', d.firstComputeSlice),
     ipvs: (str('ipvs')?.toLowerCase() ?? d.ipvs) as AgentConfig['ipvs'],
+    cutExisting: values['cut-existing'] === true || d.cutExisting,
     audit: {
       ...auditSwitch(str('audit') === undefined ? undefined : onOff('audit', d.audit.enabled), str('audit-log-file'), d.audit.enabled),
       defaultLevel: (str('audit-default')?.toLowerCase() ?? d.audit.defaultLevel) as AgentConfig['audit']['defaultLevel'],

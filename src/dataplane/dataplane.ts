@@ -10,7 +10,7 @@ import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
 import { applyDesired, type ApplyContext, type ApplyStats, type ApplyStep, type DataplaneState } from './apply.ts';
 import { removeOwn, type CleanupStats } from './cleanup.ts';
-import { forgetFlows } from './conntrack.ts';
+import { deleteFlow, forgetFlows, listFlows, localAddresses, type TrackedFlow } from './conntrack.ts';
 import { guardUnpoliced, skeletonOf } from './guard.ts';
 import { hooksAsRecorded } from './hook-check.ts';
 import type { Backend, BackendChoice, RetryInfo, RetryPolicy } from './iptables.ts';
@@ -106,6 +106,11 @@ export interface Dataplane {
   /** Deletes the tracked connections of addresses local pods gave up (conntrack.ts), once no
    *  rule dispatches them; resolves with how many entries went. */
   forgetFlows(addresses: readonly string[]): Promise<number>;
+  /** The tracked connections of a family, one deleted, the node's own addresses: what the
+   *  opt-in cut of denied connections reads and does (agent/connection-cut.ts). */
+  listFlows(family: Family): Promise<TrackedFlow[]>;
+  deleteFlow(flow: TrackedFlow): Promise<boolean>;
+  localAddresses(): Promise<ReadonlySet<string>>;
   status(): DataplaneStatus;
 }
 
@@ -186,6 +191,9 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       for (const a of addresses) deleted += await forgetFlows(config.runner, a);
       return deleted;
     },
+    listFlows: (family) => listFlows(config.runner, family),
+    deleteFlow: (flow) => deleteFlow(config.runner, flow),
+    localAddresses: () => localAddresses(config.runner),
     status() {
       let members = 0;
       for (const s of state.applied.sets.values()) members += s.size;

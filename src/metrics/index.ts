@@ -21,6 +21,7 @@ export interface Metrics {
   readonly watchRestarts: Counter<'kind' | 'reason'>;
   readonly statusWrites: Counter<'kind' | 'result'>;
   readonly driftRepairs: Counter<'what'>;
+  readonly connectionsCut: Counter;
 }
 
 export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
@@ -64,6 +65,11 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
       name: 'weir_drift_repairs_total',
       help: 'Changes by other programs to what Weir owns, found between resyncs and repaired, by what (hook)',
       labelNames: ['what'],
+      registers,
+    }),
+    connectionsCut: new Counter({
+      name: 'weir_connections_cut_total',
+      help: 'Tracked connections deleted because the rules written since deny them (weir.dev/cut-existing or --cut-existing)',
       registers,
     }),
   };

@@ -61,14 +61,14 @@ export function compileClusterNetworkPolicy(raw: RawClusterNetworkPolicy): Compi
   // its spec is still read, so it fails closed exactly where it would have applied.
   const errors: PolicyError[] = [...(raw.errors ?? [])];
   const { [ENFORCEMENT_ANNOTATION]: enforcement, ...others } = raw.annotations ?? {};
-  const { audit } = readPolicyAnnotations(others, errors);
+  const { audit, cutExisting } = readPolicyAnnotations(others, errors);
   if (enforcement !== undefined) {
     errors.push({
       path: `metadata.annotations[${JSON.stringify(ENFORCEMENT_ANNOTATION)}]`,
       message: 'audit-only mode is for NetworkPolicies; a ClusterNetworkPolicy is always enforced (remove the annotation)',
     });
   }
-  const meta = { key: raw.name, name: raw.name, uid: raw.uid, generation: raw.generation, audit };
+  const meta = { key: raw.name, name: raw.name, uid: raw.uid, generation: raw.generation, audit, ...(cutExisting ? { cutExisting } : {}) };
   const spec = raw.spec;
   if (!isPlainObject(spec)) {
     errors.push({ path: 'spec', message: `must be an object, got ${describeValue(spec)}` });

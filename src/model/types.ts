@@ -39,6 +39,8 @@ export interface Namespace {
   readonly labels: Labels;
   /** The `weir.dev/audit` annotation as written (absent: none); see annotations.ts. */
   readonly audit?: string;
+  /** The `weir.dev/cut-existing` annotation as written (absent: none). */
+  readonly cutExisting?: string;
 }
 
 /** Where a local pod's address really lives: the node-side bridge port of its interface. */
@@ -203,6 +205,9 @@ export interface CompiledPolicy {
   /** From `weir.dev/enforcement`: 'audit' policies never isolate or change a verdict; they only
    *  log what they would drop. An invalid policy is enforced unless it asks for audit. */
   readonly enforcement: Enforcement;
+  /** From `weir.dev/cut-existing: "true"`: the pods it selects have the connections their new
+   *  rules deny cut after each write (absent: no opt-in). */
+  readonly cutExisting?: true;
 }
 
 /** What the audit log records for a policy's connections: nothing, drops, or everything. */
@@ -271,4 +276,6 @@ export interface CompiledClusterNetworkPolicy {
   readonly errors: readonly PolicyError[];
   /** From `weir.dev/audit`: what its rules log; null: the agent's default. */
   readonly audit: AuditLevel | null;
+  /** From `weir.dev/cut-existing: "true"`, as on a NetworkPolicy. */
+  readonly cutExisting?: true;
 }

@@ -9,7 +9,7 @@ import { WeirError } from '../errors.ts';
 import { isRecord } from '../records.ts';
 import { canonicalCidr, canonicalIp } from '../model/cidr.ts';
 import { NAMESPACE_NAME_LABEL } from '../model/cluster.ts';
-import { AUDIT_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
+import { AUDIT_ANNOTATION, CUT_EXISTING_ANNOTATION, weirAnnotations } from '../model/annotations.ts';
 import { PROTOCOLS } from '../model/types.ts';
 import { describeValue, exact } from '../model/selector.ts';
 import { type Interner, NO_INTERNING } from './intern.ts';
@@ -236,7 +236,8 @@ export function toNamespace(obj: unknown): Namespace {
   // The API server always sets this label, overriding any value given.
   const labels: Record<string, string> = { ...meta.labels, [NAMESPACE_NAME_LABEL]: meta.name };
   const audit = meta.annotations[AUDIT_ANNOTATION];
-  return { name: meta.name, labels: sortKeys(labels), ...(audit !== undefined ? { audit } : {}) };
+  const cutExisting = meta.annotations[CUT_EXISTING_ANNOTATION];
+  return { name: meta.name, labels: sortKeys(labels), ...(audit !== undefined ? { audit } : {}), ...(cutExisting !== undefined ? { cutExisting } : {}) };
 }
 
 export function toNode(obj: unknown, warn: ConvertWarning = ignore): Node {

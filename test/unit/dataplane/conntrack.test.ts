@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { forgetFlows } from '../../../src/dataplane/conntrack.ts';
+import { deleteFlow, forgetFlows, parseFlows } from '../../../src/dataplane/conntrack.ts';
 import type { CommandRunner, RunResult } from '../../../src/exec/runner.ts';
 import { CommandError } from '../../../src/errors.ts';
 
@@ -35,4 +35,35 @@ test("an address's flows go both as original source and as reply source (through
 test('a conntrack failure is an error with its stderr, not "nothing to delete"', async () => {
   const r = runner([{ stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): Operation failed: Operation not permitted\n', exitCode: 1 }]);
   await assert.rejects(forgetFlows(r, '10.244.1.5'), (e: unknown) => e instanceof CommandError && e.command === 'conntrack' && /not permitted/.test(e.stderr));
+});
+
+test('parseFlows reads the original and reply tuples of TCP, UDP and SCTP entries, a Service DNAT included, and skips the rest', () => {
+  const out = [
+    'tcp      6 431999 ESTABLISHED src=10.244.1.21 dst=10.96.0.10 sport=40000 dport=80 src=10.244.2.12 dst=10.244.1.21 sport=8080 dport=40000 [ASSURED] mark=0 use=1',
+    'udp      17 29 src=10.244.1.11 dst=10.244.2.12 sport=5353 dport=53 [UNREPLIED] src=10.244.2.12 dst=10.244.1.11 sport=53 dport=5353 mark=0 use=1',
+    'sctp     132 3 ESTABLISHED src=10.244.1.11 dst=10.244.2.12 sport=1 dport=2 src=10.244.2.12 dst=10.244.1.11 sport=2 dport=1 mark=0 use=1',
+    'icmp     1 29 src=10.244.1.11 dst=10.244.2.12 type=8 code=0 id=1 src=10.244.2.12 dst=10.244.1.11 type=0 code=0 id=1 mark=0 use=1',
+    'conntrack v1.4.7 (conntrack-tools): 4 flow entries have been shown.',
+  ].join('\n');
+  const flows = parseFlows(out, 4);
+  assert.deepEqual(
+    flows.map((f) => [f.protocol, f.orig.src, f.orig.dst, f.orig.dport, f.reply.src, f.reply.sport]),
+    [
+      ['TCP', '10.244.1.21', '10.96.0.10', 80, '10.244.2.12', 8080],
+      ['UDP', '10.244.1.11', '10.244.2.12', 53, '10.244.2.12', 53],
+      ['SCTP', '10.244.1.11', '10.244.2.12', 2, '10.244.2.12', 2],
+    ],
+  );
+  assert.deepEqual(parseFlows('tcp 6 10 ESTABLISHED src=fd00::1 dst=fd00::2 sport=1 dport=2 src=fd00::2 dst=fd00::1 sport=2 dport=1', 6)[0].orig, { src: 'fd00::1', dst: 'fd00::2', sport: 1, dport: 2 });
+});
+
+test('deleteFlow deletes exactly the original tuple, and a flow already gone is no error', async () => {
+  const r = runner([
+    { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 1 flow entries have been deleted.\n', exitCode: 0 },
+    { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n', exitCode: 1 },
+  ]);
+  const flow = parseFlows('tcp 6 10 ESTABLISHED src=10.0.0.1 dst=10.96.0.10 sport=40000 dport=80 src=10.0.0.2 dst=10.0.0.1 sport=8080 dport=40000', 4)[0];
+  assert.equal(await deleteFlow(r, flow), true);
+  assert.equal(await deleteFlow(r, flow), false);
+  assert.equal(r.calls[0], 'conntrack -D -f ipv4 -p tcp --orig-src 10.0.0.1 --orig-dst 10.96.0.10 --sport 40000 --dport 80');
 });
