@@ -19,7 +19,7 @@ import { tierAcceptRules } from './tier-rules.ts';
 import type { AuditLevel, CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Pod } from '../model/types.ts';
 import type { AuditCatalog } from './audit-tags.ts';
 import { AuditLevels } from './audit-levels.ts';
-import type { CalcConfig, PolicyReport } from './config.ts';
+import { auditLimit, type CalcConfig, type PolicyReport } from './config.ts';
 import { ChainStore } from './chain-store.ts';
 import { Changes } from './changes.ts';
 import type { DesiredDataplane, Dirty } from './desired.ts';
@@ -64,8 +64,7 @@ export class Calculator {
     this.#sets = new SetRegistry(this.#cluster, names, this.#changes);
     this.#levels = new AuditLevels(cfg.audit?.defaultLevel ?? 'off');
     if (cfg.audit) {
-      const limit = { kind: 'limit', name: `${names.prefix}-audit`, perSecond: cfg.audit.perSecond, burst: cfg.audit.burst } as const;
-      this.#audit = { rules: { limit }, tags: new TagCatalog(cfg.audit.group) };
+      this.#audit = { rules: { limit: auditLimit(names.prefix, cfg.audit) }, tags: new TagCatalog(cfg.audit.group) };
     }
     for (const f of families) {
       this.#chains.set(f, names.forward, topChainRules({ family: f, fromDispatch: names.fromWorkloadDispatch, toDispatch: names.toWorkloadDispatch, marks, allowAction, acceptChain: names.accept }));

@@ -1,6 +1,7 @@
 // What a Calculator is built with, and what it reports about policies.
 
 import type { AuditLevel, CompiledPolicy, Enforcement, Family } from '../model/types.ts';
+import type { Match } from './desired.ts';
 import type { Names } from './names.ts';
 import type { AllowAction, MarkBits } from './rules.ts';
 
@@ -30,6 +31,33 @@ export interface AuditConfig {
   /** Kernel-side cap on events per second on this node, per family (one bucket for every rule). */
   readonly perSecond: number;
   readonly burst: number;
+  /** Under that cap, a bucket per source address (shared by every rule), so that one noisy
+   *  source cannot spend the node's for the others. Absent: the node's bucket alone. */
+  readonly perSource?: { readonly perSecond: number; readonly burst: number };
+}
+
+/** How often the kernel sweeps expired addresses out of a hashlimit table (its default), ms. */
+const HASHLIMIT_SWEEP_MS = 1000;
+/** The most addresses the kernel lets a hashlimit table hold: it silently cuts a larger max. */
+export const HASHLIMIT_TABLE_LIMIT = 1 << 20;
+
+/**
+ * The limit every audit rule ends with: the node's bucket, then, with perSource, one bucket per
+ * source address. A full per-source table would drop the packet (the kernel's hashlimit), even
+ * one an allowing rule was about to accept, so the table is sized so that it never fills: only
+ * packets the node's bucket let through reach it (perSecond, plus its burst), and an address
+ * stays at most expireMs plus one sweep after its last packet.
+ */
+export function auditLimit(prefix: string, audit: AuditConfig): Match & { readonly kind: 'limit' } {
+  const node = { kind: 'limit', name: `${prefix}-an`, perSecond: audit.perSecond, burst: audit.burst } as const;
+  const s = audit.perSource;
+  if (s === undefined) return node;
+  // Once its bucket would be full again, an address's entry carries nothing a new one would not.
+  const expireMs = Math.ceil((1000 * s.burst) / s.perSecond);
+  const tableMax = Math.ceil((audit.perSecond * (expireMs + HASHLIMIT_SWEEP_MS)) / 1000) + audit.burst;
+  if (tableMax > HASHLIMIT_TABLE_LIMIT)
+    throw new RangeError(`audit per-source table of ${tableMax} addresses is more than the kernel's ${HASHLIMIT_TABLE_LIMIT}: lower the node's rate (${audit.perSecond}/s, burst ${audit.burst})`);
+  return { ...node, perSource: { name: `${prefix}-as`, perSecond: s.perSecond, burst: s.burst, tableMax, expireMs } };
 }
 
 /** What the status reporter and logs want to know about a policy on this node. */

@@ -51,10 +51,23 @@ export type Match =
   | { readonly kind: 'iface'; readonly dir: 'in' | 'out'; readonly name: string }
   /** The bridge port a packet entered through (br_netfilter): binds a pod's address to its veth. */
   | { readonly kind: 'bridgePortIn'; readonly port: string }
-  /** At most `perSecond` matches a second on average, `burst` at once, counted in one bucket
-   *  shared by every rule with the same `name` (per family): the audit log's kernel-side cap
-   *  per node, so that a flood cannot overwhelm the agent. */
-  | { readonly kind: 'limit'; readonly name: string; readonly perSecond: number; readonly burst: number };
+  /** The audit rules' kernel-side rate limit. At most `perSecond` matches a second on average,
+   *  `burst` at once, in one bucket per node shared by every rule with the same `name` (per
+   *  family), so that a flood cannot overwhelm the agent; then, with `perSource`, in one bucket
+   *  per source address, so that one noisy source cannot spend it for the others. */
+  | { readonly kind: 'limit'; readonly name: string; readonly perSecond: number; readonly burst: number; readonly perSource?: SourceLimit };
+
+/** A bucket per source address (the whole address, in both families), shared by every rule
+ *  with the same `name`, in a table of at most `tableMax` addresses, each forgotten `expireMs`
+ *  after its last packet. The kernel drops a packet whose address a full table cannot take:
+ *  whoever builds one sizes it so that it never fills (calc/config.ts, auditLimit). */
+export interface SourceLimit {
+  readonly name: string;
+  readonly perSecond: number;
+  readonly burst: number;
+  readonly tableMax: number;
+  readonly expireMs: number;
+}
 
 export type Action =
   | { readonly kind: 'accept' }

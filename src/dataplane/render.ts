@@ -59,10 +59,35 @@ export function renderMatch(m: Match): string[] {
       return [`${m.dir === 'in' ? '-i' : '-o'} ${m.name}`];
     case 'bridgePortIn':
       return [`-m physdev --physdev-in ${m.port}`];
-    case 'limit':
+    case 'limit': {
       // hashlimit, not limit: rules with one name share one bucket, so the cap is per node.
-      return [`-m hashlimit --hashlimit-upto ${m.perSecond}/sec --hashlimit-burst ${m.burst} --hashlimit-name ${m.name}`];
+      const node = hashlimit(m.name, `--hashlimit-upto ${m.perSecond}/sec --hashlimit-burst ${m.burst}`);
+      const s = m.perSource;
+      if (s === undefined) return [node];
+      // After the node bucket, so that only packets it let through can add an address to the table.
+      const options = `--hashlimit-upto ${s.perSecond}/sec --hashlimit-burst ${s.burst} --hashlimit-mode srcip --hashlimit-htable-max ${s.tableMax} --hashlimit-htable-expire ${s.expireMs}`;
+      return [`${node} ${hashlimit(s.name, options)}`];
+    }
   }
+}
+
+/** The kernel keeps at most 15 characters of a hashlimit table's name. */
+const HASHLIMIT_NAME_MAX = 15;
+/** Hex digits of the options' hash in a hashlimit table's name. */
+const HASHLIMIT_HASH_LENGTH = 6;
+
+/**
+ * One hashlimit match. The kernel keeps the options of the first rule that named a table for as
+ * long as any rule names it, and silently gives later rules that table: so the name carries a
+ * hash of the options, and changed options (a flag, an upgrade) make a new table.
+ */
+function hashlimit(name: string, options: string): string {
+  if (name.length + HASHLIMIT_HASH_LENGTH > HASHLIMIT_NAME_MAX)
+    throw new RangeError(
+      `hashlimit name "${name}" must be at most ${HASHLIMIT_NAME_MAX - HASHLIMIT_HASH_LENGTH} characters (the kernel keeps ${HASHLIMIT_NAME_MAX}, and the hash of the options takes ${HASHLIMIT_HASH_LENGTH})`,
+    );
+  const hash = createHash('sha256').update(options).digest('hex').slice(0, HASHLIMIT_HASH_LENGTH);
+  return `-m hashlimit ${options} --hashlimit-name ${name}${hash}`;
 }
 
 export function renderAction(a: Action): string {

@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import type { Rule } from '../../../src/calc/index.ts';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { Namespace, RawNetworkPolicy } from '../../../src/model/types.ts';
-import { AUDIT, EMPTY, MARKS, diff, newCalc, pod, policy, world } from './fixtures.ts';
+import { AUDIT, EMPTY, MARKS, NODE, diff, newCalc, pod, policy, world } from './fixtures.ts';
 
 const names = makeNames('cali');
 const SERVER = pod('shop', 'server', { labels: { app: 'server' }, ip4: 1 });
@@ -36,7 +36,7 @@ describe('audit rules follow the annotations', () => {
     const first = logs[0];
     assert.deepEqual(first.matches[0], { kind: 'ctstate', states: ['NEW'] });
     assert.deepEqual(first.matches[1], { kind: 'mark', value: 0, mask: MARKS.accept });
-    assert.deepEqual(first.matches.at(-1), { kind: 'limit', name: 'cali-audit', perSecond: AUDIT.perSecond, burst: AUDIT.burst });
+    assert.deepEqual(first.matches.at(-1), { kind: 'limit', name: 'cali-an', perSecond: AUDIT.perSecond, burst: AUDIT.burst });
     assert.deepEqual(first.action, { kind: 'nflog', group: AUDIT.group, prefix: prefixOf(first), size: 128 });
     // Each NFLOG rule sits right before the allowing rule whose matches it repeats.
     const i = rules.indexOf(first);
@@ -99,6 +99,25 @@ describe('audit rules follow the annotations', () => {
     assert.equal(policyIn(c), undefined);
     assert.equal(c.auditCatalog.lookup(prefix)?.policy?.name, 'allow-client');
     assert.equal(c.auditCatalog.lookup('weir:AI:never-written'), undefined);
+  });
+
+  test('with a per-source bucket, every audit rule ends with the node bucket and then one bucket per source, the same for all, in a table sized so that it never fills', () => {
+    const c = new Calculator({ nodeName: NODE, names, families: [4, 6], marks: MARKS, audit: { ...AUDIT, perSource: { perSecond: 10, burst: 20 } } });
+    c.applyEvents(diff(EMPTY, world([SERVER, CLIENT], [{ name: 'shop', labels: {}, audit: 'all' }], [allowClient()])));
+    const limits = [4, 6].flatMap((f) => [...c.desired.chains[f as 4 | 6].values()].flatMap((rules) => nflogs(rules).map((r) => r.matches.at(-1))));
+    assert.ok(limits.length >= 4, `${limits.length} audit rules`);
+    // A source is forgotten once its bucket would be full again (20 at 10/s: 2 s); only what
+    // the node bucket lets through reaches the table, and an address stays at most that long
+    // plus one sweep (1 s) after its last packet: 100/s for 3 s, plus the node's burst of 200.
+    const want = { kind: 'limit', name: 'cali-an', perSecond: 100, burst: 200, perSource: { name: 'cali-as', perSecond: 10, burst: 20, expireMs: 2000, tableMax: 500 } };
+    for (const l of limits) assert.deepEqual(l, want);
+  });
+
+  test('a per-source table the kernel could not hold is refused, not silently cut', () => {
+    assert.throws(
+      () => new Calculator({ nodeName: 'node-a', names, families: [4], marks: MARKS, audit: { ...AUDIT, perSecond: 1_000_000, burst: 1_000_000, perSource: { perSecond: 10, burst: 20 } } }),
+      /audit per-source table of 4000000 addresses is more than the kernel's 1048576/,
+    );
   });
 
   test('without audit config no NFLOG rule is ever written', () => {

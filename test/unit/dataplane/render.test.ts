@@ -233,17 +233,61 @@ for (const c of setLineCases) {
   test(`ipset line: ${c.name}`, () => assert.equal(c.actual, c.expected));
 }
 
-test('an audit rule renders as NFLOG with threshold 1 behind a shared per-node hashlimit', () => {
+/** The kernel's name of a hashlimit table as render makes it: the base name and a hash of the
+ *  match's options. */
+const tableName = (base: string, options: string) => `${base}${createHash('sha256').update(options).digest('hex').slice(0, 6)}`;
+
+test('an audit rule renders as NFLOG with threshold 1 behind the shared per-node hashlimit', () => {
   const rule: Rule = {
     matches: [
       { kind: 'ctstate', states: ['NEW'] },
-      { kind: 'limit', name: 'cali-audit', perSecond: 1000, burst: 2000 },
+      { kind: 'limit', name: 'cali-an', perSecond: 1000, burst: 2000 },
     ],
     action: { kind: 'nflog', group: 77, prefix: 'weir:AI:abc-_9', size: 128 },
   };
+  const node = '--hashlimit-upto 1000/sec --hashlimit-burst 2000';
   assert.deepEqual(renderRuleBodies(rule), [
-    '-m conntrack --ctstate NEW -m hashlimit --hashlimit-upto 1000/sec --hashlimit-burst 2000 --hashlimit-name cali-audit -j NFLOG --nflog-group 77 --nflog-prefix weir:AI:abc-_9 --nflog-size 128 --nflog-threshold 1',
+    `-m conntrack --ctstate NEW -m hashlimit ${node} --hashlimit-name ${tableName('cali-an', node)} -j NFLOG --nflog-group 77 --nflog-prefix weir:AI:abc-_9 --nflog-size 128 --nflog-threshold 1`,
   ]);
+});
+
+test('a per-source audit limit renders the node bucket first, then a bucket per source address (srcip, whole address in both families) in a bounded table', () => {
+  const rule: Rule = {
+    matches: [
+      { kind: 'ctstate', states: ['NEW'] },
+      { kind: 'limit', name: 'cali-an', perSecond: 10000, burst: 20000, perSource: { name: 'cali-as', perSecond: 100, burst: 200, tableMax: 50000, expireMs: 2000 } },
+    ],
+    action: { kind: 'nflog', group: 77, prefix: 'weir:DI:x', size: 128 },
+  };
+  const node = '--hashlimit-upto 10000/sec --hashlimit-burst 20000';
+  const source = '--hashlimit-upto 100/sec --hashlimit-burst 200 --hashlimit-mode srcip --hashlimit-htable-max 50000 --hashlimit-htable-expire 2000';
+  const [body] = renderRuleBodies(rule);
+  assert.equal(
+    body,
+    `-m conntrack --ctstate NEW -m hashlimit ${node} --hashlimit-name ${tableName('cali-an', node)} -m hashlimit ${source} --hashlimit-name ${tableName('cali-as', source)} -j NFLOG --nflog-group 77 --nflog-prefix weir:DI:x --nflog-size 128 --nflog-threshold 1`,
+  );
+  // No --hashlimit-srcmask: the default is the whole address, /32 and /128 (one pod, one bucket).
+  assert.doesNotMatch(body, /srcmask/);
+  // Rendering is a function of the match: the same twice, another table name for other options.
+  assert.deepEqual(renderRuleBodies(rule), [body]);
+  const other = renderRuleBodies({
+    ...rule,
+    matches: [rule.matches[0], { kind: 'limit', name: 'cali-an', perSecond: 10000, burst: 20000, perSource: { name: 'cali-as', perSecond: 50, burst: 100, tableMax: 50000, expireMs: 2000 } }],
+  })[0];
+  assert.equal(/--hashlimit-name (cali-an\w+)/.exec(other)?.[1], tableName('cali-an', node));
+  assert.notEqual(/--hashlimit-mode srcip .*--hashlimit-name (cali-as\w+)/.exec(other)?.[1], tableName('cali-as', source));
+});
+
+test("a hashlimit table's name changes with its options, because the kernel keeps the options of the first rule that named a table", () => {
+  const name = (perSecond: number) =>
+    /--hashlimit-name (\S+)/.exec(renderRuleBodies({ matches: [{ kind: 'limit', name: 'cali-an', perSecond, burst: 2 * perSecond }], action: { kind: 'drop' } })[0])?.[1];
+  assert.notEqual(name(1000), name(2000));
+  assert.equal(name(1000), name(1000));
+  assert.ok((name(1000) ?? '').length <= 15);
+});
+
+test('a hashlimit name the kernel would cut is refused', () => {
+  assert.throws(() => renderRuleBodies({ matches: [{ kind: 'limit', name: 'abcdef-audit', perSecond: 1, burst: 2 }], action: { kind: 'drop' } }), /hashlimit name/);
 });
 
 test('an NFLOG prefix that iptables-restore would quote or cut is refused', () => {
