@@ -71,6 +71,36 @@ describe('cutting existing connections: which pods opt in, and which connections
     assert.deepEqual(calc.cutTargets(false), []);
   });
 
+  test('a ClusterNetworkPolicy with the annotation opts in the local pods of its subject, until it is deleted', () => {
+    const calc = new Calculator(CFG);
+    const admin = (annotations?: Record<string, string>): CalcEvent => ({
+      kind: 'ClusterNetworkPolicy',
+      op: 'upsert',
+      object: {
+        name: 'deny-beta',
+        uid: 'cnp-1',
+        generation: 1,
+        spec: { tier: 'Admin', priority: 1, subject: { namespaces: {} }, ingress: [{ action: 'Deny', from: [{ namespaces: { matchLabels: { team: 'b' } } }] }] },
+        ...(annotations ? { annotations } : {}),
+      },
+    });
+    calc.applyEvents([...base(), admin()]);
+    assert.deepEqual(calc.cutTargets(false), []);
+    calc.applyEvents([admin({ 'weir.dev/cut-existing': 'true' })]);
+    assert.deepEqual(calc.cutTargets(false), ['10.244.2.12']);
+    assert.equal(judge(calc, tcp('10.244.1.21', '10.244.2.12')), true, 'b1 -> a2 is denied by the Admin tier');
+    assert.equal(judge(calc, tcp('10.244.1.11', '10.244.2.12')), false);
+    calc.applyEvents([{ kind: 'ClusterNetworkPolicy', op: 'delete', name: 'deny-beta' }]);
+    assert.deepEqual(calc.cutTargets(false), []);
+  });
+
+  test('a policy whose annotation is neither true nor false is invalid, as for every weir.dev annotation of a policy', () => {
+    const calc = new Calculator(CFG);
+    calc.applyEvents([...base(), ownNamespace({ 'weir.dev/cut-existing': 'yes' })]);
+    const [change] = calc.takePolicyChanges();
+    assert.deepEqual(change.policy?.errors, [{ path: 'metadata.annotations["weir.dev/cut-existing"]', message: 'must be true or false, got "yes"' }]);
+  });
+
   test("a namespace's annotation opts in its local pods; false opts out, anything else in", () => {
     for (const [value, expected] of [
       ['true', ['10.244.2.12']],
