@@ -25,8 +25,9 @@ export interface Folded<T> {
 }
 
 /** new: the first of its key with no window open; the caller writes it at once, and a window
- *  opens. folded: counted into the open window's line. dropped: too many windows open. */
-export type AddResult = 'new' | 'folded' | 'dropped';
+ *  opens. folded: counted into the open window's line. dropped: too many windows open.
+ *  refused: a first occurrence the caller's `admit` refused; no window opens. */
+export type AddResult = 'new' | 'folded' | 'dropped' | 'refused';
 
 interface Window<T> {
   /** Built from the first occurrence folded in; undefined while none was. */
@@ -59,8 +60,10 @@ export class Deduper<T> {
   }
 
   /** One occurrence at `now`; `make` builds the line of a window from its first occurrence.
-   *  A new key beyond maxPending open windows is dropped (the caller counts it). */
-  add(key: string, now: number, make: () => T): AddResult {
+   *  A new key beyond maxPending open windows is dropped (the caller counts it). `admit` is
+   *  asked only for a first occurrence that would open a window: refused, none opens, so the
+   *  key's next occurrence is a first one again. */
+  add(key: string, now: number, make: () => T, admit?: () => boolean): AddResult {
     this.#close(now);
     const open = this.#open.get(key);
     if (open !== undefined) {
@@ -69,6 +72,7 @@ export class Deduper<T> {
       return 'folded';
     }
     if (this.#open.size >= this.#maxPending) return 'dropped';
+    if (admit !== undefined && !admit()) return 'refused';
     this.#open.set(key, { value: undefined, count: 0, closesAt: now + this.#windowMs });
     return 'new';
   }

@@ -12,6 +12,7 @@ export interface AuditMetrics {
   readonly events: Counter<'verdict'>;
   readonly lines: Counter;
   readonly lost: Counter<'where'>;
+  readonly capped: Counter<'namespace'>;
   readonly readerUp: Gauge;
   readonly readerRestarts: Counter;
   readonly readDelay: Histogram;
@@ -35,6 +36,12 @@ export function createAuditMetrics(registry: Registry): AuditMetrics {
       name: 'weir_audit_lost_total',
       help: 'Audit events or lines lost, by where: queue (kernel queue to the reader overflowed), malformed, unknown-prefix, overflow (too many lines waiting), write (file), ratelimit',
       labelNames: ['where'],
+      registers,
+    }),
+    capped: new Counter({
+      name: 'weir_audit_events_capped_total',
+      help: "Audit events not written because the node's cap on lines (--audit-rate a second) was spent, by the namespace of their source pod (empty: a source that is no pod)",
+      labelNames: ['namespace'],
       registers,
     }),
     readerUp: new Gauge({ name: 'weir_audit_reader_up', help: '1 while the audit reader (tcpdump on the NFLOG group) listens, else 0', registers }),

@@ -1,8 +1,10 @@
 // The audit log: reader -> catalog.lookup(prefix) -> pod names -> deduplication (a flow's first
-// line at once, the rest of each second folded into one) -> JSON lines in a rotated file. A side
-// stage: the agent hands it the model's events (applyModel, cheap and synchronous) and it reads
-// calc's catalog; it never calls into the reconcile loop, and nothing it does can fail or delay
-// enforcement. Every event it cannot turn into a line is counted in weir_audit_lost_total.
+// line at once, the rest of each second folded into one) -> the node's cap on lines -> JSON
+// lines in a rotated file. A side stage: the agent hands it the model's events (applyModel,
+// cheap and synchronous) and it reads calc's catalog; it never calls into the reconcile loop,
+// and nothing it does can fail or delay enforcement. Every event it cannot turn into a line is
+// counted: in weir_audit_events_capped_total when the cap refused it, else in
+// weir_audit_lost_total.
 
 import type { Registry } from 'prom-client';
 import type { AuditCatalog, AuditTag, ClusterPolicyRuleRef, PolicyRef } from '../calc/audit-tags.ts';
@@ -11,6 +13,7 @@ import type { Logger } from '../log.ts';
 import type { ModelEvent } from '../model/types.ts';
 import { type Clock, systemClock } from '../clock.ts';
 import { AddressBook } from './addresses.ts';
+import { TokenBucket } from './cap.ts';
 import { Deduper, dedupeKey } from './dedupe.ts';
 import { createAuditMetrics } from './metrics.ts';
 import type { NflogEvent } from './pcap.ts';
@@ -23,8 +26,9 @@ export interface AuditLogConfig {
   readonly node: string;
   /** The NFLOG group the audit rules log to (--audit-nflog-group). */
   readonly nflogGroup: number;
-  /** The kernel's cap on audit events per second and family (--audit-rate): it bounds the
-   *  lines that may wait for their window at 8 x rate (both families, bursts included). */
+  /** The node's cap on lines written a second (--audit-rate), bursts of twice that: a line
+   *  beyond it is not written, and its events are counted by the namespace of their source.
+   *  The lines that may wait for their window are bounded at 8 x rate. */
   readonly rate: number;
   /** --audit-log-file: absolute path; its directory is created. */
   readonly file: string;
@@ -131,6 +135,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
     onError: (err) => deps.onError?.(err),
     onLost: (n) => metrics.lost.inc({ where: 'write' }, n),
   });
+  const cap = new TokenBucket(config.rate, 2 * config.rate, clock.now());
   let timer: unknown;
   let timerAt = Number.POSITIVE_INFINITY;
   let started = false;
@@ -155,13 +160,20 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
     return { ...base, ...why, src: endpoint(e.srcIp, e.srcPort), dst: endpoint(e.dstIp, e.dstPort), protocol: e.protocol, count: 1 };
   };
 
-  /** Lines whose window closed, with the count each folded. */
-  const write = (released: readonly { value: AuditLine; count: number }[]) => {
+  /** Lines whose window closed, with the count each folded: each spends a token of the cap, or
+   *  its events are counted as capped. */
+  const write = (released: readonly { value: AuditLine; count: number }[], now: number) => {
+    let written = 0;
     for (const { value, count } of released) {
+      if (!cap.take(now)) {
+        metrics.capped.inc({ namespace: value.src.namespace }, count);
+        continue;
+      }
       value.count = count;
       writer.write(JSON.stringify(value));
+      written++;
     }
-    if (released.length > 0) metrics.lines.inc(released.length);
+    if (written > 0) metrics.lines.inc(written);
   };
 
   /** One timer, at the oldest open window's end. */
@@ -174,7 +186,8 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
       () => {
         timer = undefined;
         timerAt = Number.POSITIVE_INFINITY;
-        write(deduper.due(clock.now()));
+        const now = clock.now();
+        write(deduper.due(now), now);
         arm();
       },
       Math.max(0, at - clock.now()),
@@ -185,7 +198,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
     events(batch) {
       const now = clock.now();
       // Lines of windows already over go out before this batch's first lines.
-      write(deduper.due(now));
+      write(deduper.due(now), now);
       const verdicts = { allow: 0, deny: 0, 'would-deny': 0 };
       let unknown = 0;
       let overflow = 0;
@@ -203,18 +216,26 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
         verdicts[tag.verdict]++;
         const delay = (now - e.time) / 1000;
         if (delay >= 0) metrics.readDelay.observe(delay);
-        const added = deduper.add(dedupeKey(tag, e), now, () => lineOf(e, tag));
+        // Only lines spend the cap's tokens, not the events a window folds: a flow that goes on
+        // costs one a window, whatever its rate.
+        const added = deduper.add(
+          dedupeKey(tag, e),
+          now,
+          () => lineOf(e, tag),
+          () => cap.take(now),
+        );
         if (added === 'new') {
           // A flow's first line does not wait for its window.
           writer.write(JSON.stringify(lineOf(e, tag)));
           first++;
-        } else if (added === 'dropped') overflow++;
+        } else if (added === 'refused') metrics.capped.inc({ namespace: (addresses.lookup(e.srcIp) ?? NO_POD).namespace });
+        else if (added === 'dropped') overflow++;
       }
       if (first > 0) metrics.lines.inc(first);
       for (const [verdict, n] of Object.entries(verdicts)) if (n > 0) metrics.events.inc({ verdict }, n);
       if (unknown > 0) metrics.lost.inc({ where: 'unknown-prefix' }, unknown);
       if (overflow > 0) metrics.lost.inc({ where: 'overflow' }, overflow);
-      write(deduper.due(now));
+      write(deduper.due(now), now);
       arm();
     },
     state(state, err) {
@@ -244,7 +265,7 @@ export function createAuditLog(deps: AuditLogDeps): AuditLog {
       if (timer !== undefined) clock.clearTimeout(timer);
       timer = undefined;
       timerAt = Number.POSITIVE_INFINITY;
-      write(deduper.flush());
+      write(deduper.flush(), clock.now());
       await writer.stop();
       metrics.readerUp.set(0);
     },

@@ -107,6 +107,39 @@ test('at most maxPending windows are open; a new key beyond them is dropped and 
   assert.deepEqual(d.flush(), [{ value: 'a2', count: 1 }]);
 });
 
+test('admit is asked only for a first occurrence that would open a window: refused, none opens and the next occurrence is a first one again; repeats of an open window never ask', () => {
+  const d = new Deduper<string>({ windowMs: 1_000, maxPending: 2 });
+  const asked: string[] = [];
+  const admit = (k: string, yes: boolean) => () => {
+    asked.push(k);
+    return yes;
+  };
+  assert.equal(
+    d.add('a', 0, () => 'a', admit('a', true)),
+    'new',
+  );
+  assert.equal(
+    d.add('b', 0, () => 'b', admit('b', false)),
+    'refused',
+  );
+  assert.equal(d.size, 1);
+  assert.equal(
+    d.add('a', 10, () => 'a2', admit('a', false)),
+    'folded',
+  );
+  assert.equal(
+    d.add('b', 20, () => 'b2', admit('b', true)),
+    'new',
+  );
+  assert.equal(
+    d.add('c', 30, () => 'c', admit('c', true)),
+    'dropped',
+    'the bound comes before admit: no token is spent on a dropped key',
+  );
+  assert.deepEqual(asked, ['a', 'b', 'b']);
+  assert.deepEqual(d.flush(), [{ value: 'a2', count: 1 }]);
+});
+
 test('with a window of 0 every occurrence is new: nothing is folded', () => {
   const d = new Deduper<string>({ windowMs: 0 });
   assert.deepEqual(

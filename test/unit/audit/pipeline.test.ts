@@ -298,15 +298,76 @@ test('a file that cannot be written costs lines (counted as lost where=write), n
   assert.ok(errors.length >= 1);
 });
 
-test('more distinct lines than may wait in one second are dropped and counted (where=overflow), bounding memory', async () => {
+test('more distinct lines than may wait are dropped and counted (where=overflow), bounding memory, however many the cap lets through', async () => {
+  const clock = fakeClock();
   const r = testReader();
   const registry = new Registry();
-  const cfg = config({ rate: 10 }); // at most 8 x 10 lines wait
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader });
+  // At most 8 x 10 lines wait; windows of a minute keep every flow's open while the cap's
+  // tokens come back, one each 100 ms.
+  const cfg = config({ rate: 10, dedupeWindowMs: 60_000 });
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
   await audit.start();
-  r.emit(Array.from({ length: 100 }, (_, i) => event({ dstPort: 1000 + i })));
+  r.emit(Array.from({ length: 20 }, (_, i) => event({ dstPort: 1000 + i }))); // the cap's burst
+  for (let i = 0; i < 70; i++) {
+    clock.advance(100);
+    r.emit([event({ dstPort: 2000 + i })]);
+  }
+  assert.equal(audit.stats().linesWaiting, 80);
   await audit.stop();
   assert.equal((await readLines(cfg.file)).length, 80);
-  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), { overflow: 20 });
-  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 100 });
+  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), { overflow: 10 });
+  assert.deepEqual(await metric(registry, 'weir_audit_events_capped_total'), {});
+  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 90 });
+});
+
+test("the node's cap: beyond --audit-rate lines a second (bursts of twice that) a flow's first line is not written, and is counted by its source's namespace; its next event, once tokens are back, is a first line again", async () => {
+  const clock = fakeClock();
+  const r = testReader();
+  const registry = new Registry();
+  const cfg = config({ rate: 5 }); // bursts of 10
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
+  audit.applyModel([up(pod('noisy', 'scanner', ['10.244.1.2'])), up(pod('quiet', 'client', ['10.244.1.3']))]);
+  await audit.start();
+  r.emit(Array.from({ length: 15 }, (_, i) => event({ dstPort: 1000 + i })));
+  r.emit([event({ srcIp: '10.244.1.3', dstPort: 80 }), event({ srcIp: '192.0.2.9', dstPort: 80 })]);
+  assert.deepEqual(await metric(registry, 'weir_audit_events_capped_total'), { noisy: 5, quiet: 1, '': 1 });
+  assert.equal(audit.stats().linesWaiting, 10, 'a refused first line opens no window');
+  clock.advance(1000); // 5 tokens back
+  r.emit([event({ srcIp: '10.244.1.3', dstPort: 80 })]);
+  await audit.stop();
+  const lines = await readLines(cfg.file);
+  assert.deepEqual(
+    lines.map((l) => `${l.src.namespace}:${l.dst.port}:${l.count}`),
+    [...Array.from({ length: 10 }, (_, i) => `noisy:${1000 + i}:1`), 'quiet:80:1'],
+  );
+  assert.deepEqual(await metric(registry, 'weir_audit_events_capped_total'), { noisy: 5, quiet: 1, '': 1 });
+  assert.deepEqual(await metric(registry, 'weir_audit_lines_total'), { '': 11 });
+  assert.deepEqual(await metric(registry, 'weir_audit_events_total'), { allow: 18 });
+  assert.deepEqual(await metric(registry, 'weir_audit_lost_total'), {});
+});
+
+test('lines spend tokens, not folded events: a flow that goes on costs one token a second, and a folded line the cap refuses counts every event it held', async () => {
+  const clock = fakeClock();
+  const r = testReader();
+  const registry = new Registry();
+  const cfg = config({ rate: 1 }); // bursts of 2
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
+  audit.applyModel([up(pod('shop', 'client', ['10.244.1.2'])), up(pod('bank', 'teller', ['10.244.1.3']))]);
+  await audit.start();
+  r.emit([event({ dstPort: 1 }), event({ srcIp: '10.244.1.3', dstPort: 2 }), event({ dstPort: 3 })]); // two first lines; the third refused
+  clock.advance(100);
+  r.emit([...Array.from({ length: 10 }, () => event({ dstPort: 1 })), ...Array.from({ length: 3 }, () => event({ srcIp: '10.244.1.3', dstPort: 2 }))]);
+  assert.deepEqual(await metric(registry, 'weir_audit_events_capped_total'), { shop: 1 });
+  clock.advance(900); // both windows close; one token has come back, for the first of them
+  await audit.stop();
+  assert.deepEqual(
+    (await readLines(cfg.file)).map((l) => [l.dst.port, l.count]),
+    [
+      [1, 1],
+      [2, 1],
+      [1, 10],
+    ],
+  );
+  assert.deepEqual(await metric(registry, 'weir_audit_events_capped_total'), { shop: 1, bank: 3 });
+  assert.deepEqual(await metric(registry, 'weir_audit_lines_total'), { '': 3 });
 });
