@@ -5,7 +5,7 @@
 // conntrack table, which must not hold up the next write.
 
 import type { Clock } from '../clock.ts';
-import type { FlowTuple, TrackedFlow } from '../dataplane/conntrack.ts';
+import { type ConnectionKey, connectionKey, type TrackedFlow } from '../dataplane/conntrack.ts';
 import type { FlowPacket, JudgedEnds } from '../explain/flow-judge.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
@@ -15,8 +15,8 @@ import { codeOf, round } from './log-fields.ts';
 /** What the cut needs from the dataplane (DataplanePort). */
 export interface FlowCutter {
   listFlows(family: Family): Promise<TrackedFlow[]>;
-  /** Resolves with whether the entry was still there. */
-  deleteFlow(flow: TrackedFlow): Promise<boolean>;
+  /** Deletes every connection with this key; resolves with how many went. */
+  deleteConnections(key: ConnectionKey): Promise<number>;
   /** The node's own addresses: its connections cross INPUT or OUTPUT, never the policed FORWARD. */
   localAddresses(): Promise<ReadonlySet<string>>;
 }
@@ -35,16 +35,10 @@ export interface ConnectionCutOptions {
   readonly onEnded: () => void;
 }
 
-/** Connections named in one log line at most. */
-const LOGGED_FLOWS = 10;
+/** Connection keys named in one log line at most. */
+const LOGGED_KEYS = 10;
 
-/** What the policy chains saw of a connection: its original source, and the reply's source
- *  and port (the real endpoint behind a Service's DNAT). */
-export function flowPacket(f: TrackedFlow): FlowPacket {
-  return { family: f.family, protocol: f.protocol, src: f.orig.src, dst: f.reply.src, dport: f.reply.sport };
-}
-
-const tupleText = (t: FlowTuple) => `${t.src}:${t.sport} -> ${t.dst}:${t.dport}`;
+const keyText = (k: ConnectionKey) => `${k.protocol} ${k.src} -> ${k.dst}:${k.dport}`;
 
 export class ConnectionCut {
   readonly #o: ConnectionCutOptions;
@@ -99,27 +93,32 @@ export class ConnectionCut {
     const t0 = clock.now();
     const own = await dataplane.localAddresses();
     let judged = 0;
-    const cut: TrackedFlow[] = [];
+    let cut = 0;
+    const denied: ConnectionKey[] = [];
     for (const family of [...new Set(this.#o.targets().map(familyOf))].sort()) {
       const flows = await dataplane.listFlows(family);
       // Judged after the listing, all at once: by rules at least as new as the kernel's.
       const targets = new Set(this.#o.targets());
       const dropped = this.#o.judge();
-      const denied = flows.filter((f) => {
-        const p = flowPacket(f);
-        const ends = { source: targets.has(p.src), destination: targets.has(p.dst) };
-        if ((!ends.source && !ends.destination) || own.has(p.src) || own.has(p.dst)) return false;
+      const keys = new Map<string, ConnectionKey>();
+      for (const f of flows) {
+        const k = connectionKey(f);
+        const ends = { source: targets.has(k.src), destination: targets.has(k.dst) };
+        if ((!ends.source && !ends.destination) || own.has(k.src) || own.has(k.dst)) continue;
         judged++;
-        return dropped(p, ends);
-      });
-      for (const f of denied) if (await dataplane.deleteFlow(f)) cut.push(f);
+        const id = keyText(k);
+        if (!keys.has(id) && dropped(k, ends)) keys.set(id, k);
+      }
+      // One deletion a key: each walks the whole table.
+      for (const k of keys.values()) {
+        const n = await dataplane.deleteConnections(k);
+        if (n > 0) denied.push(k);
+        cut += n;
+      }
     }
-    if (cut.length > 0) {
-      metrics.connectionsCut.inc(cut.length);
-      log.info(
-        { cut: cut.length, judged, ms: round(clock.now() - t0), connections: cut.slice(0, LOGGED_FLOWS).map((f) => `${f.protocol} ${tupleText(f.orig)}`) },
-        'cut the tracked connections the rules now deny',
-      );
+    if (cut > 0) {
+      metrics.connectionsCut.inc(cut);
+      log.info({ cut, judged, ms: round(clock.now() - t0), connections: denied.slice(0, LOGGED_KEYS).map(keyText) }, 'cut the tracked connections the rules now deny');
     } else log.debug({ judged, ms: round(clock.now() - t0) }, 'no tracked connection to cut');
   }
 }

@@ -85,29 +85,29 @@ export async function listFlows(runner: CommandRunner, family: Family): Promise<
   return parseFlows(r.stdout, family);
 }
 
-/** Deletes the entry of exactly this connection (its original tuple); resolves with whether
- *  one went (it may have ended meanwhile). */
-export async function deleteFlow(runner: CommandRunner, flow: TrackedFlow): Promise<boolean> {
-  const { orig } = flow;
-  const args = [
-    '-D',
-    '-f',
-    flow.family === 6 ? 'ipv6' : 'ipv4',
-    '-p',
-    flow.protocol.toLowerCase(),
-    '--orig-src',
-    orig.src,
-    '--orig-dst',
-    orig.dst,
-    '--sport',
-    String(orig.sport),
-    '--dport',
-    String(orig.dport),
-  ];
+/** What the policy chains judge a connection by: its original source, and its reply's source
+ *  and port (the real endpoint behind a Service's DNAT). Connections with one key are judged
+ *  alike, so one deletion (one walk of the table) takes them all. */
+export interface ConnectionKey {
+  readonly family: Family;
+  readonly protocol: TrackedFlow['protocol'];
+  readonly src: string;
+  readonly dst: string;
+  readonly dport: number;
+}
+
+export function connectionKey(f: TrackedFlow): ConnectionKey {
+  return { family: f.family, protocol: f.protocol, src: f.orig.src, dst: f.reply.src, dport: f.reply.sport };
+}
+
+/** Deletes the entries of every connection with this key; resolves with how many went (they
+ *  may have ended meanwhile). */
+export async function deleteConnections(runner: CommandRunner, k: ConnectionKey): Promise<number> {
+  const args = ['-D', '-f', k.family === 6 ? 'ipv6' : 'ipv4', '-p', k.protocol.toLowerCase(), '--orig-src', k.src, '--reply-src', k.dst, '--reply-port-src', String(k.dport)];
   const r = await runner.run('conntrack', args);
   const count = DELETED.exec(r.stderr)?.[1];
   if (count === undefined || r.exitCode !== (count === '0' ? 1 : 0)) throw new CommandError('WEIR_COMMAND_FAILED', 'conntrack', args, r.exitCode, r.stderr);
-  return count !== '0';
+  return Number(count);
 }
 
 /** The addresses of the namespace's own interfaces: connections from or to them cross INPUT or

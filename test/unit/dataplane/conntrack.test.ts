@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { deleteFlow, forgetFlows, parseFlows } from '../../../src/dataplane/conntrack.ts';
+import { connectionKey, deleteConnections, forgetFlows, parseFlows } from '../../../src/dataplane/conntrack.ts';
 import type { CommandRunner, RunResult } from '../../../src/exec/runner.ts';
 import { CommandError } from '../../../src/errors.ts';
 
@@ -54,16 +54,22 @@ test('parseFlows reads the original and reply tuples of TCP, UDP and SCTP entrie
       ['SCTP', '10.244.1.11', '10.244.2.12', 2, '10.244.2.12', 2],
     ],
   );
-  assert.deepEqual(parseFlows('tcp 6 10 ESTABLISHED src=fd00::1 dst=fd00::2 sport=1 dport=2 src=fd00::2 dst=fd00::1 sport=2 dport=1', 6)[0].orig, { src: 'fd00::1', dst: 'fd00::2', sport: 1, dport: 2 });
+  assert.deepEqual(parseFlows('tcp 6 10 ESTABLISHED src=fd00::1 dst=fd00::2 sport=1 dport=2 src=fd00::2 dst=fd00::1 sport=2 dport=1', 6)[0].orig, {
+    src: 'fd00::1',
+    dst: 'fd00::2',
+    sport: 1,
+    dport: 2,
+  });
 });
 
-test('deleteFlow deletes exactly the original tuple, and a flow already gone is no error', async () => {
+test('deleteConnections deletes every connection of a key (source, and the real destination and port behind any DNAT); none left is no error', async () => {
   const r = runner([
-    { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 1 flow entries have been deleted.\n', exitCode: 0 },
+    { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted.\n', exitCode: 0 },
     { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n', exitCode: 1 },
   ]);
-  const flow = parseFlows('tcp 6 10 ESTABLISHED src=10.0.0.1 dst=10.96.0.10 sport=40000 dport=80 src=10.0.0.2 dst=10.0.0.1 sport=8080 dport=40000', 4)[0];
-  assert.equal(await deleteFlow(r, flow), true);
-  assert.equal(await deleteFlow(r, flow), false);
-  assert.equal(r.calls[0], 'conntrack -D -f ipv4 -p tcp --orig-src 10.0.0.1 --orig-dst 10.96.0.10 --sport 40000 --dport 80');
+  const key = connectionKey(parseFlows('tcp 6 10 ESTABLISHED src=10.0.0.1 dst=10.96.0.10 sport=40000 dport=80 src=10.0.0.2 dst=10.0.0.1 sport=8080 dport=40000', 4)[0]);
+  assert.deepEqual(key, { family: 4, protocol: 'TCP', src: '10.0.0.1', dst: '10.0.0.2', dport: 8080 });
+  assert.equal(await deleteConnections(r, key), 3);
+  assert.equal(await deleteConnections(r, key), 0);
+  assert.equal(r.calls[0], 'conntrack -D -f ipv4 -p tcp --orig-src 10.0.0.1 --reply-src 10.0.0.2 --reply-port-src 8080');
 });
