@@ -212,7 +212,9 @@ function compileNode(events: readonly ModelEvent[], world: World, nodeName: stri
 function viewOf(e: Endpoint): EndpointView {
   if (e.kind === 'address') {
     const note = e.podCidrOf
-      ? `no pod holds it; it is in node ${e.podCidrOf.node}'s pod CIDR ${e.podCidrOf.cidr}`
+      ? e.claimedBy
+        ? `host-networked pod ${podRef(e.claimedBy)} claims it, yet it is in node ${e.podCidrOf.node}'s pod CIDR ${e.podCidrOf.cidr}, where the node polices pods only: no pod it knows holds it`
+        : `no pod holds it; it is in node ${e.podCidrOf.node}'s pod CIDR ${e.podCidrOf.cidr}`
       : "no pod holds it, and it is in no node's pod CIDR: an address outside the cluster's pods";
     return { given: e.text, kind: 'address', ...(e.podCidrOf ? { node: e.podCidrOf.node } : {}), ips: [e.ip], note };
   }

@@ -38,8 +38,15 @@ export type Endpoint =
   /** A host-networked pod: its addresses are its node's, and its traffic the node's own. */
   | { readonly kind: 'host'; readonly text: string; readonly pod: Pod }
   /** An address no pod holds: inside a node's pod CIDR (a pod Weir does not know, which that
-   *  node drops), or outside every pod CIDR (outside the cluster's pods). */
-  | { readonly kind: 'address'; readonly text: string; readonly ip: string; readonly podCidrOf?: { readonly node: string; readonly cidr: string } };
+   *  node drops; a host-networked pod may claim it), or outside every pod CIDR (outside the
+   *  cluster's pods). */
+  | {
+      readonly kind: 'address';
+      readonly text: string;
+      readonly ip: string;
+      readonly podCidrOf?: { readonly node: string; readonly cidr: string };
+      readonly claimedBy?: Pod;
+    };
 
 export const podRef = (p: Pod): string => `${p.namespace}/${p.name}`;
 
@@ -78,16 +85,24 @@ function resolveAddress(world: World, text: string, ip: string): Endpoint {
     throw new ExplainInputError(`${text} is held by ${listed(holders.map(podRef))} at once (a pod took the address of one going away): name the pod instead`);
   }
   if (holders.length === 1) return { kind: 'pod', text, pod: holders[0] };
-  const hosts = world.pods.filter((p) => p.hostNetwork && p.ips.includes(ip));
+  const hosts = world.pods.filter((p) => p.hostNetwork && p.ips.includes(ip)).sort((a, b) => compareStrings(podRef(a), podRef(b)));
+  // A node's chains dispatch its pod CIDR by the pods they police: a host-networked pod's claim
+  // to an address there adds none, so the node drops it as an unknown pod's.
+  const podCidrOf = podCidrHolding(world, ip);
+  if (podCidrOf) return { kind: 'address', text, ip, podCidrOf, ...(hosts.length > 0 ? { claimedBy: hosts[0] } : {}) };
   // Every host-networked pod of a node shares its address: any of them stands for the node.
-  if (hosts.length > 0) return { kind: 'host', text, pod: [...hosts].sort((a, b) => compareStrings(podRef(a), podRef(b)))[0] };
+  if (hosts.length > 0) return { kind: 'host', text, pod: hosts[0] };
+  return { kind: 'address', text, ip };
+}
+
+function podCidrHolding(world: World, ip: string): { readonly node: string; readonly cidr: string } | undefined {
   for (const node of [...world.nodes].sort((a, b) => compareStrings(a.name, b.name))) {
     for (const cidr of node.podCIDRs) {
       const c = parseCidr(cidr);
-      if (!('error' in c) && cidrContains(c, ip)) return { kind: 'address', text, ip, podCidrOf: { node: node.name, cidr } };
+      if (!('error' in c) && cidrContains(c, ip)) return { node: node.name, cidr };
     }
   }
-  return { kind: 'address', text, ip };
+  return undefined;
 }
 
 /** The end's addresses of one family (a pod may be single-stack). */

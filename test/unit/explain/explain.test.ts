@@ -271,6 +271,23 @@ describe('explain: the policies behind a verdict', () => {
     );
   });
 
+  test("an address of a node's pod CIDR that only a host-networked pod claims is a pod that node does not know: dropped there both ways", () => {
+    const host = pod('a/h', 'node-a', ['10.244.1.50'], {}, { hostNetwork: true });
+    const events = cluster([], [host]);
+    for (const [source, destination, dir] of [
+      ['10.244.1.50', 'a/q', 'egress'],
+      ['b/r', '10.244.1.50', 'ingress'],
+      ['172.31.0.200', '10.244.1.50', 'ingress'],
+    ] as const) {
+      const x = ask(events, { source, destination });
+      const d = x.families[0].directions.find((r) => r.direction === dir);
+      assert.deepEqual([x.families[0].verdict, d?.node, d?.pod, d?.reason], ['denied', 'node-a', null, 'fail-closed'], `${source} -> ${destination}`);
+    }
+    const end = ask(events, { source: '10.244.1.50', destination: 'a/q' }).source;
+    assert.deepEqual([end.kind, end.node], ['address', 'node-a']);
+    assert.match(end.note ?? '', /host-networked pod a\/h claims it/);
+  });
+
   test('every family both ends have, unless one is asked for', () => {
     const events = cluster([], [pod('b/s', 'node-b', ['10.244.2.30', 'fd00:2::30'])]);
     assert.deepEqual(
