@@ -2,7 +2,7 @@
 // every problem at once. Flags and environment variables both land here (cli/).
 
 import { makeNames, validatePrefix } from '../calc/names.ts';
-import type { CalcConfig } from '../calc/config.ts';
+import type { AuditConfig, CalcConfig } from '../calc/config.ts';
 import type { Names } from '../calc/names.ts';
 import { parseDaemonSetRef } from '../lifecycle/daemonset-ref.ts';
 import type { AuditLogConfig } from '../audit/index.ts';
@@ -83,10 +83,20 @@ export interface AuditSettings extends Pick<AuditLogConfig, 'nflogGroup' | 'rate
   readonly enabled: boolean;
   /** The level of policies whose own and namespace annotations say nothing. */
   readonly defaultLevel: AuditLevel;
-  /** What the agent logs at start about how the flags set the audit log (a log file given
-   *  without --audit turns it on; beside --audit off it stays empty). */
+  /** What the agent logs at start about how the flags set the audit log (a log file or
+   *  --audit-stdout given without --audit turns it on; beside --audit off nothing is written). */
   readonly notice?: string;
+  /** The kernel's cap on audit events a second from one source address (--audit-rate-per-source),
+   *  bursts of twice that: under the node's, so one noisy source cannot spend it for the others. */
+  readonly ratePerSource: number;
 }
+
+/** The kernel's node-wide ceiling on audit events, as a multiple of --audit-rate: above the
+ *  pipeline's cap, so that the pipeline, which can name whose lines it refuses, normally does. */
+const AUDIT_KERNEL_CEILING_FACTOR = 10;
+/** The most that ceiling may be a second: the per-source table it sizes must fit the kernel's
+ *  (calc/config.ts, auditLimit). */
+const AUDIT_KERNEL_CEILING_MAX = 200_000;
 
 /** kube-proxy's masquerade and drop bits. */
 export const KUBE_PROXY_MARKS = 0x4000 | 0x8000;
@@ -122,7 +132,7 @@ export function defaultConfig(): AgentConfig {
     sourceBinding: true,
     ipvs: 'auto',
     cutExisting: false,
-    audit: { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10 << 20, maxFiles: 5, stdout: false },
+    audit: { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, ratePerSource: 100, file: '/var/log/weir/audit.log', maxSize: 10 << 20, maxFiles: 5, stdout: false },
   };
 }
 
@@ -138,8 +148,14 @@ export function calcConfig(cfg: AgentConfig, names: Names = makeNames(cfg.chainP
     podBridge: cfg.podBridge,
     allowAction: cfg.allowAction,
     sourceBinding: cfg.sourceBinding,
-    audit: cfg.audit.enabled ? { group: cfg.audit.nflogGroup, defaultLevel: cfg.audit.defaultLevel, perSecond: cfg.audit.rate, burst: 2 * cfg.audit.rate } : undefined,
+    audit: cfg.audit.enabled ? auditCalcConfig(cfg.audit) : undefined,
   };
+}
+
+/** The audit rules' limit: a bucket per source under the kernel's node-wide ceiling. */
+function auditCalcConfig(a: AuditSettings): AuditConfig {
+  const ceiling = Math.min(AUDIT_KERNEL_CEILING_FACTOR * a.rate, AUDIT_KERNEL_CEILING_MAX);
+  return { group: a.nflogGroup, defaultLevel: a.defaultLevel, perSecond: ceiling, burst: 2 * ceiling, perSource: { perSecond: a.ratePerSource, burst: 2 * a.ratePerSource } };
 }
 
 export function markBits(mask: number): { accept: number; pass: number } {
@@ -190,7 +206,9 @@ export function validateConfig(c: AgentConfig, need: { nodeName: boolean; manife
   const a = c.audit;
   if (!AUDIT_LEVELS.includes(a.defaultLevel)) problems.push(`audit default "${a.defaultLevel}" must be one of ${AUDIT_LEVELS.join(', ')}`);
   if (!Number.isInteger(a.nflogGroup) || a.nflogGroup < 4 || a.nflogGroup > 65535) problems.push(`audit NFLOG group ${a.nflogGroup} must be a whole number from 4 to 65535 (1 to 3 are Calico's)`);
-  if (!Number.isInteger(a.rate) || a.rate < 1 || a.rate > 100_000) problems.push(`audit rate ${a.rate} must be a whole number of events per second from 1 to 100000`);
+  if (!Number.isInteger(a.rate) || a.rate < 1 || a.rate > 100_000) problems.push(`audit rate ${a.rate} must be a whole number of lines per second from 1 to 100000`);
+  if (!Number.isInteger(a.ratePerSource) || a.ratePerSource < 1 || a.ratePerSource > 100_000)
+    problems.push(`audit rate per source ${a.ratePerSource} must be a whole number of events per second from 1 to 100000`);
   if (a.enabled && !a.file.startsWith('/')) problems.push(`audit log file "${a.file}" must be an absolute path`);
   if (!Number.isInteger(a.maxSize) || a.maxSize < 4096) problems.push(`audit log max size ${a.maxSize} must be a whole number of bytes, at least 4096`);
   if (!Number.isInteger(a.maxFiles) || a.maxFiles < 1) problems.push(`audit log max files ${a.maxFiles} must be a whole number, at least 1`);

@@ -24,15 +24,22 @@ export const FLAGS = {
   ipvs: { type: 'string', help: "kube-proxy's IPVS mode: auto (default: while kube-ipvs0 exists), on or off; also hooks OUTPUT, where IPVS sends Service traffic" },
   audit: {
     type: 'string',
-    help: 'on or off (default off, on when --audit-log-file is given): write NFLOG rules where weir.dev/audit annotations (or --audit-default) ask, and log each connection they see',
+    help: 'on or off (default off, on when --audit-log-file or --audit-stdout is given): write NFLOG rules where weir.dev/audit annotations (or --audit-default) ask, and log each connection they see',
   },
   'audit-default': { type: 'string', help: 'off (default), deny or all: the audit level of policies whose own and namespace annotations say nothing' },
   'audit-log-file': { type: 'string', help: 'the audit log, JSON lines (default /var/log/weir/audit.log); given without --audit, it turns the audit log on' },
   'audit-log-max-size': { type: 'string', help: 'bytes an audit log file may reach before it is rotated (default 10485760)' },
   'audit-log-max-files': { type: 'string', help: 'rotated audit log files kept (default 5)' },
-  'audit-stdout': { type: 'boolean', help: 'write every audit line to standard output too' },
+  'audit-stdout': { type: 'boolean', help: 'write every audit line to standard output too; given without --audit, it turns the audit log on' },
   'audit-nflog-group': { type: 'string', help: "NFLOG group of the audit rules (default 77; 1 to 3 are Calico's)" },
-  'audit-rate': { type: 'string', help: 'kernel-side cap on audit events per second on this node (default 1000)' },
+  'audit-rate': {
+    type: 'string',
+    help: "cap on audit lines written per second on this node, bursts of twice that (default 1000); what it refuses is counted by namespace. The kernel's own ceiling is ten times it",
+  },
+  'audit-rate-per-source': {
+    type: 'string',
+    help: 'kernel-side cap on audit events per second from one source address, bursts of twice that (default 100): one noisy pod cannot spend the cap of the others',
+  },
   'log-level': { type: 'string', help: 'fatal, error, warn, info, debug, trace or silent (default info)' },
   'debounce-ms': { type: 'string', help: 'a batch within this many ms of the previous one waits this long, so bursts coalesce; one after a quiet spell is written at once (default 20)' },
   'resync-interval': { type: 'string', help: 'seconds between full kernel read-backs that repair drift (default 30)' },
@@ -158,10 +165,11 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
     ipvs: (str('ipvs')?.toLowerCase() ?? d.ipvs) as AgentConfig['ipvs'],
     cutExisting: values['cut-existing'] === true || d.cutExisting,
     audit: {
-      ...auditSwitch(str('audit') === undefined ? undefined : onOff('audit', d.audit.enabled), str('audit-log-file'), d.audit.enabled),
+      ...auditSwitch(str('audit') === undefined ? undefined : onOff('audit', d.audit.enabled), str('audit-log-file') !== undefined, values['audit-stdout'] === true, d.audit.enabled),
       defaultLevel: (str('audit-default')?.toLowerCase() ?? d.audit.defaultLevel) as AgentConfig['audit']['defaultLevel'],
       nflogGroup: num('audit-nflog-group', d.audit.nflogGroup),
       rate: num('audit-rate', d.audit.rate),
+      ratePerSource: num('audit-rate-per-source', d.audit.ratePerSource),
       file: str('audit-log-file') ?? d.audit.file,
       maxSize: num('audit-log-max-size', d.audit.maxSize),
       maxFiles: num('audit-log-max-files', d.audit.maxFiles),
@@ -178,13 +186,19 @@ export function toConfig(values: Parsed['values'], need: { nodeName: boolean; ma
   }
 }
 
-/** Whether the audit log is on, and what the agent says about it at start. A log file asks for
- *  the audit log: without --audit it turns it on; beside --audit off it stays empty, and the
- *  agent says so rather than ignore it in silence. */
-function auditSwitch(flag: boolean | undefined, file: string | undefined, fallback: boolean): { enabled: boolean; notice?: string } {
-  if (file === undefined) return { enabled: flag ?? fallback };
-  if (flag === undefined) return { enabled: true, notice: 'audit log on: --audit-log-file (WEIR_AUDIT_LOG_FILE) was given without --audit (WEIR_AUDIT)' };
-  if (!flag) return { enabled: false, notice: 'audit log off (--audit off): nothing will be written to --audit-log-file' };
+/** Whether the audit log is on, and what the agent says about it at start. A log file or
+ *  --audit-stdout asks for the audit log: without --audit it turns it on; beside --audit off
+ *  nothing is written, and the agent says so rather than ignore it in silence. */
+function auditSwitch(flag: boolean | undefined, file: boolean, stdout: boolean, fallback: boolean): { enabled: boolean; notice?: string } {
+  if (!file && !stdout) return { enabled: flag ?? fallback };
+  if (flag === undefined) {
+    const given = [file && '--audit-log-file (WEIR_AUDIT_LOG_FILE)', stdout && '--audit-stdout (WEIR_AUDIT_STDOUT)'].filter(Boolean).join(' and ');
+    return { enabled: true, notice: `audit log on: ${given} ${file && stdout ? 'were' : 'was'} given without --audit (WEIR_AUDIT)` };
+  }
+  if (!flag) {
+    const where = [file && '--audit-log-file', stdout && 'standard output (--audit-stdout)'].filter(Boolean).join(' nor to ');
+    return { enabled: false, notice: `audit log off (--audit off): nothing will be written to ${where}` };
+  }
   return { enabled: true };
 }
 

@@ -150,7 +150,17 @@ describe('weir CLI', () => {
 
   test('the audit log is off by default; its flags fill the audit settings, and bad values are named', () => {
     const cfgOf = (argv: string[], env: NodeJS.ProcessEnv = {}) => toConfig(parse(['agent', '--node-name', 'n', ...argv], env).values, { nodeName: true, manifestsDir: false });
-    assert.deepEqual(cfgOf([]).audit, { enabled: false, defaultLevel: 'off', nflogGroup: 77, rate: 1000, file: '/var/log/weir/audit.log', maxSize: 10485760, maxFiles: 5, stdout: false });
+    assert.deepEqual(cfgOf([]).audit, {
+      enabled: false,
+      defaultLevel: 'off',
+      nflogGroup: 77,
+      rate: 1000,
+      ratePerSource: 100,
+      file: '/var/log/weir/audit.log',
+      maxSize: 10485760,
+      maxFiles: 5,
+      stdout: false,
+    });
     const argv = [
       '--audit',
       'on',
@@ -160,6 +170,8 @@ describe('weir CLI', () => {
       '90',
       '--audit-rate',
       '50',
+      '--audit-rate-per-source',
+      '7',
       '--audit-log-file',
       '/tmp/a.log',
       '--audit-log-max-size',
@@ -168,7 +180,7 @@ describe('weir CLI', () => {
       '2',
       '--audit-stdout',
     ];
-    assert.deepEqual(cfgOf(argv).audit, { enabled: true, defaultLevel: 'deny', nflogGroup: 90, rate: 50, file: '/tmp/a.log', maxSize: 65536, maxFiles: 2, stdout: true });
+    assert.deepEqual(cfgOf(argv).audit, { enabled: true, defaultLevel: 'deny', nflogGroup: 90, rate: 50, ratePerSource: 7, file: '/tmp/a.log', maxSize: 65536, maxFiles: 2, stdout: true });
     assert.equal(cfgOf([], { WEIR_AUDIT: 'on', WEIR_AUDIT_DEFAULT: 'all' }).audit.defaultLevel, 'all');
     assert.throws(
       () => cfgOf(['--audit', 'on', '--audit-default', 'some', '--audit-nflog-group', '2', '--audit-log-file', 'rel.log']),
