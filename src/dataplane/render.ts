@@ -65,10 +65,19 @@ export function renderMatch(m: Match): string[] {
       const s = m.perSource;
       if (s === undefined) return [node];
       // After the node bucket, so that only packets it let through can add an address to the table.
-      const options = `--hashlimit-upto ${s.perSecond}/sec --hashlimit-burst ${s.burst} --hashlimit-mode srcip --hashlimit-htable-max ${s.tableMax} --hashlimit-htable-expire ${s.expireMs}`;
+      const options = `--hashlimit-upto ${s.perSecond}/sec --hashlimit-burst ${s.burst} --hashlimit-mode srcip --hashlimit-htable-size ${hashBuckets(s.tableMax)} --hashlimit-htable-max ${s.tableMax} --hashlimit-htable-expire ${s.expireMs}`;
       return [`${node} ${hashlimit(s.name, options)}`];
     }
   }
+}
+
+/** Hash buckets of a hashlimit table that holds at most `max` entries: chains of about 8 when
+ *  full, within bounds. Explicit, because the kernel raises a max below the bucket count (its
+ *  default depends on the node's memory) to that count. */
+function hashBuckets(max: number): number {
+  let n = 16;
+  while (n < 65_536 && n * 8 < max) n *= 2;
+  return Math.min(n, max);
 }
 
 /** The kernel keeps at most 15 characters of a hashlimit table's name. */

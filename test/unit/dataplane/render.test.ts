@@ -260,7 +260,7 @@ test('a per-source audit limit renders the node bucket first, then a bucket per 
     action: { kind: 'nflog', group: 77, prefix: 'weir:DI:x', size: 128 },
   };
   const node = '--hashlimit-upto 10000/sec --hashlimit-burst 20000';
-  const source = '--hashlimit-upto 100/sec --hashlimit-burst 200 --hashlimit-mode srcip --hashlimit-htable-max 50000 --hashlimit-htable-expire 2000';
+  const source = '--hashlimit-upto 100/sec --hashlimit-burst 200 --hashlimit-mode srcip --hashlimit-htable-size 8192 --hashlimit-htable-max 50000 --hashlimit-htable-expire 2000';
   const [body] = renderRuleBodies(rule);
   assert.equal(
     body,
@@ -276,6 +276,19 @@ test('a per-source audit limit renders the node bucket first, then a bucket per 
   })[0];
   assert.equal(/--hashlimit-name (cali-an\w+)/.exec(other)?.[1], tableName('cali-an', node));
   assert.notEqual(/--hashlimit-mode srcip .*--hashlimit-name (cali-as\w+)/.exec(other)?.[1], tableName('cali-as', source));
+});
+
+test('a per-source table gets hash buckets for chains of about 8 when full, never more buckets than entries (the kernel would raise the max to them), within 16 to 65536', () => {
+  const buckets = (tableMax: number) =>
+    Number(
+      /--hashlimit-htable-size (\d+)/.exec(
+        renderRuleBodies({
+          matches: [{ kind: 'limit', name: 'cali-an', perSecond: 1, burst: 2, perSource: { name: 'cali-as', perSecond: 1, burst: 2, tableMax, expireMs: 2000 } }],
+          action: { kind: 'drop' },
+        })[0],
+      )?.[1],
+    );
+  assert.deepEqual([10, 50, 128, 129, 50_000, 1_000_000].map(buckets), [10, 16, 16, 32, 8192, 65536]);
 });
 
 test("a hashlimit table's name changes with its options, because the kernel keeps the options of the first rule that named a table", () => {
