@@ -35,6 +35,8 @@ export interface ConnectionCutOptions {
   readonly onEnded: () => void;
 }
 
+/** Connections judged between two turns of the event loop. */
+const JUDGED_PER_SLICE = 1_000;
 /** Connection keys named in one log line at most. */
 const LOGGED_KEYS = 10;
 
@@ -97,11 +99,14 @@ export class ConnectionCut {
     const denied: ConnectionKey[] = [];
     for (const family of [...new Set(this.#o.targets().map(familyOf))].sort()) {
       const flows = await dataplane.listFlows(family);
-      // Judged after the listing, all at once: by rules at least as new as the kernel's.
+      // Judged after the listing: by rules at least as new as the kernel's (a slice may see
+      // rules computed since and not yet written; they are written next).
       const targets = new Set(this.#o.targets());
       const dropped = this.#o.judge();
       const keys = new Map<string, ConnectionKey>();
-      for (const f of flows) {
+      for (const [i, f] of flows.entries()) {
+        // The loop computes and writes between slices: a large table must not hold it up.
+        if (i > 0 && i % JUDGED_PER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
         const k = connectionKey(f);
         const ends = { source: targets.has(k.src), destination: targets.has(k.dst) };
         if ((!ends.source && !ends.destination) || own.has(k.src) || own.has(k.dst)) continue;

@@ -124,6 +124,9 @@ export class Reconciler {
   /** Whether a source event reached calc since the last report, for onPass. */
   #modelChanged = false;
   #synced = false;
+  /** Model changes computed and not yet followed by a successful write: the cut judges again
+   *  after that write (a resync or tidy alone changes no rule). */
+  #cutOwed = false;
   #latestRevision = '';
   #appliedRevision = '';
   /** A resync is owed: 'full' reads every set member back, 'counts' only sizes (periodic). */
@@ -281,7 +284,7 @@ export class Reconciler {
       }
       b.events.length = 0;
       events += n;
-      if (n > 0) this.#modelChanged = true;
+      if (n > 0) this.#modelChanged = this.#cutOwed = true;
       if (b.synced) this.#synced = true;
     }
     this.#takePolicyChanges();
@@ -359,7 +362,8 @@ export class Reconciler {
     // computes only while no write runs, so that is everything computed before this write.
     this.#flows.add(calc.takeReleasedAddresses());
     this.#flows.start();
-    this.#cut?.request();
+    if (this.#cutOwed) this.#cut?.request();
+    this.#cutOwed = false;
     this.#report({ ok: true, policyChanges: this.#policyChanges.splice(0) });
     this.#collections.afterWrite();
     this.#askForPeriodic();

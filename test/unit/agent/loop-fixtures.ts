@@ -134,7 +134,7 @@ export function recordResyncs(dataplane: FakeDataplane, order: string[]): void {
   };
 }
 
-export async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors', labels: Record<string, string>): Promise<number> {
+export async function counterValue(m: Metrics, name: 'driftRepairs' | 'errors' | 'connectionsCut', labels: Record<string, string>): Promise<number> {
   const got = await m[name].get();
   return got.values.find((v) => Object.entries(labels).every(([k, x]) => (v.labels as Record<string, unknown>)[k] === x))?.value ?? 0;
 }
