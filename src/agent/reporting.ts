@@ -40,6 +40,9 @@ export function startReporting(d: ReportingDeps): Reporting {
   /** The ClusterNetworkPolicies this node enforces, as of the last pass that changed the model:
    *  which subjects hold a local pod changes with model events only. */
   let clusterPolicies: EnforcedPolicy[] = [];
+  /** What the last successful write put in the kernel: a failed write leaves it as it was
+   *  (every write is atomic), so that is what a failed pass reports. */
+  let held: EnforcedPolicy[] = [];
 
   return {
     removed(token) {
@@ -62,12 +65,13 @@ export function startReporting(d: ReportingDeps): Reporting {
           .map((r) => ({ namespace: '', name: r.name, uid: r.uid, generation: r.generation, ...(r.errors.length > 0 ? { error: formatPolicyErrors(r.errors) } : {}) }));
       }
       for (const p of clusterPolicies) enforced.push(p);
+      if (outcome.ok) held = enforced;
       node.update({
         synced: d.synced(),
         lastApply: outcome.ok ? { ok: true } : { ok: false, message: outcome.error ?? 'unknown error' },
         lastSyncTime: outcome.ok ? Date.now() : null,
-        counts: { localPods: d.calc.localPodCount, policies: enforced.length, ...d.counts() },
-        policies: enforced,
+        counts: { localPods: d.calc.localPodCount, policies: held.length, ...d.counts() },
+        policies: held,
         problems: d.problems,
         applyFailures,
       });

@@ -94,4 +94,34 @@ describe('agent status reporting', () => {
     const next = encodeDigest(digestOf([held[0], { uid: 'u-shop-guard', generation: 3 }, held[2]]));
     await until(() => (api.get(NPS)!.status as { policyDigest: { digests: string } }).policyDigest.digests === next, 'the new generation reported', 5_000);
   });
+
+  test('after a failed write the digest still says what the kernel holds (the last written generations) until a write succeeds', async () => {
+    const calc = new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4], marks: { accept: 0x10000, pass: 0x20000 } });
+    calc.applyEvents(EVENTS);
+    reporting = startReporting({
+      kubeConfig: api.kubeConfig(),
+      nodeName: NODE,
+      calc,
+      log: captureLog().log,
+      metrics: createMetrics({ defaultMetrics: false }),
+      synced: () => true,
+      counts: () => ({ sets: 1, chains: 2, rules: 3 }),
+      problems: [],
+    });
+    const status = () => api.get(NPS)?.status as { policyDigest: { digests: string }; lastApply?: { ok: boolean } } | undefined;
+    reporting.onPass({ ok: true, policyChanges: [], modelChanged: true });
+    const written = encodeDigest(digestOf([{ uid: 'u-np-web', generation: 3 }, { uid: 'u-shop-guard', generation: 2 }, { uid: 'u-broken', generation: 5 }]));
+    await until(() => status()?.policyDigest.digests === written, 'the first write reported', 5_000);
+
+    const edited = { kind: 'NetworkPolicy', op: 'upsert', object: { namespace: 'shop', name: 'web', uid: 'u-np-web', generation: 4, spec: { podSelector: {}, policyTypes: ['Egress'] } } } as const;
+    calc.applyEvents([edited, { kind: 'ClusterNetworkPolicy', op: 'upsert', object: cnp('shop-guard', 3, { namespaces: { matchLabels: { team: 'shop' } } }) }]);
+    reporting.onPass({ ok: false, error: 'iptables-restore: line 3 failed', policyChanges: [], modelChanged: true });
+    await until(() => JSON.stringify(status()).includes('line 3 failed'), 'the failure reported', 5_000);
+    assert.equal(status()?.policyDigest.digests, written, 'a generation the kernel does not hold was reported');
+
+    // The retry carries no model change; it succeeds and the new generations are held.
+    reporting.onPass({ ok: true, policyChanges: [], modelChanged: false });
+    const next = encodeDigest(digestOf([{ uid: 'u-np-web', generation: 4 }, { uid: 'u-shop-guard', generation: 3 }, { uid: 'u-broken', generation: 5 }]));
+    await until(() => status()?.policyDigest.digests === next, 'the written generations reported', 5_000);
+  });
 });
