@@ -110,7 +110,13 @@ describe('agent status reporting', () => {
     });
     const status = () => api.get(NPS)?.status as { policyDigest: { digests: string }; lastApply?: { ok: boolean } } | undefined;
     reporting.onPass({ ok: true, policyChanges: [], modelChanged: true });
-    const written = encodeDigest(digestOf([{ uid: 'u-np-web', generation: 3 }, { uid: 'u-shop-guard', generation: 2 }, { uid: 'u-broken', generation: 5 }]));
+    const written = encodeDigest(
+      digestOf([
+        { uid: 'u-np-web', generation: 3 },
+        { uid: 'u-shop-guard', generation: 2 },
+        { uid: 'u-broken', generation: 5 },
+      ]),
+    );
     await until(() => status()?.policyDigest.digests === written, 'the first write reported', 5_000);
 
     const edited = { kind: 'NetworkPolicy', op: 'upsert', object: { namespace: 'shop', name: 'web', uid: 'u-np-web', generation: 4, spec: { podSelector: {}, policyTypes: ['Egress'] } } } as const;
@@ -121,7 +127,13 @@ describe('agent status reporting', () => {
 
     // The retry carries no model change; it succeeds and the new generations are held.
     reporting.onPass({ ok: true, policyChanges: [], modelChanged: false });
-    const next = encodeDigest(digestOf([{ uid: 'u-np-web', generation: 4 }, { uid: 'u-shop-guard', generation: 3 }, { uid: 'u-broken', generation: 5 }]));
+    const next = encodeDigest(
+      digestOf([
+        { uid: 'u-np-web', generation: 4 },
+        { uid: 'u-shop-guard', generation: 3 },
+        { uid: 'u-broken', generation: 5 },
+      ]),
+    );
     await until(() => status()?.policyDigest.digests === next, 'the written generations reported', 5_000);
   });
 });
