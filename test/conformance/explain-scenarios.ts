@@ -1,14 +1,38 @@
-// Scenarios weir explain is checked over, cell by cell: those of cluster-network-policy.test.ts
-// and isolation-peers.test.ts, as steps of state (policies, labels, phases, pods) with the
-// truth tables those files state, written by hand from the APIs (never from Weir's code).
-// explain.test.ts (here) compares explain with real probes; test/unit/explain/scenarios.test.ts
-// compares it with these tables, without a cluster.
+// The conformance tier's truth tables that are a question of policy state: for a state
+// (policies, labels, phases, pods, agent flags), which new connections pass, cell by cell
+// (source, target, family, protocol, port). Each is written once, here, by hand from the APIs
+// (never from Weir's code), and read by the conformance files that prove it with real packets
+// (applyStep, probeStep) and by the two checks of `weir explain`: explain.test.ts (here)
+// compares explain with real probes, test/unit/explain/scenarios.test.ts with these tables,
+// without a cluster.
+//
+// Held: cluster-network-policy.test.ts and isolation-peers.test.ts (copied: those files still
+// state their own tables), and ports-blocks-faults.test.ts, allow-action.test.ts,
+// smoke.test.ts, large-ipblock.test.ts, node-traffic.test.ts and fail-closed.test.ts (which
+// read them from here). Not held, as explain asks about a new connection under a given state:
+// - ports-blocks-faults: a manifest file that stops parsing (the manifest source keeps a
+//   file's last good content: a question of the source, not of a state), an established
+//   connection outliving a policy (conntrack), drift on a node (repairs of the kernel);
+// - allow-action: the administrator's own FORWARD rule (the scenario holds what Weir decides,
+//   the test adds the rule's drops), replies and spoofing into an established flow;
+// - node-traffic: the node's own traffic (a pod and its node, another node): the probe matrix
+//   has no node ends, and explain knows a node's address only through a host-networked pod;
+//   its pod matrix is isolation-peers' deny-all scenario, which it reads from here;
+// - fail-closed: the time a new pod takes to be enforced, spoofed sources, conntrack flows a
+//   deleted pod leaves to the pod taking its address;
+// - large-ipblock: the agents' memory and `weir render`'s message (its tables are held);
+// - boot-and-drift, layered-writes: agents before their first sync, restarts, the hook's
+//   repair, layered chains awaiting the tidy (the kernel's state, not the policies');
+// - audit, manifest-faults: owned elsewhere, not yet here.
 
-import type { Explanation, ExplainRequest } from '../../src/explain/explain.ts';
+import { explainConfig } from '../../src/cli/explain.ts';
+import { parse, toConfig } from '../../src/cli/flags.ts';
+import { type Explanation, type ExplainConfig, ExplainInputError, type ExplainRequest } from '../../src/explain/explain.ts';
 import { familyOf } from '../../src/model/types.ts';
 import { EXTERNAL_HOST, underlayIp } from '../../src/sim/addressing.ts';
-import { A1, A2, B1, B2, type Cell, cnp, EXTERNAL, G1, NODES, np, nsOf, type PodDef } from './harness.ts';
-import { allow, always, from, fromAnyPod, fromNs, not, nothing, tcp, to, toNs } from './predicates.ts';
+import type { Matrix } from '../../src/sim/prober.ts';
+import { A1, A2, B1, B2, type Cell, type Conformance, cnp, EXTERNAL, G1, NODES, np, nsOf, type PodDef } from './harness.ts';
+import { allow, always, and, egress, from, fromAnyPod, fromNs, ingress, none, not, nothing, or, tcp, to, toNs, udp, v } from './predicates.ts';
 
 export type Verdict = (x: Cell) => boolean;
 
@@ -19,16 +43,23 @@ export interface Step {
   readonly podLabels?: Readonly<Record<string, Record<string, string>>>;
   readonly namespaceLabels?: Readonly<Record<string, Record<string, string>>>;
   readonly podPhases?: Readonly<Record<string, string>>;
+  /** The pods' hostNetwork field (the simulated pod keeps its bridged namespace and address). */
+  readonly hostNetwork?: Readonly<Record<string, boolean>>;
   readonly addPods?: readonly PodDef[];
   readonly removePods?: readonly string[];
-  /** Every pod and the external host to every pod. */
-  readonly expect: Verdict;
+  /** Pods in the cluster (their namespace, veth and address) that no manifest names: Weir
+   *  does not know them. */
+  readonly unknownPods?: readonly PodDef[];
+  /** Every pod and the external host to every pod; absent: not stated for this step. */
+  readonly expect?: Verdict;
   /** Every pod to the external host, when the scenario states it. */
   readonly toExternal?: Verdict;
 }
 
 export interface Scenario {
   readonly name: string;
+  /** Flags every agent runs with beside the harness's (explain is given them too). */
+  readonly agentArgs?: readonly string[];
   readonly steps: readonly Step[];
 }
 
@@ -330,7 +361,513 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
   },
 ];
 
-export const EXPLAIN_SCENARIOS: readonly Scenario[] = [...CLUSTER_NETWORK_POLICY_SCENARIOS, ...ISOLATION_PEERS_SCENARIOS];
+// ---- ports-blocks-faults.test.ts --------------------------------------------------------------
+
+// The cast's named ports, copied from the harness header: http is TCP everywhere, dns is UDP.
+const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [G1]: 80 };
+
+export const PORT_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'a numeric TCP port allows that port only, and editing it moves the allowance',
+    steps: [80, 81].map((port) => ({
+      what: `TCP ${port}`,
+      policies: [np('alpha', 'p', { podSelector: WEB, ingress: [{ ports: [{ protocol: 'TCP', port }] }] })],
+      expect: ingress({ [A1]: tcp(port) }),
+    })),
+  },
+  {
+    name: 'a protocol with no port allows every port of that protocol and none of the other',
+    steps: [
+      { what: 'UDP, every port', policies: [np('beta', 'p', { podSelector: DB, ingress: [{ ports: [{ protocol: 'UDP' }] }] })], expect: ingress({ [B2]: udp() }) },
+      { what: 'TCP, every port', policies: [np('beta', 'p', { podSelector: DB, ingress: [{ ports: [{ protocol: 'TCP' }] }] })], expect: ingress({ [B2]: tcp() }) },
+    ],
+  },
+  {
+    name: 'a port with no protocol means TCP',
+    steps: [{ what: 'port 81', policies: [np('gamma', 'p', { podSelector: {}, ingress: [{ ports: [{ port: 81 }] }] })], expect: ingress({ [G1]: tcp(81) }) }],
+  },
+  {
+    name: 'endPort makes a range: 80-81 allows both ports, 81-81 only 81',
+    steps: [
+      { what: '80-81', policies: [np('alpha', 'p', { podSelector: DB, ingress: [{ ports: [{ port: 80, endPort: 81 }] }] })], expect: ingress({ [A2]: tcp() }) },
+      { what: '81-81', policies: [np('alpha', 'p', { podSelector: DB, ingress: [{ ports: [{ port: 81, endPort: 81 }] }] })], expect: ingress({ [A2]: tcp(81) }) },
+    ],
+  },
+  {
+    name: 'several ports in one rule each allow their own protocol and port; TCP and UDP on one number are separate entries',
+    steps: [
+      {
+        what: 'UDP 80 + TCP 81',
+        policies: [np('beta', 'p', { podSelector: WEB, ingress: [{ ports: [{ protocol: 'UDP', port: 80 }, { port: 81 }] }] })],
+        expect: ingress({ [B1]: or(udp(80), tcp(81)) }),
+      },
+      {
+        what: 'TCP 80 + UDP 80',
+        policies: [
+          np('beta', 'p', {
+            podSelector: WEB,
+            ingress: [
+              {
+                ports: [
+                  { protocol: 'TCP', port: 80 },
+                  { protocol: 'UDP', port: 80 },
+                ],
+              },
+            ],
+          }),
+        ],
+        expect: ingress({ [B1]: (x) => x.port === 80 }),
+      },
+    ],
+  },
+  {
+    name: 'an ingress named port resolves on each selected pod: http is 80 on a1 but 81 on a2',
+    steps: [
+      {
+        what: 'both selected',
+        policies: [np('alpha', 'named', { podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['web', 'db'] }] }, ingress: [{ ports: [{ port: 'http' }] }] })],
+        expect: ingress({ [A1]: tcp(80), [A2]: tcp(81) }),
+      },
+      { what: 'a2 no longer selected', podLabels: { [A2]: { app: 'cache' } }, expect: ingress({ [A1]: tcp(80) }) },
+    ],
+  },
+  {
+    name: 'an egress named port resolves on each destination; destinations lacking the name are unreachable',
+    // b1 has no named port at all; every other pod has http with its own number.
+    steps: (() => {
+      const pol = (to: unknown) => np('alpha', 'named-out', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [to], ports: [{ port: 'http' }] }] });
+      const toHttp = (targets: string[]) => (x: Cell) => targets.includes(x.target) && x.target in HTTP && tcp(HTTP[x.target])(x);
+      return [
+        { what: 'every namespace', policies: [pol({ namespaceSelector: {} })], expect: egress(A1, toHttp([A2, B2, G1])) },
+        { what: 'team b only', policies: [pol({ namespaceSelector: TEAM_B })], expect: egress(A1, toHttp([B2])) },
+        { what: 'gamma joins team b', namespaceLabels: { gamma: { team: 'b' } }, expect: egress(A1, toHttp([B2, G1])) },
+      ];
+    })(),
+  },
+  {
+    name: 'a named port with protocol UDP matches only UDP container ports of that name',
+    steps: [
+      { what: 'UDP dns', policies: [np('gamma', 'dns', { podSelector: {}, ingress: [{ ports: [{ protocol: 'UDP', port: 'dns' }] }] })], expect: ingress({ [G1]: udp(81) }) },
+      // g1's "dns" is UDP, so the same name as TCP (the default) resolves to nothing.
+      { what: 'TCP dns', policies: [np('gamma', 'dns', { podSelector: {}, ingress: [{ ports: [{ port: 'dns' }] }] })], expect: ingress({ [G1]: none }) },
+    ],
+  },
+  {
+    name: 'an egress named port toward an ipBlock peer matches nothing, while a numeric port does (impl)',
+    steps: (() => {
+      const pol = (ports: unknown[]) =>
+        np('alpha', 'named-block', {
+          podSelector: WEB,
+          policyTypes: ['Egress'],
+          egress: [{ to: [{ ipBlock: { cidr: '10.244.0.0/16' } }, { ipBlock: { cidr: 'fd00:10:244::/48' } }], ports }],
+        });
+      return [
+        { what: 'named port only', policies: [pol([{ port: 'http' }])], expect: egress(A1, none) },
+        { what: 'named port plus TCP 80', policies: [pol([{ port: 'http' }, { port: 80 }])], expect: egress(A1, tcp(80)) },
+      ];
+    })(),
+  },
+];
+
+export const IPBLOCK_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'an ipBlock admits the external host only while a block covers it, in its own family',
+    steps: (() => {
+      const pol = (...cidrs: string[]) => np('alpha', 'ext', { podSelector: WEB, ingress: [{ from: cidrs.map((cidr) => ({ ipBlock: { cidr } })) }] });
+      return [
+        { what: '/32', policies: [pol('172.31.0.200/32')], expect: ingress({ [A1]: and(from(EXTERNAL), v(4)) }) },
+        { what: '/24 and /64', policies: [pol('172.31.0.0/24', 'fd00:172:31::/64')], expect: ingress({ [A1]: from(EXTERNAL) }) },
+        { what: 'blocks beside it', policies: [pol('172.31.1.0/24', 'fd00:172:32::/64')], expect: ingress({ [A1]: none }) },
+      ];
+    })(),
+  },
+  {
+    name: 'except carves addresses out of a cidr: the external host and node-b pods excepted',
+    steps: (() => {
+      const pol = (extExcept: string) =>
+        np('alpha', 'except', {
+          podSelector: WEB,
+          ingress: [
+            {
+              from: [
+                { ipBlock: { cidr: '172.31.0.0/24', except: [extExcept] } },
+                { ipBlock: { cidr: '10.244.0.0/16', except: ['10.244.2.0/24'] } },
+                { ipBlock: { cidr: 'fd00:172:31::/64', except: ['fd00:172:31::200/128'] } },
+              ],
+            },
+          ],
+        });
+      return [
+        { what: 'external excepted', policies: [pol('172.31.0.200/32')], expect: ingress({ [A1]: and(from(B1), v(4)) }) },
+        { what: 'except no longer covers .200', policies: [pol('172.31.0.0/25')], expect: ingress({ [A1]: and(from(B1, EXTERNAL), v(4)) }) },
+      ];
+    })(),
+  },
+  {
+    name: 'overlapping blocks: an address excepted by one block but covered by another is allowed',
+    steps: (() => {
+      const pol = (v4: string, v6: string) =>
+        np('alpha', 'overlap', {
+          podSelector: DB,
+          ingress: [
+            {
+              from: [
+                { ipBlock: { cidr: '10.244.0.0/16', except: ['10.244.2.0/24'] } },
+                { ipBlock: { cidr: v4 } },
+                { ipBlock: { cidr: 'fd00:10:244::/48', except: ['fd00:10:244:1::/64'] } },
+                { ipBlock: { cidr: v6 } },
+              ],
+            },
+          ],
+        });
+      // a1 10.244.1.11 / ::11, b1 .1.21 / ::21, b2 .2.22, g1 ::31 (node-a's /64 is excepted).
+      return [
+        { what: '.16/28 and ::20/124', policies: [pol('10.244.2.16/28', 'fd00:10:244:1::20/124')], expect: ingress({ [A2]: or(and(v(4), from(A1, B1, B2)), and(v(6), from(B1))) }) },
+        { what: '.0/28 and ::30/124', policies: [pol('10.244.2.0/28', 'fd00:10:244:1::30/124')], expect: ingress({ [A2]: or(and(v(4), from(A1, B1)), and(v(6), from(G1))) }) },
+      ];
+    })(),
+  },
+  {
+    name: '0.0.0.0/0 and ::/0 match every address of their family, pods included (impl)',
+    steps: (() => {
+      const pol = (...blocks: unknown[]) => np('alpha', 'all', { podSelector: WEB, ingress: [{ from: blocks.map((ipBlock) => ({ ipBlock })) }] });
+      return [
+        { what: '0.0.0.0/0', policies: [pol({ cidr: '0.0.0.0/0' })], expect: ingress({ [A1]: v(4) }) },
+        { what: 'both /0', policies: [pol({ cidr: '0.0.0.0/0' }, { cidr: '::/0' })], expect: ingress({ [A1]: () => true }) },
+        {
+          what: '/0 except the pod ranges',
+          policies: [pol({ cidr: '0.0.0.0/0', except: ['10.244.0.0/16'] }, { cidr: '::/0', except: ['fd00:10:244::/48'] })],
+          expect: ingress({ [A1]: from(EXTERNAL) }),
+        },
+      ];
+    })(),
+  },
+  {
+    name: 'a cidr with host bits set is treated as its network',
+    steps: [
+      {
+        what: 'host bits',
+        policies: [
+          np('alpha', 'hostbits', {
+            podSelector: DB,
+            ingress: [{ from: [{ ipBlock: { cidr: '172.31.0.7/24' } }, { ipBlock: { cidr: '10.244.1.99/24' } }, { ipBlock: { cidr: 'fd00:10:244:1::99/64' } }] }],
+          }),
+        ],
+        // node-a's pods (a1, b1 both families, g1 v6) and the external host over IPv4.
+        expect: ingress({ [A2]: or(from(A1, B1, G1), and(from(EXTERNAL), v(4))) }),
+      },
+    ],
+  },
+  {
+    name: 'an ipBlock of one family allows nothing of the other, even on single-stack pods',
+    steps: [
+      {
+        what: 'other family',
+        policies: [
+          np('beta', 'v6-to-v4only', { podSelector: DB, ingress: [{ from: [{ ipBlock: { cidr: '::/0' } }] }] }),
+          np('gamma', 'v4-to-v6only', { podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0' } }] }] }),
+          np('alpha', 'ext-v6', { podSelector: WEB, ingress: [{ from: [{ ipBlock: { cidr: 'fd00:172:31::/64' } }] }] }),
+        ],
+        expect: ingress({ [B2]: none, [G1]: none, [A1]: and(from(EXTERNAL), v(6)) }),
+      },
+      {
+        what: 'own family',
+        policies: [
+          np('beta', 'v6-to-v4only', { podSelector: DB, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0' } }] }] }),
+          np('gamma', 'v4-to-v6only', { podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '::/0' } }] }] }),
+        ],
+        expect: () => true,
+      },
+    ],
+  },
+  {
+    name: 'an egress ipBlock covering a pod IP allows that pod in that family only (impl)',
+    steps: (
+      [
+        ['10.244.2.12/32', 4],
+        ['fd00:10:244:2::12/128', 6],
+      ] as const
+    ).map(([cidr, family]) => ({
+      what: `a2 over IPv${family}`,
+      policies: [np('beta', 'to-a2', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr } }] }] })],
+      expect: egress(
+        B1,
+        and((x) => x.target === A2, v(family)),
+      ),
+    })),
+  },
+  {
+    name: 'a /32 ipBlock and a pod selector naming the same address: the address stays allowed when the pod stops matching',
+    steps: [
+      {
+        // Both rules allow every port, so a1's ingress merges their peers into one set per
+        // family, where a2's IPv4 address comes from both: the block (as a /32) and the pod.
+        what: 'a2 over both families',
+        policies: [
+          np('alpha', 'from-a2-block', { podSelector: WEB, ingress: [{ from: [{ ipBlock: { cidr: '10.244.2.12/32' } }] }] }),
+          np('alpha', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] }),
+        ],
+        expect: ingress({ [A1]: from(A2) }),
+      },
+      { what: 'a2 over IPv4 only: the block still covers it', podLabels: { [A2]: { app: 'cache' } }, expect: ingress({ [A1]: and(from(A2), v(4)) }) },
+    ],
+  },
+  {
+    name: 'egress to the external host follows the ipBlock, its family and its ports',
+    steps: (() => {
+      const pol = (cidr: string, ports?: unknown[]) => np('alpha', 'to-ext', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr } }], ...(ports ? { ports } : {}) }] });
+      return [
+        {
+          what: 'v4 TCP 80 to external; pods unreachable from a1',
+          policies: [pol('172.31.0.200/32', [{ port: 80 }])],
+          expect: egress(A1, none),
+          toExternal: (x: Cell) => x.source !== A1 || (x.family === 4 && tcp(80)(x)),
+        },
+        { what: 'v6 to external', policies: [pol('fd00:172:31::/64')], toExternal: (x: Cell) => x.source !== A1 || x.family === 6 },
+      ];
+    })(),
+  },
+];
+
+export const INVALID_POLICY_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'an invalid policy is skipped whole, keeps the pods it selects isolated, and valid ones still apply',
+    steps: (() => {
+      const valid = np('alpha', 'web-80', { podSelector: WEB, ingress: [{ ports: [{ port: 80 }] }] });
+      // Half-applying these would open everything through the `{}` rule.
+      const badCidr = (ns: string, app: string) => np(ns, 'bad-cidr', { podSelector: { matchLabels: { app } }, ingress: [{}, { from: [{ ipBlock: { cidr: 'nonsense' } }] }] });
+      // An unreadable podSelector isolates every pod of its namespace, in its declared direction.
+      const badOp = (operator: string) => np('alpha', 'bad-op', { podSelector: { matchExpressions: [{ key: 'app', operator, values: ['web'] }] }, policyTypes: ['Ingress'], ingress: [{}] });
+      return [
+        { what: 'bad cidr', policies: [valid, badCidr('alpha', 'web'), badCidr('beta', 'db')], expect: ingress({ [A1]: tcp(80), [B2]: none }) },
+        { what: 'operator "in"', policies: [valid, badOp('in')], expect: ingress({ [A1]: tcp(80), [A2]: none }) },
+        { what: 'operator fixed', policies: [valid, badOp('In')], expect: ingress({ [A1]: () => true }) },
+      ];
+    })(),
+  },
+];
+
+// A real hostNetwork pod sends from the node's own address (node-traffic.test.ts: always
+// allowed, never policed). The simulated pod keeps its bridged namespace and IP, which then
+// belongs to no pod Weir polices: its traffic fails closed both ways, and it is in no peer set.
+export const HOST_NETWORK_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'a hostNetwork pod is never a policy target, and a bridged address claimed by one belongs to no pod (impl)',
+    steps: (() => {
+      const policies = [np('alpha', 'deny', { podSelector: {} }), np('alpha', 'from-web', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: {}, podSelector: WEB }] }] })];
+      const unknownA1: Verdict = (x) => x.source === x.target || (x.source !== A1 && x.target !== A1);
+      return [
+        { what: 'a1 a normal pod', policies, expect: ingress({ [A1]: none, [A2]: from(A1, B1, G1) }) },
+        { what: 'a1 on the host network', hostNetwork: { [A1]: true }, expect: and(unknownA1, ingress({ [A2]: from(B1, G1) })) },
+        { what: 'a1 back on the pod network', hostNetwork: { [A1]: false }, expect: ingress({ [A1]: none, [A2]: from(A1, B1, G1) }) },
+      ];
+    })(),
+  },
+];
+
+// ---- allow-action.test.ts, smoke.test.ts, fail-closed.test.ts ---------------------------------
+
+export const ALLOW_ACTION_SCENARIOS: readonly Scenario[] = [
+  {
+    // What Weir decides; the test adds the drops of the administrator's rule after its hook.
+    name: "an administrator's FORWARD rule after Weir's still applies to traffic policy allows",
+    agentArgs: ['--allow-action', 'RETURN'],
+    steps: [
+      { what: 'no policy', expect: () => true },
+      // Policy still decides first: a1 isolated for ingress with nothing allowed.
+      { what: 'policy denies', policies: [np('alpha', 'deny-a1', { podSelector: WEB })], expect: (x) => x.target !== A1 || x.source === A1 },
+    ],
+  },
+];
+
+export const SMOKE_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'a default-deny ingress policy isolates only the pods of its namespace it selects',
+    steps: [{ what: 'a1 isolated', policies: [np('alpha', 'deny', { podSelector: WEB })], expect: (x) => x.target !== A1 || x.source === A1 }],
+  },
+];
+
+/** A pod in the cluster (its veth on cni0, its IP routed) that no manifest names. */
+export const LATE_POD: PodDef = { namespace: 'alpha', name: 'late', node: 'node-a', ips: ['10.244.1.51', 'fd00:10:244:1::51'], labels: { app: 'late' }, ports: [] };
+const LATE = 'alpha/late';
+
+export const FAIL_CLOSED_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'a pod whose IP Weir does not know can neither send nor receive, same-node or cross-node',
+    steps: [
+      {
+        what: 'unknown pod isolated',
+        unknownPods: [LATE_POD],
+        expect: (x) => x.source === x.target || (x.source !== LATE && x.target !== LATE),
+        toExternal: (x) => x.source !== LATE,
+      },
+    ],
+  },
+];
+
+// ---- large-ipblock.test.ts ----------------------------------------------------------------------
+
+/** Host prefixes scattered over the IPv6 space, none in the simulated cluster (fd00::/16). */
+function* v6Hosts(): Generator<string> {
+  for (let i = 1; ; i++) {
+    const h = Math.imul(i, 2654435761) >>> 0;
+    if (h >>> 16 === 0xfd00) continue;
+    yield `${(h >>> 16).toString(16)}:${(h & 0xffff).toString(16)}:${i.toString(16)}::${(i & 0xfff).toString(16)}/128`;
+  }
+}
+
+function* v4Hosts(): Generator<string> {
+  for (let i = 1; ; i++) {
+    const h = Math.imul(i, 2654435761) >>> 0;
+    yield `${(h >>> 24) & 255 || 1}.${(h >>> 16) & 255}.${(h >>> 8) & 255}.${h & 255}/32`;
+  }
+}
+
+const MB = 1 << 20;
+
+/** n excepts, or as many as keep the policy under `bytes` of JSON. */
+function excepts(gen: Generator<string>, fixed: string[], n: number, bytes = Infinity): string[] {
+  const out = [...fixed];
+  let size = JSON.stringify(out).length + 200;
+  while (out.length < n) {
+    const e = gen.next().value as string;
+    size += e.length + 3;
+    if (size > bytes) break;
+    out.push(e);
+  }
+  return out;
+}
+
+/** The issue's shape: every pod of alpha gets ingress only from this one block. */
+const huge = (cidr: string, except: string[]) => np('alpha', 'huge', { podSelector: {}, policyTypes: ['Ingress'], ingress: [{ from: [{ ipBlock: { cidr, except } }] }] });
+
+/** b1's and the external host's IPv6 addresses: excepted, so they stay out. */
+const B1_V6 = 'fd00:10:244:1::21/128';
+const EXTERNAL_V6 = 'fd00:172:31::200/128';
+const isolatedButV6 = (...excepted: string[]) => and(v(6), not(from(...excepted)));
+const web80 = np('alpha', 'web-80', { podSelector: WEB, ingress: [{ ports: [{ port: 80 }] }] });
+
+export const LARGE_IPBLOCK_SCENARIOS: readonly Scenario[] = (() => {
+  const except400k = excepts(v6Hosts(), [B1_V6, EXTERNAL_V6], 15_002);
+  const within = huge('::/0', excepts(v6Hosts(), [EXTERNAL_V6, B1_V6], Infinity, MB));
+  const over = huge('0.0.0.0/0', excepts(v4Hosts(), [], Infinity, MB));
+  const betaDeny = np('beta', 'deny', { podSelector: {} });
+  return [
+    {
+      name: '::/0 except 15,000 scattered /128s (400 KB): alpha stays isolated on IPv4 and IPv6, and later changes apply',
+      steps: [
+        { what: 'huge policy', policies: [huge('::/0', except400k)], expect: ingress({ [A1]: isolatedButV6(B1, EXTERNAL), [A2]: isolatedButV6(B1, EXTERNAL) }) },
+        // A small change to another policy still applies...
+        {
+          what: 'beta denies all too',
+          policies: [huge('::/0', except400k), betaDeny],
+          expect: ingress({ [A1]: isolatedButV6(B1, EXTERNAL), [A2]: isolatedButV6(B1, EXTERNAL), [B1]: none, [B2]: none }),
+        },
+        // ...and so does an edit of the huge one: b1 is no longer excepted.
+        {
+          what: 'b1 no longer excepted',
+          policies: [
+            huge(
+              '::/0',
+              except400k.filter((e) => e !== B1_V6),
+            ),
+            betaDeny,
+          ],
+          expect: ingress({ [A1]: isolatedButV6(EXTERNAL), [A2]: isolatedButV6(EXTERNAL), [B1]: none, [B2]: none }),
+        },
+      ],
+    },
+    {
+      name: 'a 1 MB policy within the limits is enforced, and the agents stay within their memory budget',
+      steps: [
+        { what: '1 MB policy', policies: [within], expect: ingress({ [A1]: isolatedButV6(B1, EXTERNAL), [A2]: isolatedButV6(B1, EXTERNAL) }) },
+        { what: 'plus a small policy', policies: [within, web80], expect: ingress({ [A1]: (x) => isolatedButV6(B1, EXTERNAL)(x) || tcp(80)(x), [A2]: isolatedButV6(B1, EXTERNAL) }) },
+      ],
+    },
+    {
+      name: 'a 1 MB policy over the limits is rejected with its reason and fails closed; later changes apply',
+      steps: [
+        // Invalid: it allows nothing, and alpha's pods stay isolated for ingress in both families.
+        { what: 'rejected policy', policies: [over], expect: ingress({ [A1]: none, [A2]: none }) },
+        { what: 'plus a small valid policy', policies: [over, web80], expect: ingress({ [A1]: tcp(80), [A2]: none }) },
+        { what: 'the large one deleted', policies: [web80], expect: ingress({ [A1]: tcp(80) }) },
+      ],
+    },
+  ];
+})();
+
+export const EXPLAIN_SCENARIOS: readonly Scenario[] = [
+  ...CLUSTER_NETWORK_POLICY_SCENARIOS,
+  ...ISOLATION_PEERS_SCENARIOS,
+  ...PORT_SCENARIOS,
+  ...IPBLOCK_SCENARIOS,
+  ...INVALID_POLICY_SCENARIOS,
+  ...HOST_NETWORK_SCENARIOS,
+  ...ALLOW_ACTION_SCENARIOS,
+  ...SMOKE_SCENARIOS,
+  ...FAIL_CLOSED_SCENARIOS,
+  ...LARGE_IPBLOCK_SCENARIOS,
+];
+
+/** The scenario of that name (a test reads its tables by the name it carries). */
+export function scenario(name: string): Scenario {
+  const s = EXPLAIN_SCENARIOS.find((x) => x.name === name);
+  if (!s) throw new Error(`no scenario named "${name}" in explain-scenarios.ts`);
+  return s;
+}
+
+/** Sets a step's state on the conformance cluster, and waits until every agent holds it. */
+export async function applyStep(c: Conformance, step: Step): Promise<void> {
+  for (const p of step.unknownPods ?? []) await c.cluster.addPod({ namespace: p.namespace, name: p.name, node: p.node, ips: p.ips });
+  for (const key of step.removePods ?? []) await c.removePod(key);
+  for (const pod of step.addPods ?? []) await c.addPod({ ...pod, labels: { ...pod.labels } });
+  for (const [key, labels] of Object.entries(step.podLabels ?? {})) await c.setPodLabels(key, labels);
+  for (const [ns, labels] of Object.entries(step.namespaceLabels ?? {})) await c.setNamespaceLabels(ns, labels);
+  for (const [key, phase] of Object.entries(step.podPhases ?? {})) await c.setPodPhase(key, phase);
+  for (const [key, on] of Object.entries(step.hostNetwork ?? {})) {
+    const pod = c.pods.get(key);
+    if (!pod) throw new Error(`${step.what}: no pod ${key} to set hostNetwork on`);
+    pod.hostNetwork = on;
+    await c.writeManifests();
+  }
+  if (step.policies) await c.setPolicies(...step.policies);
+}
+
+/** Probes a step's tables with real packets (each through `beside`: what the packets meet
+ *  besides Weir), throwing with every cell that differs; the matrices probed. */
+export async function probeStep(c: Conformance, step: Step, beside: (v: Verdict) => Verdict = (v) => v): Promise<Matrix[]> {
+  const probed: Matrix[] = [];
+  if (step.expect) probed.push(await c.expect(beside(step.expect), step.what));
+  if (step.toExternal) probed.push(await c.expectToExternal(beside(step.toExternal), step.what));
+  if (probed.length === 0) throw new Error(`${step.what}: the step states no table`);
+  return probed;
+}
+
+/** Takes out of the cluster the pods a scenario put there behind the manifests' back. */
+export async function removeUnknownPods(c: Conformance, s: Scenario): Promise<void> {
+  for (const p of s.steps.flatMap((step) => step.unknownPods ?? [])) {
+    const key = `${p.namespace}/${p.name}`;
+    if (c.cluster.endpoint(key)) await c.cluster.removePod(key);
+  }
+}
+
+/** A scenario from the fixed cast with no policy: each step set, then probed. */
+export async function playScenario(c: Conformance, s: Scenario): Promise<void> {
+  await c.reset();
+  try {
+    for (const step of s.steps) {
+      await applyStep(c, step);
+      await probeStep(c, step);
+    }
+  } finally {
+    await removeUnknownPods(c, s);
+  }
+}
+
+/** What explain is given for a scenario: the agents' flags, read as the agent reads them. */
+export function explainConfigOf(s: Scenario): ExplainConfig {
+  return explainConfig(toConfig(parse(['agent', ...(s.agentArgs ?? [])], {}).values, { nodeName: false, manifestsDir: false }));
+}
 
 /** The address the probes of a cell use for an end (the external host's too). */
 export function cellAddress(ipsOf: (key: string) => readonly string[], key: string, family: 4 | 6): string {
@@ -341,15 +878,22 @@ export function cellAddress(ipsOf: (key: string) => readonly string[], key: stri
 }
 
 /** What explain says of a cell's packet, named by its addresses as the probe sends it, with
- *  every disagreement between the chains and the policies it saw on the way. */
-export function explainCell(ex: (req: ExplainRequest) => Explanation, ipsOf: (key: string) => readonly string[], cell: Cell): { allowed: boolean; why: string; disagreements: string[] } {
-  const x = ex({
-    source: cellAddress(ipsOf, cell.source, cell.family),
-    destination: cellAddress(ipsOf, cell.target, cell.family),
-    protocol: cell.proto === 'tcp' ? 'TCP' : 'UDP',
-    port: cell.port,
-    family: cell.family,
-  });
+ *  every disagreement between the chains and the policies it saw on the way; a refusal to
+ *  answer (no verdict) is one too: every cell the harness probes has an answer. */
+export function explainCell(ex: (req: ExplainRequest) => Explanation, ipsOf: (key: string) => readonly string[], cell: Cell): { allowed: boolean | undefined; why: string; disagreements: string[] } {
+  let x: Explanation;
+  try {
+    x = ex({
+      source: cellAddress(ipsOf, cell.source, cell.family),
+      destination: cellAddress(ipsOf, cell.target, cell.family),
+      protocol: cell.proto === 'tcp' ? 'TCP' : 'UDP',
+      port: cell.port,
+      family: cell.family,
+    });
+  } catch (err) {
+    if (!(err instanceof ExplainInputError)) throw err;
+    return { allowed: undefined, why: `refused: ${err.message}`, disagreements: [`explain refused it: ${err.message}`] };
+  }
   const f = x.families[0];
   const why = f.unpoliced ?? f.directions.map((d) => `${d.direction} ${d.verdict} (${d.reason}${d.rule ? ` at ${d.rule.chain} #${d.rule.position}` : ''})`).join(', ');
   return { allowed: f.verdict === 'allowed', why, disagreements: f.directions.flatMap((d) => (d.disagreement ? [`${d.direction}: ${d.disagreement}`] : [])) };

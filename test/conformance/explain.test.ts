@@ -1,23 +1,23 @@
 // Conformance: `weir explain` agrees with real packets. Each scenario of explain-scenarios.ts
-// (ClusterNetworkPolicy tiers, isolation, peers, selectors, phases) is set on the simulated
-// two-node cluster, its truth table probed with real packets (and checked against the
-// scenario's hand-written table), and explain, fed the manifests the agents enforce with the
-// agents' flags, must give every probed cell the verdict the packet met.
+// (ClusterNetworkPolicy tiers, isolation, peers, selectors, phases, ports, named ports,
+// ipBlocks, invalid and large policies, host-networked and unknown pods, --allow-action RETURN)
+// is set on a simulated two-node cluster whose agents run with the scenario's flags (one
+// cluster per set of flags), its truth tables probed with real packets (and checked against
+// the scenario's hand-written tables), and explain, fed the manifests the agents enforce with
+// the agents' flags, must give every probed cell the verdict the packet met.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { explainConfig, runExplain } from '../../src/cli/explain.ts';
+import { runExplain } from '../../src/cli/explain.ts';
 import { netnsRunner, processRunner } from '../../src/dataplane/index.ts';
 import type { Explanation } from '../../src/explain/explain.ts';
 import type { NodeCheck } from '../../src/explain/node-check.ts';
-import { toConfig } from '../../src/cli/flags.ts';
 import { loadOnce } from '../../src/cli/render.ts';
 import { explainer } from '../../src/explain/explain.ts';
 import { silentLogger } from '../../src/log.ts';
-import type { Matrix } from '../../src/sim/prober.ts';
-import { EXPLAIN_SCENARIOS, explainCell } from './explain-scenarios.ts';
+import { applyStep, EXPLAIN_SCENARIOS, explainCell, explainConfigOf, probeStep, removeUnknownPods, type Scenario } from './explain-scenarios.ts';
 import { A1, B1, B2, type Cell, Conformance } from './harness.ts';
 
 const execFileP = promisify(execFile);
@@ -75,38 +75,57 @@ describe('conformance: weir explain agrees with the probes', () => {
     }
   });
 
-  for (const scenario of EXPLAIN_SCENARIOS) {
-    test(scenario.name, async () => {
-      await c.reset();
-      for (const step of scenario.steps) {
-        for (const key of step.removePods ?? []) await c.removePod(key);
-        for (const pod of step.addPods ?? []) await c.addPod({ ...pod, labels: { ...pod.labels } });
-        for (const [key, labels] of Object.entries(step.podLabels ?? {})) await c.setPodLabels(key, labels);
-        for (const [ns, labels] of Object.entries(step.namespaceLabels ?? {})) await c.setNamespaceLabels(ns, labels);
-        for (const [key, phase] of Object.entries(step.podPhases ?? {})) await c.setPodPhase(key, phase);
-        if (step.policies) await c.setPolicies(...step.policies);
-        const probed: Matrix[] = [await c.expect(step.expect, step.what)];
-        if (step.toExternal) probed.push(await c.expectToExternal(step.toExternal, step.what));
-
-        // The agents run with the harness's flags: the chains' shape is the defaults'.
-        const cfg = explainConfig(toConfig({ manifests: c.dir }, { nodeName: false, manifestsDir: true }));
-        const ex = explainer((await loadOnce(c.dir, silentLogger())).events, cfg);
-        const ipsOf = (key: string) => c.pods.get(key)?.ips ?? [];
-        const wrong: string[] = [];
-        let cells = 0;
-        for (const m of probed) {
-          for (const [key, passed] of m.cells) {
-            const [source, target, family, proto, port] = key.split('|');
-            const cell: Cell = { source, target, family: Number(family) as 4 | 6, proto: proto as 'tcp' | 'udp', port: Number(port) };
-            const got = explainCell(ex, ipsOf, cell);
-            cells++;
-            if (got.allowed !== passed) wrong.push(`${key}: explain says ${got.allowed ? 'allowed' : 'denied'} (${got.why}), the packet ${passed ? 'passed' : 'was dropped'}`);
-            for (const d of got.disagreements) wrong.push(`${key}: ${d}`);
-          }
-        }
-        assert.ok(cells > 0, `${step.what}: no cell probed`);
-        assert.deepEqual(wrong, [], `${step.what}: explain and the probes differ in ${wrong.length} of ${cells} cells`);
-      }
-    });
-  }
+  for (const scenario of EXPLAIN_SCENARIOS.filter((x) => (x.agentArgs ?? []).length === 0)) test(scenario.name, () => agreeOn(() => c, scenario));
 });
+
+/** Every set of agent flags the scenarios ask for beside the harness's, with its scenarios. */
+const flagged = Map.groupBy(
+  EXPLAIN_SCENARIOS.filter((x) => (x.agentArgs ?? []).length > 0),
+  (x) => (x.agentArgs ?? []).join(' '),
+);
+for (const [flags, scenarios] of flagged) {
+  describe(`conformance: weir explain agrees with the probes, agents run with ${flags}`, () => {
+    let c: Conformance;
+    before(async () => {
+      c = await Conformance.start('wexplf', scenarios[0].agentArgs);
+    });
+    after(async () => {
+      await c?.stop();
+    });
+    for (const scenario of scenarios) test(scenario.name, () => agreeOn(() => c, scenario));
+  });
+}
+
+/** Plays a scenario on the cluster, step by step: its tables probed, then every probed cell
+ *  explained from the manifests the agents enforce. */
+async function agreeOn(cluster: () => Conformance, scenario: Scenario): Promise<void> {
+  const c = cluster();
+  await c.reset();
+  const cfg = explainConfigOf(scenario);
+  try {
+    for (const step of scenario.steps) {
+      await applyStep(c, step);
+      const probed = await probeStep(c, step);
+      const ex = explainer((await loadOnce(c.dir, silentLogger())).events, cfg);
+      const ipsOf = (key: string) => c.cluster.endpoint(key)?.ips ?? [];
+      const wrong: string[] = [];
+      let cells = 0;
+      for (const m of probed) {
+        for (const [key, passed] of m.cells) {
+          const [source, target, family, proto, port] = key.split('|');
+          const cell: Cell = { source, target, family: Number(family) as 4 | 6, proto: proto as 'tcp' | 'udp', port: Number(port) };
+          const got = explainCell(ex, ipsOf, cell);
+          cells++;
+          if (got.allowed !== undefined && got.allowed !== passed) {
+            wrong.push(`${key}: explain says ${got.allowed ? 'allowed' : 'denied'} (${got.why}), the packet ${passed ? 'passed' : 'was dropped'}`);
+          }
+          for (const d of got.disagreements) wrong.push(`${key}: ${d}`);
+        }
+      }
+      assert.ok(cells > 0, `${step.what}: no cell probed`);
+      assert.deepEqual(wrong, [], `${step.what}: explain and the probes differ in ${wrong.length} of ${cells} cells`);
+    }
+  } finally {
+    await removeUnknownPods(c, scenario);
+  }
+}
