@@ -5,19 +5,23 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { inNs } from '../../src/sim/netns.ts';
-import { A1, A2, B1, Conformance, np, type Cell } from './harness.ts';
+import { applyStep, probeStep, scenario } from './explain-scenarios.ts';
+import { A1, A2, B1, Conformance, type Cell } from './harness.ts';
+import { and, not } from './predicates.ts';
 import { spoofIntoEstablishedFlow } from './spoofing.ts';
+
+const ADMIN_RULE = "an administrator's FORWARD rule after Weir's still applies to traffic policy allows";
 
 describe('--allow-action RETURN', () => {
   let c: Conformance;
   before(async () => {
-    c = await Conformance.start('wret', ['--allow-action', 'RETURN']);
+    c = await Conformance.start('wret', scenario(ADMIN_RULE).agentArgs);
   });
   after(async () => {
     await c?.stop();
   });
 
-  test("an administrator's FORWARD rule after Weir's still applies to traffic policy allows", async () => {
+  test(ADMIN_RULE, async () => {
     await c.reset();
     const b1 = c.cluster.endpoint(B1)!;
     const rules = b1.ips.map((ip) => ({ tool: ip.includes(':') ? 'ip6tables' : 'iptables', args: ['-d', ip, '-p', 'tcp', '--dport', '81', '-j', 'DROP'] }));
@@ -25,10 +29,12 @@ describe('--allow-action RETURN', () => {
     for (const r of rules) await inNs(nodeA, r.tool, ['-w', '-A', 'FORWARD', ...r.args]);
     try {
       const adminDrops = (x: Cell) => x.target === B1 && x.proto === 'tcp' && x.port === 81 && x.source !== B1;
-      await c.expect((x: Cell) => !adminDrops(x), "no policy: only the administrator's rule drops");
-      // Policy still decides first: a1 isolated for ingress with nothing allowed.
-      await c.setPolicies(np('alpha', 'deny-a1', { podSelector: { matchLabels: { app: 'web' } } }));
-      await c.expect((x: Cell) => !adminDrops(x) && (x.target !== A1 || x.source === A1), 'policy denies, administrator drops');
+      // The scenario holds what Weir decides (policy still decides first); the packets also
+      // meet the administrator's rule.
+      for (const step of scenario(ADMIN_RULE).steps) {
+        await applyStep(c, step);
+        await probeStep(c, step, (weir) => and(not(adminDrops), weir));
+      }
     } finally {
       for (const r of rules) await inNs(nodeA, r.tool, ['-w', '-D', 'FORWARD', ...r.args]).catch(() => undefined);
     }

@@ -7,19 +7,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { openProbeClient } from '../../src/sim/prober.ts';
-import { A1, A2, B1, Conformance, np, type Cell, type PodDef } from './harness.ts';
+import { FAIL_CLOSED_SCENARIOS, LATE_POD, playScenario } from './explain-scenarios.ts';
+import { A1, A2, B1, Conformance, np, type PodDef } from './harness.ts';
 import { flowsTo } from '../support/conntrack.ts';
 import { countArrivals, sendUdp, spoofIntoEstablishedFlow, unwatchArrivals, watchArrivals } from './spoofing.ts';
 
-const NEW: PodDef = {
-  namespace: 'alpha',
-  name: 'late',
-  node: 'node-a',
-  ips: ['10.244.1.51', 'fd00:10:244:1::51'],
-  labels: { app: 'late' },
-  ports: [],
-};
-const LATE = 'alpha/late';
+const NEW = LATE_POD;
+const LATE = `${NEW.namespace}/${NEW.name}`;
 
 describe('fail closed for unknown addresses', () => {
   let c: Conformance;
@@ -30,17 +24,7 @@ describe('fail closed for unknown addresses', () => {
     await c?.stop();
   });
 
-  test('a pod whose IP Weir does not know can neither send nor receive, same-node or cross-node', async () => {
-    await c.reset();
-    // In the cluster (its veth on cni0, its IP routed), but not yet in what Weir sees.
-    await c.cluster.addPod({ namespace: NEW.namespace, name: NEW.name, node: NEW.node, ips: NEW.ips });
-    try {
-      await c.expect((x: Cell) => x.source === x.target || (x.source !== LATE && x.target !== LATE), 'unknown pod isolated');
-      await c.expectToExternal((x: Cell) => x.source !== LATE, 'unknown pod cannot reach the external host');
-    } finally {
-      await c.cluster.removePod(LATE);
-    }
-  });
+  for (const s of FAIL_CLOSED_SCENARIOS) test(s.name, () => playScenario(c, s));
 
   test('a new pod is enforced within 200 ms of its IP reaching Weir (measured)', async () => {
     await c.reset();

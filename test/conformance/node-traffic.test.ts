@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { openProbeClient } from '../../src/sim/prober.ts';
-import { A1, Conformance, np } from './harness.ts';
+import { applyStep, probeStep, scenario } from './explain-scenarios.ts';
+import { A1, Conformance } from './harness.ts';
 
 const NODE_PORT = 9090;
 
@@ -39,8 +40,9 @@ describe('conformance: a pod and its own node', () => {
 
   test('under deny-all both ways, a pod and its node still reach each other; another node does not reach the pod', async () => {
     await c.reset();
-    const denyAll = (ns: string) => np(ns, 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] });
-    await c.setPolicies(denyAll('alpha'), denyAll('beta'), denyAll('gamma'));
+    // Every namespace denies all ingress and all egress.
+    const [denyAll] = scenario('a pod always reaches itself, even when every pod denies all ingress and all egress').steps;
+    await applyStep(c, denyAll);
     const nodeA = c.cluster.nodes.find((n) => n.name === 'node-a')!;
     const nodeB = c.cluster.nodes.find((n) => n.name === 'node-b')!;
     const a1 = c.cluster.endpoint(A1)!;
@@ -60,6 +62,6 @@ describe('conformance: a pod and its own node', () => {
       client.close();
     }
     // And the policy holds for pod-to-pod traffic at the same time.
-    await c.expect((x) => x.source === x.target, 'deny-all both ways');
+    await probeStep(c, denyAll);
   });
 });

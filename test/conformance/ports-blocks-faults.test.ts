@@ -1,18 +1,17 @@
 // Conformance with real packets: ports (numeric, ranges, protocols, named), ipBlocks (excepts,
 // overlaps, /0, host bits, families, pod IPs, the external host), invalid input, hostNetwork
 // pods, connections that outlive a policy, and drift made by other programs on a node.
-// Every predicate is written by hand from docs/semantics (never derived from Weir's code).
+// Every predicate is written by hand from docs/semantics (never derived from Weir's code); the
+// tables of policy states live in explain-scenarios.ts.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
-import { A1, A2, B1, B2, Conformance, EXTERNAL, G1, np, type Cell } from './harness.ts';
-import { and, egress, from, ingress, none, or, self, tcp, udp, v } from './predicates.ts';
-
-// The cast's named ports, copied from the harness header: http is TCP everywhere, dns is UDP.
-const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [G1]: 80 };
+import { HOST_NETWORK_SCENARIOS, INVALID_POLICY_SCENARIOS, IPBLOCK_SCENARIOS, PORT_SCENARIOS, playScenario } from './explain-scenarios.ts';
+import { A1, A2, B2, Conformance, np } from './harness.ts';
+import { from, ingress, none, tcp } from './predicates.ts';
 
 // Agents see a changed file within their 20 ms debounce; nothing can be awaited for a file that
 // changes no revision, so this is a generous fixed wait.
@@ -92,257 +91,12 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     await c?.stop();
   });
 
-  // ---- ports --------------------------------------------------------------------------------
+  // Ports (numeric, ranges, protocols, named), ipBlocks (excepts, overlaps, /0, host bits,
+  // families, pod IPs, the external host) and invalid policies: their tables live in
+  // explain-scenarios.ts, where weir explain is checked over them too.
+  for (const s of [...PORT_SCENARIOS, ...IPBLOCK_SCENARIOS, ...INVALID_POLICY_SCENARIOS]) test(s.name, () => playScenario(c, s));
 
-  test('a numeric TCP port allows that port only, and editing it moves the allowance', async () => {
-    await c.reset();
-    await c.setPolicies(np('alpha', 'p', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ protocol: 'TCP', port: 80 }] }] }));
-    await c.expect(ingress({ [A1]: tcp(80) }), 'TCP 80');
-    await c.setPolicies(np('alpha', 'p', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ protocol: 'TCP', port: 81 }] }] }));
-    await c.expect(ingress({ [A1]: tcp(81) }), 'TCP 81');
-  });
-
-  test('a protocol with no port allows every port of that protocol and none of the other', async () => {
-    await c.reset();
-    await c.setPolicies(np('beta', 'p', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ ports: [{ protocol: 'UDP' }] }] }));
-    await c.expect(ingress({ [B2]: udp() }), 'UDP, every port');
-    await c.setPolicies(np('beta', 'p', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ ports: [{ protocol: 'TCP' }] }] }));
-    await c.expect(ingress({ [B2]: tcp() }), 'TCP, every port');
-  });
-
-  test('a port with no protocol means TCP', async () => {
-    await c.reset();
-    await c.setPolicies(np('gamma', 'p', { podSelector: {}, ingress: [{ ports: [{ port: 81 }] }] }));
-    await c.expect(ingress({ [G1]: tcp(81) }));
-  });
-
-  test('endPort makes a range: 80-81 allows both ports, 81-81 only 81', async () => {
-    await c.reset();
-    await c.setPolicies(np('alpha', 'p', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ ports: [{ port: 80, endPort: 81 }] }] }));
-    await c.expect(ingress({ [A2]: tcp() }), '80-81');
-    await c.setPolicies(np('alpha', 'p', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ ports: [{ port: 81, endPort: 81 }] }] }));
-    await c.expect(ingress({ [A2]: tcp(81) }), '81-81');
-  });
-
-  test('several ports in one rule each allow their own protocol and port; TCP and UDP on one number are separate entries', async () => {
-    await c.reset();
-    const pol = (ports: unknown[]) => np('beta', 'p', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports }] });
-    await c.setPolicies(pol([{ protocol: 'UDP', port: 80 }, { port: 81 }]));
-    await c.expect(ingress({ [B1]: or(udp(80), tcp(81)) }), 'UDP 80 + TCP 81');
-    await c.setPolicies(
-      pol([
-        { protocol: 'TCP', port: 80 },
-        { protocol: 'UDP', port: 80 },
-      ]),
-    );
-    await c.expect(ingress({ [B1]: (x) => x.port === 80 }), 'TCP 80 + UDP 80');
-  });
-
-  test('an ingress named port resolves on each selected pod: http is 80 on a1 but 81 on a2', async () => {
-    await c.reset();
-    await c.setPolicies(
-      np('alpha', 'named', {
-        podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['web', 'db'] }] },
-        ingress: [{ ports: [{ port: 'http' }] }],
-      }),
-    );
-    await c.expect(ingress({ [A1]: tcp(80), [A2]: tcp(81) }), 'both selected');
-    await c.setPodLabels(A2, { app: 'cache' });
-    await c.expect(ingress({ [A1]: tcp(80) }), 'a2 no longer selected');
-  });
-
-  test('an egress named port resolves on each destination; destinations lacking the name are unreachable', async () => {
-    await c.reset();
-    const pol = (to: unknown) => np('alpha', 'named-out', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [to], ports: [{ port: 'http' }] }] });
-    // b1 has no named port at all; every other pod has http with its own number.
-    const toHttp = (targets: string[]) => (x: Cell) => targets.includes(x.target) && x.target in HTTP && tcp(HTTP[x.target])(x);
-    await c.setPolicies(pol({ namespaceSelector: {} }));
-    await c.expect(egress(A1, toHttp([A2, B2, G1])), 'every namespace');
-    await c.setPolicies(pol({ namespaceSelector: { matchLabels: { team: 'b' } } }));
-    await c.expect(egress(A1, toHttp([B2])), 'team b only');
-    await c.setNamespaceLabels('gamma', { team: 'b' });
-    await c.expect(egress(A1, toHttp([B2, G1])), 'gamma joins team b');
-  });
-
-  test('a named port with protocol UDP matches only UDP container ports of that name', async () => {
-    await c.reset();
-    await c.setPolicies(np('gamma', 'dns', { podSelector: {}, ingress: [{ ports: [{ protocol: 'UDP', port: 'dns' }] }] }));
-    await c.expect(ingress({ [G1]: udp(81) }), 'UDP dns');
-    // g1's "dns" is UDP, so the same name as TCP (the default) resolves to nothing.
-    await c.setPolicies(np('gamma', 'dns', { podSelector: {}, ingress: [{ ports: [{ port: 'dns' }] }] }));
-    await c.expect(ingress({ [G1]: none }), 'TCP dns');
-  });
-
-  test('an egress named port toward an ipBlock peer matches nothing, while a numeric port does (impl)', async () => {
-    await c.reset();
-    const pol = (ports: unknown[]) =>
-      np('alpha', 'named-block', {
-        podSelector: { matchLabels: { app: 'web' } },
-        policyTypes: ['Egress'],
-        egress: [{ to: [{ ipBlock: { cidr: '10.244.0.0/16' } }, { ipBlock: { cidr: 'fd00:10:244::/48' } }], ports }],
-      });
-    await c.setPolicies(pol([{ port: 'http' }]));
-    await c.expect(egress(A1, none), 'named port only');
-    await c.setPolicies(pol([{ port: 'http' }, { port: 80 }]));
-    await c.expect(egress(A1, tcp(80)), 'named port plus TCP 80');
-  });
-
-  // ---- ipBlock ------------------------------------------------------------------------------
-
-  test('an ipBlock admits the external host only while a block covers it, in its own family', async () => {
-    await c.reset();
-    const pol = (...cidrs: string[]) => np('alpha', 'ext', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: cidrs.map((cidr) => ({ ipBlock: { cidr } })) }] });
-    await c.setPolicies(pol('172.31.0.200/32'));
-    await c.expect(ingress({ [A1]: and(from(EXTERNAL), v(4)) }), '/32');
-    await c.setPolicies(pol('172.31.0.0/24', 'fd00:172:31::/64'));
-    await c.expect(ingress({ [A1]: from(EXTERNAL) }), '/24 and /64');
-    await c.setPolicies(pol('172.31.1.0/24', 'fd00:172:32::/64'));
-    await c.expect(ingress({ [A1]: none }), 'blocks beside it');
-  });
-
-  test('except carves addresses out of a cidr: the external host and node-b pods excepted', async () => {
-    await c.reset();
-    const pol = (extExcept: string) =>
-      np('alpha', 'except', {
-        podSelector: { matchLabels: { app: 'web' } },
-        ingress: [
-          {
-            from: [
-              { ipBlock: { cidr: '172.31.0.0/24', except: [extExcept] } },
-              { ipBlock: { cidr: '10.244.0.0/16', except: ['10.244.2.0/24'] } },
-              { ipBlock: { cidr: 'fd00:172:31::/64', except: ['fd00:172:31::200/128'] } },
-            ],
-          },
-        ],
-      });
-    await c.setPolicies(pol('172.31.0.200/32'));
-    await c.expect(ingress({ [A1]: and(from(B1), v(4)) }), 'external excepted');
-    await c.setPolicies(pol('172.31.0.0/25'));
-    await c.expect(ingress({ [A1]: and(from(B1, EXTERNAL), v(4)) }), 'except no longer covers .200');
-  });
-
-  test('overlapping blocks: an address excepted by one block but covered by another is allowed', async () => {
-    await c.reset();
-    const pol = (v4: string, v6: string) =>
-      np('alpha', 'overlap', {
-        podSelector: { matchLabels: { app: 'db' } },
-        ingress: [
-          {
-            from: [
-              { ipBlock: { cidr: '10.244.0.0/16', except: ['10.244.2.0/24'] } },
-              { ipBlock: { cidr: v4 } },
-              { ipBlock: { cidr: 'fd00:10:244::/48', except: ['fd00:10:244:1::/64'] } },
-              { ipBlock: { cidr: v6 } },
-            ],
-          },
-        ],
-      });
-    // a1 10.244.1.11 / ::11, b1 .1.21 / ::21, b2 .2.22, g1 ::31 (node-a's /64 is excepted).
-    await c.setPolicies(pol('10.244.2.16/28', 'fd00:10:244:1::20/124'));
-    await c.expect(ingress({ [A2]: or(and(v(4), from(A1, B1, B2)), and(v(6), from(B1))) }), '.16/28 and ::20/124');
-    await c.setPolicies(pol('10.244.2.0/28', 'fd00:10:244:1::30/124'));
-    await c.expect(ingress({ [A2]: or(and(v(4), from(A1, B1)), and(v(6), from(G1))) }), '.0/28 and ::30/124');
-  });
-
-  test('0.0.0.0/0 and ::/0 match every address of their family, pods included (impl)', async () => {
-    await c.reset();
-    const pol = (...blocks: unknown[]) => np('alpha', 'all', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: blocks.map((ipBlock) => ({ ipBlock })) }] });
-    await c.setPolicies(pol({ cidr: '0.0.0.0/0' }));
-    await c.expect(ingress({ [A1]: v(4) }), '0.0.0.0/0');
-    await c.setPolicies(pol({ cidr: '0.0.0.0/0' }, { cidr: '::/0' }));
-    await c.expect(ingress({ [A1]: () => true }), 'both /0');
-    await c.setPolicies(pol({ cidr: '0.0.0.0/0', except: ['10.244.0.0/16'] }, { cidr: '::/0', except: ['fd00:10:244::/48'] }));
-    await c.expect(ingress({ [A1]: from(EXTERNAL) }), '/0 except the pod ranges');
-  });
-
-  test('a cidr with host bits set is treated as its network', async () => {
-    await c.reset();
-    await c.setPolicies(
-      np('alpha', 'hostbits', {
-        podSelector: { matchLabels: { app: 'db' } },
-        ingress: [{ from: [{ ipBlock: { cidr: '172.31.0.7/24' } }, { ipBlock: { cidr: '10.244.1.99/24' } }, { ipBlock: { cidr: 'fd00:10:244:1::99/64' } }] }],
-      }),
-    );
-    // node-a's pods (a1, b1 both families, g1 v6) and the external host over IPv4.
-    await c.expect(ingress({ [A2]: or(from(A1, B1, G1), and(from(EXTERNAL), v(4))) }));
-  });
-
-  test('an ipBlock of one family allows nothing of the other, even on single-stack pods', async () => {
-    await c.reset();
-    await c.setPolicies(
-      np('beta', 'v6-to-v4only', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ from: [{ ipBlock: { cidr: '::/0' } }] }] }),
-      np('gamma', 'v4-to-v6only', { podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0' } }] }] }),
-      np('alpha', 'ext-v6', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ ipBlock: { cidr: 'fd00:172:31::/64' } }] }] }),
-    );
-    await c.expect(ingress({ [B2]: none, [G1]: none, [A1]: and(from(EXTERNAL), v(6)) }), 'other family');
-    await c.setPolicies(
-      np('beta', 'v6-to-v4only', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ from: [{ ipBlock: { cidr: '0.0.0.0/0' } }] }] }),
-      np('gamma', 'v4-to-v6only', { podSelector: {}, ingress: [{ from: [{ ipBlock: { cidr: '::/0' } }] }] }),
-    );
-    await c.expect(() => true, 'own family');
-  });
-
-  test('an egress ipBlock covering a pod IP allows that pod in that family only (impl)', async () => {
-    await c.reset();
-    const pol = (cidr: string) => np('beta', 'to-a2', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr } }] }] });
-    await c.setPolicies(pol('10.244.2.12/32'));
-    await c.expect(
-      egress(
-        B1,
-        and((x) => x.target === A2, v(4)),
-      ),
-      'a2 over IPv4',
-    );
-    await c.setPolicies(pol('fd00:10:244:2::12/128'));
-    await c.expect(
-      egress(
-        B1,
-        and((x) => x.target === A2, v(6)),
-      ),
-      'a2 over IPv6',
-    );
-  });
-
-  test('a /32 ipBlock and a pod selector naming the same address: the address stays allowed when the pod stops matching', async () => {
-    await c.reset();
-    // Both rules allow every port, so a1's ingress merges their peers into one set per family,
-    // where a2's IPv4 address comes from both: the block (as a /32) and the selected pod.
-    const block = np('alpha', 'from-a2-block', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ ipBlock: { cidr: '10.244.2.12/32' } }] }] });
-    const db = np('alpha', 'from-db', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }] }] });
-    await c.setPolicies(block, db);
-    await c.expect(ingress({ [A1]: from(A2) }), 'a2 over both families');
-    await c.setPodLabels(A2, { app: 'cache' });
-    await c.expect(ingress({ [A1]: and(from(A2), v(4)) }), 'a2 over IPv4 only: the block still covers it');
-  });
-
-  test('egress to the external host follows the ipBlock, its family and its ports', async () => {
-    await c.reset();
-    const pol = (cidr: string, ports?: unknown[]) =>
-      np('alpha', 'to-ext', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Egress'], egress: [{ to: [{ ipBlock: { cidr } }], ...(ports ? { ports } : {}) }] });
-    await c.setPolicies(pol('172.31.0.200/32', [{ port: 80 }]));
-    await c.expect(egress(A1, none), 'pods unreachable from a1');
-    await c.expectToExternal((x) => x.source !== A1 || (x.family === 4 && tcp(80)(x)), 'v4 TCP 80 to external');
-    await c.setPolicies(pol('fd00:172:31::/64'));
-    await c.expectToExternal((x) => x.source !== A1 || x.family === 6, 'v6 to external');
-  });
-
-  // ---- invalid input ------------------------------------------------------------------------
-
-  test('an invalid policy is skipped whole, keeps the pods it selects isolated, and valid ones still apply', async () => {
-    await c.reset();
-    const valid = np('alpha', 'web-80', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ port: 80 }] }] });
-    // Half-applying these would open everything through the `{}` rule.
-    const badCidr = (ns: string, app: string) => np(ns, 'bad-cidr', { podSelector: { matchLabels: { app } }, ingress: [{}, { from: [{ ipBlock: { cidr: 'nonsense' } }] }] });
-    await c.setPolicies(valid, badCidr('alpha', 'web'), badCidr('beta', 'db'));
-    await c.expect(ingress({ [A1]: tcp(80), [B2]: none }), 'bad cidr');
-
-    // An unreadable podSelector isolates every pod of its namespace, in its declared direction.
-    const badOp = (operator: string) => np('alpha', 'bad-op', { podSelector: { matchExpressions: [{ key: 'app', operator, values: ['web'] }] }, policyTypes: ['Ingress'], ingress: [{}] });
-    await c.setPolicies(valid, badOp('in'));
-    await c.expect(ingress({ [A1]: tcp(80), [A2]: none }), 'operator "in"');
-    await c.setPolicies(valid, badOp('In'));
-    await c.expect(ingress({ [A1]: () => true }), 'operator fixed');
-  });
+  // ---- a broken manifest file ----------------------------------------------------------------
 
   test('a manifest file that stops parsing keeps its last good content; fixing or deleting it applies', async () => {
     await c.reset();
@@ -364,27 +118,9 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
 
   // ---- hostNetwork ----------------------------------------------------------------------------
 
-  // The harness has no hostNetwork switch: this flips the pod's manifest field and rewrites the
-  // files. A real hostNetwork pod sends from the node's own address (node-traffic.test.ts: always
-  // allowed, never policed). The simulated pod keeps its bridged namespace and IP, which then
-  // belongs to no pod Weir polices: its traffic fails closed both ways, and it is in no peer set.
-  test('a hostNetwork pod is never a policy target, and a bridged address claimed by one belongs to no pod (impl)', async () => {
-    await c.reset();
-    const setHostNetwork = async (key: string, on: boolean) => {
-      c.pods.get(key)!.hostNetwork = on;
-      await c.setPolicies(...c.policies);
-    };
-    await c.setPolicies(
-      np('alpha', 'deny', { podSelector: {} }),
-      np('alpha', 'from-web', { podSelector: { matchLabels: { app: 'db' } }, ingress: [{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'web' } } }] }] }),
-    );
-    await c.expect(ingress({ [A1]: none, [A2]: from(A1, B1, G1) }), 'a1 a normal pod');
-    await setHostNetwork(A1, true);
-    const unknownA1 = (x: Cell) => self(x) || (x.source !== A1 && x.target !== A1);
-    await c.expect(and(unknownA1, ingress({ [A2]: from(B1, G1) })), 'a1 on the host network');
-    await setHostNetwork(A1, false);
-    await c.expect(ingress({ [A1]: none, [A2]: from(A1, B1, G1) }), 'a1 back on the pod network');
-  });
+  // The harness has no hostNetwork switch: the step flips the pod's manifest field and rewrites
+  // the files (explain-scenarios.ts says what the simulated pod then is).
+  for (const s of HOST_NETWORK_SCENARIOS) test(s.name, () => playScenario(c, s));
 
   // ---- existing connections -------------------------------------------------------------------
 

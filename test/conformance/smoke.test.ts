@@ -1,5 +1,9 @@
+// The smallest proof that the harness and the agents work: no policy, then one default deny.
+// Their tables live in explain-scenarios.ts.
+
 import { after, before, describe, test } from 'node:test';
-import { A1, Conformance, np, type Cell } from './harness.ts';
+import { playScenario, scenario, SMOKE_SCENARIOS } from './explain-scenarios.ts';
+import { Conformance } from './harness.ts';
 
 describe('conformance smoke', () => {
   let c: Conformance;
@@ -10,14 +14,7 @@ describe('conformance smoke', () => {
     await c?.stop();
   });
 
-  test('with no policy every pod and the external host reach every pod', async () => {
-    await c.reset();
-    await c.expect(() => true);
-  });
+  test('with no policy every pod and the external host reach every pod', () => playScenario(c, scenario('a pod selected by no policy accepts everything and sends everywhere')));
 
-  test('a default-deny ingress policy isolates only the pods of its namespace it selects', async () => {
-    await c.reset();
-    await c.setPolicies(np('alpha', 'deny', { podSelector: { matchLabels: { app: 'web' } } }));
-    await c.expect((x: Cell) => x.target !== A1 || x.source === A1);
-  });
+  for (const s of SMOKE_SCENARIOS) test(s.name, () => playScenario(c, s));
 });
