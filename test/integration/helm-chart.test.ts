@@ -70,18 +70,21 @@ describe('charts/weir rendered by helm', () => {
     }
   });
 
-  test('the default values render the agent, its RBAC and the admission policies, and nothing optional', async () => {
+  test('the default values render the agent, its RBAC, the admission policies and the helm test hook, and nothing optional', async () => {
     const docs = await render();
     assert.deepEqual(docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`).sort(), [
       'ClusterRole//weir-agent',
       'ClusterRole//weir-controller',
+      'ClusterRole//weir-test',
       'ClusterRole//weir-uninstall',
       'ClusterRoleBinding//weir-agent',
       'ClusterRoleBinding//weir-controller',
+      'ClusterRoleBinding//weir-test',
       'ClusterRoleBinding//weir-uninstall',
       'DaemonSet/kube-system/weir',
       'Deployment/kube-system/weir-controller',
       'Job/kube-system/weir-uninstall',
+      'Pod/kube-system/weir-test',
       'Role/kube-system/weir-controller-lease',
       'Role/kube-system/weir-uninstall',
       'Role/kube-system/weir-uninstall-signal',
@@ -90,6 +93,7 @@ describe('charts/weir rendered by helm', () => {
       'RoleBinding/kube-system/weir-uninstall-signal',
       'ServiceAccount/kube-system/weir',
       'ServiceAccount/kube-system/weir-controller',
+      'ServiceAccount/kube-system/weir-test',
       'ServiceAccount/kube-system/weir-uninstall',
       'ValidatingAdmissionPolicy//weir-agent-own-node-status',
       'ValidatingAdmissionPolicy//weir-controller-lease',
@@ -152,6 +156,11 @@ describe('charts/weir rendered by helm', () => {
     assert.ok(!c.volumeMounts.some((m: Obj) => m.name === 'netns'));
     assert.ok(!find(docs, 'DaemonSet')!.spec.template.spec.volumes.some((v: Obj) => v.name === 'netns'));
     assert.ok(c.args.includes('--source-binding=off'));
+  });
+
+  test('agent.cutExisting passes --cut-existing; by default the agents cut only for pods opted in by annotation', async () => {
+    assert.ok(!agentContainer(await render()).args.includes('--cut-existing'));
+    assert.ok(agentContainer(await render(['--set', 'agent.cutExisting=true'])).args.includes('--cut-existing'));
   });
 
   test("with the audit log off the agent gets neither CAP_SETUID/CAP_SETGID (tcpdump's drop to its own user) nor the host's log directory", async () => {
@@ -368,6 +377,7 @@ describe('charts/weir rendered by helm', () => {
         watchIdleTimeoutMs: all.watchIdleTimeoutMs,
         relistIntervalMs: all.relistIntervalMs,
         favourMemory: all.favourMemory,
+        cutExisting: all.cutExisting,
         metricsAddr: all.metricsAddr,
         audit: all.audit,
       },
@@ -381,8 +391,9 @@ describe('charts/weir rendered by helm', () => {
         watchIdleTimeoutMs: 120_000,
         relistIntervalMs: 600_000,
         favourMemory: true,
+        cutExisting: true,
         metricsAddr: '[172.31.0.1]:9477',
-        audit: { enabled: true, defaultLevel: 'deny', nflogGroup: 78, rate: 2000, file: '/var/log/weir-audit/connections.log', maxSize: 1_048_576, maxFiles: 3, stdout: true },
+        audit: { enabled: true, defaultLevel: 'deny', nflogGroup: 78, rate: 2000, ratePerSource: 300, file: '/var/log/weir-audit/connections.log', maxSize: 1_048_576, maxFiles: 3, stdout: true },
       },
     );
   });
@@ -456,7 +467,7 @@ describe('charts/weir rendered by helm', () => {
     assert.equal(pod.containers[0].image, 'weir:0.1.0');
     assert.equal(job.spec.template.metadata.labels['app.kubernetes.io/name'], 'weir-uninstall', "not the agents' selector");
     assert.equal(job.spec.activeDeadlineSeconds, 120);
-    assert.equal((await render(['--set', 'uninstall.enabled=false'])).filter((d) => d.metadata.annotations?.['helm.sh/hook']).length, 0);
+    assert.equal((await render(['--set', 'uninstall.enabled=false'])).filter((d) => d.metadata.annotations?.['helm.sh/hook'] === 'pre-delete').length, 0);
   });
 
   test("the controller Deployment: two replicas never on one node, replaced one at a time, non-root, its flags the controller's own parser accepts", async () => {

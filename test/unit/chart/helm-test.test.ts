@@ -41,8 +41,9 @@ function nodeStatus(node: string, applied: boolean): Obj {
 const linuxNode = (name: string): Obj => ({ metadata: { name, labels: { 'kubernetes.io/os': 'linux' } } });
 
 describe('the chart: helm test', () => {
-  test('off by default', async () => {
-    assert.equal(testPod(await render()), undefined);
+  test('on by default, so `helm test` works after a plain install; off on request', async () => {
+    assert.ok(testPod(await render()));
+    assert.equal(testPod(await render(['--set', 'helmTest.enabled=false'])), undefined);
   });
 
   test('enabled: a test hook Pod running node in the agent image, as nobody, on an account that may only list Nodes and NodePolicyStatus', async () => {
