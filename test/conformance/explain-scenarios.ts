@@ -1,18 +1,19 @@
 // The conformance tier's truth tables that are a question of policy state: for a state
-// (policies, labels, phases, pods, agent flags), which new connections pass, cell by cell
-// (source, target, family, protocol, port). Each is written once, here, by hand from the APIs
-// (never from Weir's code), and read by the conformance files that prove it with real packets
+// (policies, raw manifests, labels, phases, pods, agent flags), which new connections pass,
+// cell by cell (source, target, family, protocol, port). Each is written by hand from the APIs
+// (never from Weir's code), read by the conformance files that prove it with real packets
 // (applyStep, probeStep) and by the two checks of `weir explain`: explain.test.ts (here)
 // compares explain with real probes, test/unit/explain/scenarios.test.ts with these tables,
 // without a cluster.
 //
-// Held: cluster-network-policy.test.ts and isolation-peers.test.ts (copied: those files still
-// state their own tables), and ports-blocks-faults.test.ts, allow-action.test.ts,
-// smoke.test.ts, large-ipblock.test.ts, node-traffic.test.ts and fail-closed.test.ts (which
-// read them from here). Not held, as explain asks about a new connection under a given state:
-// - ports-blocks-faults: a manifest file that stops parsing (the manifest source keeps a
-//   file's last good content: a question of the source, not of a state), an established
-//   connection outliving a policy (conntrack), drift on a node (repairs of the kernel);
+// Held: the tables of ports-blocks-faults.test.ts, allow-action.test.ts, smoke.test.ts,
+// large-ipblock.test.ts, node-traffic.test.ts and fail-closed.test.ts, which read them from
+// here; and, copied, those of cluster-network-policy.test.ts, isolation-peers.test.ts and
+// manifest-faults.test.ts, which still state their own. Not held, as explain asks about a new
+// connection under a given state:
+// - ports-blocks-faults: a manifest file that stops parsing (an agent keeps its last good
+//   content; explain, reading once, leaves it out), an established connection outliving a
+//   policy (conntrack), drift on a node (repairs of the kernel);
 // - allow-action: the administrator's own FORWARD rule (the scenario holds what Weir decides,
 //   the test adds the rule's drops), replies and spoofing into an established flow;
 // - node-traffic: the node's own traffic (a pod and its node, another node): the probe matrix
@@ -20,10 +21,11 @@
 //   its pod matrix is isolation-peers' deny-all scenario, which it reads from here;
 // - fail-closed: the time a new pod takes to be enforced, spoofed sources, conntrack flows a
 //   deleted pod leaves to the pod taking its address;
-// - large-ipblock: the agents' memory and `weir render`'s message (its tables are held);
+// - large-ipblock: the agents' memory and `weir render`'s message;
+// - manifest-faults: an agent that cannot read its directory at start;
 // - boot-and-drift, layered-writes: agents before their first sync, restarts, the hook's
 //   repair, layered chains awaiting the tidy (the kernel's state, not the policies');
-// - audit, manifest-faults: owned elsewhere, not yet here.
+// - audit: what it proves is the lines, and its tables come with an audit log file per node.
 
 import { explainConfig } from '../../src/cli/explain.ts';
 import { parse, toConfig } from '../../src/cli/flags.ts';
@@ -32,7 +34,7 @@ import { familyOf } from '../../src/model/types.ts';
 import { EXTERNAL_HOST, underlayIp } from '../../src/sim/addressing.ts';
 import type { Matrix } from '../../src/sim/prober.ts';
 import { A1, A2, B1, B2, type Cell, type Conformance, cnp, EXTERNAL, G1, NODES, np, nsOf, type PodDef } from './harness.ts';
-import { allow, always, and, egress, from, fromAnyPod, fromNs, ingress, none, not, nothing, or, tcp, to, toNs, udp, v } from './predicates.ts';
+import { allow, always, and, egress, from, fromAnyPod, fromNs, ingress, none, not, nothing, or, self, tcp, to, toNs, udp, v } from './predicates.ts';
 
 export type Verdict = (x: Cell) => boolean;
 
@@ -50,6 +52,9 @@ export interface Step {
   /** Pods in the cluster (their namespace, veth and address) that no manifest names: Weir
    *  does not know them. */
   readonly unknownPods?: readonly PodDef[];
+  /** Raw manifest files written beside the harness's, by name (read in name order after
+   *  them); null removes one. */
+  readonly files?: Readonly<Record<string, string | null>>;
   /** Every pod and the external host to every pod; absent: not stated for this step. */
   readonly expect?: Verdict;
   /** Every pod to the external host, when the scenario states it. */
@@ -71,6 +76,12 @@ const ALPHA = TEAM_A;
 const BETA = TEAM_B;
 const GAMMA = { matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'In', values: ['gamma'] }] };
 const A3 = 'alpha/a3';
+// The cast's named ports, copied from the harness header: http is TCP everywhere (80, but 81 on
+// a2), b1 declares none, and g1's dns is UDP 81.
+const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [G1]: 80 };
+const toHttp: Verdict = (x) => x.target in HTTP && tcp(HTTP[x.target])(x);
+// node-b's pod CIDRs: a2 (both families) and b2 (IPv4).
+const NODE_B = ['10.244.2.0/24', 'fd00:10:244:2::/64'];
 
 export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
   {
@@ -171,6 +182,161 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
       ],
       expect: acceptPriority === 20 ? allow({ ingress: { [A1]: nothing, [A2]: not(from(B1, B2)) } }) : allow({ ingress: { [A1]: from(B1, B2) } }),
     })),
+  },
+  {
+    // destinationNamedPort is in the experimental channel only; Weir reads it from manifests.
+    name: 'a named port Deny drops the port of that name on each pod that declares it, whatever its number or protocol; pods without the name are not matched',
+    steps: (() => {
+      const denyNamed = (name: string) =>
+        cnp(`deny-${name}`, { tier: 'Admin', priority: 10, subject: { namespaces: {} }, ingress: [{ action: 'Deny', from: [{ namespaces: {} }], protocols: [{ destinationNamedPort: name }] }] });
+      return [
+        // The external host is no pod, so no namespaces peer names it.
+        { what: 'ingress to http', policies: [denyNamed('http')], expect: (x: Cell) => self(x) || !(fromAnyPod(x) && toHttp(x)) },
+        // The API names no protocol for a named port: it is the container port's own, UDP for dns.
+        { what: 'ingress to dns', policies: [denyNamed('dns')], expect: (x: Cell) => self(x) || !(fromAnyPod(x) && x.target === G1 && udp(81)(x)) },
+        // In egress the name is resolved on each destination pod.
+        {
+          what: 'egress to http',
+          policies: [
+            cnp('a1-no-http-out', {
+              tier: 'Admin',
+              priority: 10,
+              subject: { pods: { namespaceSelector: ALPHA, podSelector: WEB } },
+              egress: [{ action: 'Deny', to: [{ namespaces: {} }], protocols: [{ destinationNamedPort: 'http' }] }],
+            }),
+          ],
+          expect: egress(A1, not(toHttp)),
+        },
+      ];
+    })(),
+  },
+  {
+    name: 'a Baseline Accept holds over a later Baseline Deny for pods no NetworkPolicy isolates; one that isolates a pod makes the Baseline irrelevant to it',
+    steps: (() => {
+      // Named so that name order would put the Deny first: only the priority may decide.
+      const baseline = [
+        cnp('b-accept-beta', { tier: 'Baseline', priority: 10, subject: { namespaces: ALPHA }, ingress: [{ action: 'Accept', from: [{ namespaces: BETA }] }] }),
+        cnp('a-deny-pods', { tier: 'Baseline', priority: 20, subject: { namespaces: ALPHA }, ingress: [{ action: 'Deny', from: [{ namespaces: {} }] }] }),
+      ];
+      // Beta is accepted, other pods denied; the external host, which no rule names, allowed.
+      const betaOrOutside = or(fromNs('beta'), not(fromAnyPod));
+      return [
+        { what: 'no NetworkPolicy', policies: baseline, expect: ingress({ [A1]: betaOrOutside, [A2]: betaOrOutside }) },
+        // a1 isolated for ingress: its NetworkPolicy alone decides (gamma only). a2 is selected
+        // for egress only, which leaves its ingress to the Baseline; its egress [{}] allows all.
+        {
+          what: 'a1 isolated by a NetworkPolicy',
+          policies: [
+            ...baseline,
+            np('alpha', 'a1-from-gamma', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: GAMMA }] }] }),
+            np('alpha', 'a2-egress-open', { podSelector: DB, policyTypes: ['Egress'], egress: [{}] }),
+          ],
+          expect: ingress({ [A1]: from(G1), [A2]: betaOrOutside }),
+        },
+      ];
+    })(),
+  },
+  {
+    name: 'a Baseline Pass skips the rest of the Baseline tier, its own later rules included, so the default allow applies',
+    steps: [
+      {
+        what: 'baseline pass',
+        policies: [
+          cnp('pass-beta', {
+            tier: 'Baseline',
+            priority: 10,
+            subject: { namespaces: ALPHA },
+            ingress: [
+              { action: 'Pass', from: [{ namespaces: BETA }] },
+              { action: 'Deny', from: [{ pods: { podSelector: WEB } }] },
+            ],
+          }),
+          cnp('deny-pods', { tier: 'Baseline', priority: 20, subject: { namespaces: ALPHA }, ingress: [{ action: 'Deny', from: [{ namespaces: {} }] }] }),
+        ],
+        // b1 (web) passes before the Deny of web pods, b2 before the later policy's Deny; a1, a2
+        // and g1 are denied; the external host, which no rule names, is allowed.
+        expect: ingress({ [A1]: or(fromNs('beta'), not(fromAnyPod)), [A2]: or(fromNs('beta'), not(fromAnyPod)) }),
+      },
+    ],
+  },
+  {
+    name: 'a port range matches every port from its start to its end, in its own protocol only',
+    steps: [
+      {
+        what: 'ranges',
+        policies: [
+          cnp('a1-ranges-in', {
+            tier: 'Admin',
+            priority: 10,
+            subject: { pods: { namespaceSelector: ALPHA, podSelector: WEB } },
+            ingress: [
+              {
+                action: 'Deny',
+                from: [{ namespaces: {} }],
+                protocols: [{ tcp: { destinationPort: { range: { start: 80, end: 81 } } } }, { udp: { destinationPort: { range: { start: 81, end: 1000 } } } }],
+              },
+            ],
+          }),
+          cnp('b1-range-out', {
+            tier: 'Admin',
+            priority: 10,
+            subject: { pods: { namespaceSelector: BETA, podSelector: WEB } },
+            egress: [{ action: 'Deny', to: [{ networks: NODE_B }], protocols: [{ udp: { destinationPort: { range: { start: 1, end: 80 } } } }] }],
+          }),
+        ],
+        // a1: TCP 80 and 81 and UDP 81 denied from pods, UDP 80 and the external host allowed.
+        // b1: UDP 80 to node-b's pods (a2, b2) denied, UDP 81 and TCP allowed.
+        expect: allow({
+          ingress: { [A1]: not(and(fromAnyPod, or(tcp(80), tcp(81), udp(81)))) },
+          egress: { [B1]: not(and(to(A2, B2), udp(80))) },
+        }),
+      },
+    ],
+  },
+  {
+    name: 'an invalid ClusterNetworkPolicy denies everything to its subjects in each direction it names, at its own tier and priority',
+    steps: (() => {
+      const a1 = { pods: { namespaceSelector: ALPHA, podSelector: WEB } };
+      const brokenAdmin = (action: string) => cnp('broken', { tier: 'Admin', priority: 20, subject: a1, ingress: [{ action, from: [{ namespaces: BETA }] }] });
+      const around = [
+        np('alpha', 'allow-all', { podSelector: {}, ingress: [{}] }),
+        cnp('accept-gamma', { tier: 'Admin', priority: 10, subject: { namespaces: ALPHA }, ingress: [{ action: 'Accept', from: [{ namespaces: GAMMA }] }] }),
+        cnp('accept-beta', { tier: 'Admin', priority: 30, subject: { namespaces: ALPHA }, ingress: [{ action: 'Accept', from: [{ namespaces: BETA }] }] }),
+      ];
+      return [
+        // "Allow" is no action of the API. In the Admin tier no NetworkPolicy reopens it; of the
+        // Admin Accepts, the one before it (priority 10) still applies, the one after it (30) no
+        // longer does. a1's egress, not named, is untouched.
+        { what: 'Admin, ingress, action Allow', policies: [...around, brokenAdmin('Allow')], expect: ingress({ [A1]: from(G1) }), toExternal: () => true },
+        // Fixed, its one rule applies.
+        { what: 'Admin, ingress, action Deny', policies: [...around, brokenAdmin('Deny')], expect: ingress({ [A1]: not(fromNs('beta')) }) },
+        // A networks CIDR with host bits set, in the Baseline tier for egress: b1, which a
+        // NetworkPolicy isolates for egress, follows it (alpha only); b2 reaches nothing, the
+        // external host included; every pod's ingress is untouched.
+        {
+          what: 'Baseline, egress, host bits',
+          policies: [
+            np('beta', 'b1-to-alpha', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [{ namespaceSelector: ALPHA }] }] }),
+            cnp('broken', { tier: 'Baseline', priority: 5, subject: { namespaces: BETA }, egress: [{ action: 'Deny', to: [{ networks: ['10.244.2.5/24'] }] }] }),
+          ],
+          expect: allow({ egress: { [B1]: toNs('alpha'), [B2]: none } }),
+          toExternal: (x: Cell) => x.source !== B1 && x.source !== B2,
+        },
+      ];
+    })(),
+  },
+  {
+    name: 'an invalid ClusterNetworkPolicy whose subject cannot be read denies to every pod; one whose spec cannot be read, in both directions',
+    steps: [
+      // A label value that is no string: the subject selects nothing readable, so every pod.
+      {
+        what: 'unreadable subject, ingress',
+        policies: [cnp('broken', { tier: 'Admin', priority: 5, subject: { namespaces: { matchLabels: { team: 7 } } }, ingress: [{ action: 'Deny', from: [{ namespaces: BETA }] }] })],
+        expect: self,
+        toExternal: () => true,
+      },
+      { what: 'unreadable spec', policies: [cnp('broken', 'deny everything')], expect: self, toExternal: none },
+    ],
   },
 ];
 
@@ -363,9 +529,6 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
 
 // ---- ports-blocks-faults.test.ts --------------------------------------------------------------
 
-// The cast's named ports, copied from the harness header: http is TCP everywhere, dns is UDP.
-const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [G1]: 80 };
-
 export const PORT_SCENARIOS: readonly Scenario[] = [
   {
     name: 'a numeric TCP port allows that port only, and editing it moves the allowance',
@@ -436,11 +599,11 @@ export const PORT_SCENARIOS: readonly Scenario[] = [
     // b1 has no named port at all; every other pod has http with its own number.
     steps: (() => {
       const pol = (to: unknown) => np('alpha', 'named-out', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [to], ports: [{ port: 'http' }] }] });
-      const toHttp = (targets: string[]) => (x: Cell) => targets.includes(x.target) && x.target in HTTP && tcp(HTTP[x.target])(x);
+      const toHttpOf = (targets: string[]) => (x: Cell) => targets.includes(x.target) && x.target in HTTP && tcp(HTTP[x.target])(x);
       return [
-        { what: 'every namespace', policies: [pol({ namespaceSelector: {} })], expect: egress(A1, toHttp([A2, B2, G1])) },
-        { what: 'team b only', policies: [pol({ namespaceSelector: TEAM_B })], expect: egress(A1, toHttp([B2])) },
-        { what: 'gamma joins team b', namespaceLabels: { gamma: { team: 'b' } }, expect: egress(A1, toHttp([B2, G1])) },
+        { what: 'every namespace', policies: [pol({ namespaceSelector: {} })], expect: egress(A1, toHttpOf([A2, B2, G1])) },
+        { what: 'team b only', policies: [pol({ namespaceSelector: TEAM_B })], expect: egress(A1, toHttpOf([B2])) },
+        { what: 'gamma joins team b', namespaceLabels: { gamma: { team: 'b' } }, expect: egress(A1, toHttpOf([B2, G1])) },
       ];
     })(),
   },
@@ -796,6 +959,81 @@ export const LARGE_IPBLOCK_SCENARIOS: readonly Scenario[] = (() => {
   ];
 })();
 
+// ---- manifest-faults.test.ts (copied: that file states its own tables) ------------------------
+
+/** A raw NetworkPolicy manifest: `metadata` and `apiVersion` lines are written as given. */
+function rawPolicy(apiVersion: string, metadata: string[], spec: string[]): string {
+  return [`apiVersion: ${apiVersion}`, 'kind: NetworkPolicy', 'metadata:', ...metadata.map((l) => `  ${l}`), 'spec:', ...spec.map((l) => `  ${l}`), ''].join('\n');
+}
+const RAW = '40-raw.yaml';
+
+export const MANIFEST_FAULT_SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'a policy with a label written as an unquoted number isolates its pods both ways and allows nothing; quoting it applies its rules',
+    steps: (() => {
+      const spec = [
+        'podSelector: {matchLabels: {app: db}}',
+        'policyTypes: [Ingress, Egress]',
+        'ingress: [{from: [{podSelector: {matchLabels: {app: web}}}]}]',
+        'egress: [{to: [{namespaceSelector: {}}]}]',
+      ];
+      const policy = (version: string) => rawPolicy('networking.k8s.io/v1', ['name: db', 'namespace: alpha', 'labels:', `  version: ${version}`], spec);
+      return [
+        { what: 'label version: 2', files: { [RAW]: policy('2') }, expect: (x: Cell) => self(x) || (x.source !== A2 && x.target !== A2) },
+        // Egress to every pod of every namespace: all the targets the matrix probes.
+        { what: 'label version: "2"', files: { [RAW]: policy('"2"') }, expect: ingress({ [A2]: from(A1) }) },
+      ];
+    })(),
+  },
+  {
+    name: 'a NetworkPolicy of apiVersion networking.k8s.io/v2 or v1beta1 isolates its pods and allows nothing; v1 applies its rules',
+    steps: (() => {
+      const spec = ['podSelector: {matchLabels: {app: web}}', 'ingress: [{from: [{namespaceSelector: {matchLabels: {team: a}}}]}]'];
+      const file = (version: string) => ({ [RAW]: rawPolicy(`networking.k8s.io/${version}`, ['name: web', 'namespace: beta'], spec) });
+      return [
+        { what: 'v2', files: file('v2'), expect: ingress({ [B1]: none }) },
+        { what: 'v1beta1', files: file('v1beta1'), expect: ingress({ [B1]: none }) },
+        { what: 'v1', files: file('v1'), expect: ingress({ [B1]: from(A1, A2) }) },
+      ];
+    })(),
+  },
+  {
+    name: 'a policy whose namespace cannot be read isolates what it selects in every namespace; a readable one only in its own',
+    steps: (() => {
+      const spec = ['podSelector: {matchLabels: {app: web}}', 'ingress: [{from: [{podSelector: {}}]}]'];
+      return [
+        { what: 'namespace: [alpha]', files: { [RAW]: rawPolicy('networking.k8s.io/v1', ['name: web', 'namespace: [alpha]'], spec) }, expect: ingress({ [A1]: none, [B1]: none, [G1]: none }) },
+        { what: 'namespace: alpha', files: { [RAW]: rawPolicy('networking.k8s.io/v1', ['name: web', 'namespace: alpha'], spec) }, expect: ingress({ [A1]: from(A2) }) },
+      ];
+    })(),
+  },
+  {
+    name: 'the pods of a Namespace whose labels cannot be read gain nothing through selectors, and stay isolated',
+    steps: (() => {
+      const readable = ingress({ [A2]: from(B1, B2, G1), [B1]: from(B2) });
+      // A later file redefines beta with a label that is a number: that definition wins.
+      const nsFile = '50-namespace.yaml';
+      return [
+        {
+          what: 'beta readable',
+          policies: [
+            // team NotIn [a]: beta (team b) and gamma (no team) match while their labels are known.
+            np('alpha', 'not-team-a', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'NotIn', values: ['a'] }] } }] }] }),
+            np('beta', 'same-namespace', { podSelector: WEB, ingress: [{ from: [{ podSelector: {} }] }] }),
+          ],
+          expect: readable,
+        },
+        {
+          what: 'beta unreadable',
+          files: { [nsFile]: ['apiVersion: v1', 'kind: Namespace', 'metadata:', '  name: beta', '  labels:', '    team: 7', ''].join('\n') },
+          expect: ingress({ [A2]: from(G1), [B1]: none }),
+        },
+        { what: 'beta readable again', files: { [nsFile]: null }, expect: readable },
+      ];
+    })(),
+  },
+];
+
 export const EXPLAIN_SCENARIOS: readonly Scenario[] = [
   ...CLUSTER_NETWORK_POLICY_SCENARIOS,
   ...ISOLATION_PEERS_SCENARIOS,
@@ -807,6 +1045,7 @@ export const EXPLAIN_SCENARIOS: readonly Scenario[] = [
   ...SMOKE_SCENARIOS,
   ...FAIL_CLOSED_SCENARIOS,
   ...LARGE_IPBLOCK_SCENARIOS,
+  ...MANIFEST_FAULT_SCENARIOS,
 ];
 
 /** The scenario of that name (a test reads its tables by the name it carries). */
@@ -824,6 +1063,7 @@ export async function applyStep(c: Conformance, step: Step): Promise<void> {
   for (const [key, labels] of Object.entries(step.podLabels ?? {})) await c.setPodLabels(key, labels);
   for (const [ns, labels] of Object.entries(step.namespaceLabels ?? {})) await c.setNamespaceLabels(ns, labels);
   for (const [key, phase] of Object.entries(step.podPhases ?? {})) await c.setPodPhase(key, phase);
+  for (const [name, content] of Object.entries(step.files ?? {})) await (content === null ? c.removeRaw(name) : c.writeRaw(name, content));
   for (const [key, on] of Object.entries(step.hostNetwork ?? {})) {
     const pod = c.pods.get(key);
     if (!pod) throw new Error(`${step.what}: no pod ${key} to set hostNetwork on`);
@@ -843,12 +1083,14 @@ export async function probeStep(c: Conformance, step: Step, beside: (v: Verdict)
   return probed;
 }
 
-/** Takes out of the cluster the pods a scenario put there behind the manifests' back. */
-export async function removeUnknownPods(c: Conformance, s: Scenario): Promise<void> {
+/** Takes away what a scenario put beside the harness's own state, which reset() keeps: pods
+ *  behind the manifests' back, raw manifest files. */
+export async function cleanUp(c: Conformance, s: Scenario): Promise<void> {
   for (const p of s.steps.flatMap((step) => step.unknownPods ?? [])) {
     const key = `${p.namespace}/${p.name}`;
     if (c.cluster.endpoint(key)) await c.cluster.removePod(key);
   }
+  for (const name of new Set(s.steps.flatMap((step) => Object.keys(step.files ?? {})))) await c.removeRaw(name);
 }
 
 /** A scenario from the fixed cast with no policy: each step set, then probed. */
@@ -860,7 +1102,7 @@ export async function playScenario(c: Conformance, s: Scenario): Promise<void> {
       await probeStep(c, step);
     }
   } finally {
-    await removeUnknownPods(c, s);
+    await cleanUp(c, s);
   }
 }
 

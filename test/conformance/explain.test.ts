@@ -17,7 +17,7 @@ import type { NodeCheck } from '../../src/explain/node-check.ts';
 import { loadOnce } from '../../src/cli/render.ts';
 import { explainer } from '../../src/explain/explain.ts';
 import { silentLogger } from '../../src/log.ts';
-import { applyStep, EXPLAIN_SCENARIOS, explainCell, explainConfigOf, probeStep, removeUnknownPods, type Scenario } from './explain-scenarios.ts';
+import { applyStep, EXPLAIN_SCENARIOS, explainCell, explainConfigOf, probeStep, cleanUp, type Scenario } from './explain-scenarios.ts';
 import { A1, B1, B2, type Cell, Conformance } from './harness.ts';
 
 const execFileP = promisify(execFile);
@@ -126,6 +126,6 @@ async function agreeOn(cluster: () => Conformance, scenario: Scenario): Promise<
       assert.deepEqual(wrong, [], `${step.what}: explain and the probes differ in ${wrong.length} of ${cells} cells`);
     }
   } finally {
-    await removeUnknownPods(c, scenario);
+    await cleanUp(c, scenario);
   }
 }

@@ -5,7 +5,7 @@
 // explain.test.ts checks the same against real packets.
 
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -21,11 +21,17 @@ class State {
   pods = new Map(basePods().map((p) => [`${p.namespace}/${p.name}`, p]));
   /** In the cluster, named by no manifest. */
   unknown = new Map<string, PodDef>();
+  /** Raw manifest files beside the cast's, by name. */
+  files = new Map<string, string>();
   namespaces = baseNamespaces();
   policies: readonly unknown[] = [];
 
   apply(step: Scenario['steps'][number]): void {
     for (const p of step.unknownPods ?? []) this.unknown.set(`${p.namespace}/${p.name}`, p);
+    for (const [name, content] of Object.entries(step.files ?? {})) {
+      if (content === null) this.files.delete(name);
+      else this.files.set(name, content);
+    }
     if (step.policies) this.policies = step.policies;
     for (const [key, labels] of Object.entries(step.podLabels ?? {})) this.#pod(key).labels = labels;
     for (const [ns, labels] of Object.entries(step.namespaceLabels ?? {})) this.namespaces[ns] = labels;
@@ -76,7 +82,11 @@ describe('weir explain agrees with the conformance truth tables', () => {
       let cells = 0;
       for (const step of scenario.steps) {
         state.apply(step);
-        await writeFile(join(dir, 'cluster.json'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: clusterManifest([...state.pods.values()], state.namespaces, state.policies) }));
+        // Named as the harness names its file, so raw files are read after it.
+        await rm(dir, { recursive: true, force: true });
+        await mkdir(dir);
+        await writeFile(join(dir, '00-cluster.json'), JSON.stringify({ apiVersion: 'v1', kind: 'List', items: clusterManifest([...state.pods.values()], state.namespaces, state.policies) }));
+        for (const [name, content] of state.files) await writeFile(join(dir, name), content);
         const ex = explainer((await loadOnce(dir, silentLogger())).events, cfg);
         const ipsOf = (key: string) => state.ipsOf(key);
         const wrong: string[] = [];
