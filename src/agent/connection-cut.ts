@@ -5,18 +5,19 @@
 // conntrack table, which must not hold up the next write.
 
 import type { Clock } from '../clock.ts';
-import { type ConnectionKey, connectionKey, type TrackedFlow } from '../dataplane/conntrack.ts';
+import { type ConnectionFilter, connectionKey, type TrackedFlow } from '../dataplane/conntrack.ts';
 import type { FlowPacket, JudgedEnds } from '../explain/flow-judge.ts';
 import type { Logger } from '../log.ts';
 import type { Metrics } from '../metrics/index.ts';
 import { type Family, familyOf } from '../model/types.ts';
+import { deletionFilters, filterText, type JudgedConnection } from './cut-filters.ts';
 import { codeOf, round } from './log-fields.ts';
 
 /** What the cut needs from the dataplane (DataplanePort). */
 export interface FlowCutter {
   listFlows(family: Family): Promise<TrackedFlow[]>;
-  /** Deletes every connection with this key; resolves with how many went. */
-  deleteConnections(key: ConnectionKey): Promise<number>;
+  /** Deletes every connection the filter takes (a walk of the table); resolves with how many went. */
+  deleteConnections(filter: ConnectionFilter): Promise<number>;
   /** The node's own addresses: its connections cross INPUT or OUTPUT, never the policed FORWARD. */
   localAddresses(): Promise<ReadonlySet<string>>;
 }
@@ -37,10 +38,8 @@ export interface ConnectionCutOptions {
 
 /** Connections judged between two turns of the event loop. */
 const JUDGED_PER_SLICE = 1_000;
-/** Connection keys named in one log line at most. */
-const LOGGED_KEYS = 10;
-
-const keyText = (k: ConnectionKey) => `${k.protocol} ${k.src} -> ${k.dst}:${k.dport}`;
+/** Deletions named in one log line at most. */
+const LOGGED_FILTERS = 10;
 
 export class ConnectionCut {
   readonly #o: ConnectionCutOptions;
@@ -96,34 +95,39 @@ export class ConnectionCut {
     const own = await dataplane.localAddresses();
     let judged = 0;
     let cut = 0;
-    const denied: ConnectionKey[] = [];
+    const done: ConnectionFilter[] = [];
     for (const family of [...new Set(this.#o.targets().map(familyOf))].sort()) {
       const flows = await dataplane.listFlows(family);
       // Judged after the listing: by rules at least as new as the kernel's (a slice may see
       // rules computed since and not yet written; they are written next).
       const targets = new Set(this.#o.targets());
       const dropped = this.#o.judge();
-      const keys = new Map<string, ConnectionKey>();
+      const verdicts = new Map<string, boolean>();
+      const listing: JudgedConnection[] = [];
       for (const [i, f] of flows.entries()) {
         // The loop computes and writes between slices: a large table must not hold it up.
         if (i > 0 && i % JUDGED_PER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-        const k = connectionKey(f);
-        const ends = { source: targets.has(k.src), destination: targets.has(k.dst) };
-        if ((!ends.source && !ends.destination) || own.has(k.src) || own.has(k.dst)) continue;
-        judged++;
-        const id = keyText(k);
-        if (!keys.has(id) && dropped(k, ends)) keys.set(id, k);
+        const key = connectionKey(f);
+        const ends = { source: targets.has(key.src), destination: targets.has(key.dst) };
+        let denied = false;
+        if ((ends.source || ends.destination) && !own.has(key.src) && !own.has(key.dst)) {
+          judged++;
+          // Connections of one key are judged alike.
+          const id = `${key.protocol} ${key.src} ${key.dst} ${key.dport} ${ends.source} ${ends.destination}`;
+          denied = verdicts.get(id) ?? dropped(key, ends);
+          verdicts.set(id, denied);
+        }
+        listing.push({ key, denied });
       }
-      // One deletion a key: each walks the whole table.
-      for (const k of keys.values()) {
-        const n = await dataplane.deleteConnections(k);
-        if (n > 0) denied.push(k);
+      for (const filter of deletionFilters(listing)) {
+        const n = await dataplane.deleteConnections(filter);
+        if (n > 0) done.push(filter);
         cut += n;
       }
     }
     if (cut > 0) {
       metrics.connectionsCut.inc(cut);
-      log.info({ cut, judged, ms: round(clock.now() - t0), connections: denied.slice(0, LOGGED_KEYS).map(keyText) }, 'cut the tracked connections the rules now deny');
+      log.info({ cut, judged, ms: round(clock.now() - t0), deletions: done.length, connections: done.slice(0, LOGGED_FILTERS).map(filterText) }, 'cut the tracked connections the rules now deny');
     } else log.debug({ judged, ms: round(clock.now() - t0) }, 'no tracked connection to cut');
   }
 }

@@ -87,7 +87,7 @@ export async function listFlows(runner: CommandRunner, family: Family): Promise<
 
 /** What the policy chains judge a connection by: its original source, and its reply's source
  *  and port (the real endpoint behind a Service's DNAT). Connections with one key are judged
- *  alike, so one deletion (one walk of the table) takes them all. */
+ *  alike. */
 export interface ConnectionKey {
   readonly family: Family;
   readonly protocol: TrackedFlow['protocol'];
@@ -100,10 +100,30 @@ export function connectionKey(f: TrackedFlow): ConnectionKey {
   return { family: f.family, protocol: f.protocol, src: f.orig.src, dst: f.reply.src, dport: f.reply.sport };
 }
 
-/** Deletes the entries of every connection with this key; resolves with how many went (they
- *  may have ended meanwhile). */
-export async function deleteConnections(runner: CommandRunner, k: ConnectionKey): Promise<number> {
-  const args = ['-D', '-f', k.family === 6 ? 'ipv6' : 'ipv4', '-p', k.protocol.toLowerCase(), '--orig-src', k.src, '--reply-src', k.dst, '--reply-port-src', String(k.dport)];
+/** Which connections one deletion takes: those of a protocol and family, from `src` if given,
+ *  to `dst` if given, and to its port `dport` if given (with `dst`). A key is the narrowest. */
+export interface ConnectionFilter {
+  readonly family: Family;
+  readonly protocol: TrackedFlow['protocol'];
+  readonly src?: string;
+  readonly dst?: string;
+  readonly dport?: number;
+}
+
+/** conntrack -D's arguments for a filter: the source as the original's, the destination and
+ *  port as the reply's source (so a Service's connections go by their real endpoint). */
+export function deletionArgs(f: ConnectionFilter): string[] {
+  const args = ['-D', '-f', f.family === 6 ? 'ipv6' : 'ipv4', '-p', f.protocol.toLowerCase()];
+  if (f.src !== undefined) args.push('--orig-src', f.src);
+  if (f.dst !== undefined) args.push('--reply-src', f.dst);
+  if (f.dport !== undefined) args.push('--reply-port-src', String(f.dport));
+  return args;
+}
+
+/** Deletes the entries of every connection the filter takes (one walk of the table); resolves
+ *  with how many went (they may have ended meanwhile). */
+export async function deleteConnections(runner: CommandRunner, f: ConnectionFilter): Promise<number> {
+  const args = deletionArgs(f);
   const r = await runner.run('conntrack', args);
   const count = DELETED.exec(r.stderr)?.[1];
   if (count === undefined || r.exitCode !== (count === '0' ? 1 : 0)) throw new CommandError('WEIR_COMMAND_FAILED', 'conntrack', args, r.exitCode, r.stderr);

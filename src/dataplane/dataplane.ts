@@ -10,7 +10,7 @@ import type { Logger } from '../log.ts';
 import type { Family } from '../model/types.ts';
 import { applyDesired, type ApplyContext, type ApplyStats, type ApplyStep, type DataplaneState } from './apply.ts';
 import { removeOwn, type CleanupStats } from './cleanup.ts';
-import { type ConnectionKey, deleteConnections, forgetFlows, listFlows, localAddresses, type TrackedFlow } from './conntrack.ts';
+import { type ConnectionFilter, deleteConnections, forgetFlows, listFlows, localAddresses, type TrackedFlow } from './conntrack.ts';
 import { guardUnpoliced, skeletonOf } from './guard.ts';
 import { hooksAsRecorded } from './hook-check.ts';
 import type { Backend, BackendChoice, RetryInfo, RetryPolicy } from './iptables.ts';
@@ -106,10 +106,10 @@ export interface Dataplane {
   /** Deletes the tracked connections of addresses local pods gave up (conntrack.ts), once no
    *  rule dispatches them; resolves with how many entries went. */
   forgetFlows(addresses: readonly string[]): Promise<number>;
-  /** The tracked connections of a family, those of one key deleted, the node's own addresses:
+  /** The tracked connections of a family, those a filter takes deleted, the node's own addresses:
    *  what the opt-in cut of denied connections reads and does (agent/connection-cut.ts). */
   listFlows(family: Family): Promise<TrackedFlow[]>;
-  deleteConnections(key: ConnectionKey): Promise<number>;
+  deleteConnections(filter: ConnectionFilter): Promise<number>;
   localAddresses(): Promise<ReadonlySet<string>>;
   status(): DataplaneStatus;
 }
@@ -192,7 +192,7 @@ export function createDataplane(config: DataplaneConfig): Dataplane {
       return deleted;
     },
     listFlows: (family) => listFlows(config.runner, family),
-    deleteConnections: (key) => deleteConnections(config.runner, key),
+    deleteConnections: (filter) => deleteConnections(config.runner, filter),
     localAddresses: () => localAddresses(config.runner),
     status() {
       let members = 0;

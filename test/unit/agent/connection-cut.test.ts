@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { FlowCutter } from '../../../src/agent/connection-cut.ts';
-import type { ConnectionKey, TrackedFlow } from '../../../src/dataplane/conntrack.ts';
+import type { ConnectionFilter, TrackedFlow } from '../../../src/dataplane/conntrack.ts';
 import { parseFlows } from '../../../src/dataplane/conntrack.ts';
 import { batch, counterValue, setup } from './loop-fixtures.ts';
 
@@ -18,10 +18,12 @@ class FakeTable implements FlowCutter {
     this.lists++;
     return [...this.flows];
   }
-  async deleteConnections(k: ConnectionKey) {
-    this.deletions.push(`${k.src}>${k.dst}:${k.dport}`);
+  async deleteConnections(k: ConnectionFilter) {
+    this.deletions.push(`${k.src ?? '*'}>${k.dst ?? '*'}:${k.dport ?? '*'}`);
     const before = this.flows.length;
-    this.flows = this.flows.filter((f) => !(f.orig.src === k.src && f.reply.src === k.dst && f.reply.sport === k.dport));
+    const takes = (f: TrackedFlow) =>
+      f.protocol === k.protocol && (k.src === undefined || f.orig.src === k.src) && (k.dst === undefined || f.reply.src === k.dst) && (k.dport === undefined || f.reply.sport === k.dport);
+    this.flows = this.flows.filter((f) => !takes(f));
     return before - this.flows.length;
   }
   async localAddresses() {
@@ -57,13 +59,14 @@ function cutSetup(opts: { targets?: string[] } = {}) {
 }
 
 describe('cutting the connections the written rules deny', () => {
-  test("after a write that follows a model change, the targets' connections judged denied are deleted, one deletion a key, and counted", async () => {
+  test("after a write that follows a model change, the targets' connections judged denied are deleted, each key judged once, and counted", async () => {
     const { clock, r, table, judged, metrics } = cutSetup();
     r.onBatch(batch('r1'));
     await clock.advanceAsync(100);
     await r.whenIdle();
     assert.deepEqual(judged.sort(), ['10.244.2.7>10.244.1.5:80 d', '10.244.2.8>10.244.1.5:53 d', '10.244.2.9>10.244.1.5:80 d'], 'each key judged once');
-    assert.deepEqual(table.deletions.sort(), ['10.244.2.8>10.244.1.5:53', '10.244.2.9>10.244.1.5:80']);
+    // UDP to 10.244.1.5 is all denied: by destination; TCP from 10.244.2.9 to it, not to 10.244.1.6: by pair.
+    assert.deepEqual(table.deletions.sort(), ['*>10.244.1.5:*', '10.244.2.9>10.244.1.5:*']);
     assert.deepEqual(
       table.flows.map((f) => f.orig.src),
       ['10.244.2.7', '10.244.1.1', '10.244.2.9'],

@@ -62,7 +62,7 @@ test('parseFlows reads the original and reply tuples of TCP, UDP and SCTP entrie
   });
 });
 
-test('deleteConnections deletes every connection of a key (source, and the real destination and port behind any DNAT); none left is no error', async () => {
+test('deleteConnections takes a filter: the source as the original source, the destination and port as the reply source (the real endpoint behind any DNAT); none left is no error', async () => {
   const r = runner([
     { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted.\n', exitCode: 0 },
     { stdout: '', stderr: 'conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n', exitCode: 1 },
@@ -70,6 +70,6 @@ test('deleteConnections deletes every connection of a key (source, and the real 
   const key = connectionKey(parseFlows('tcp 6 10 ESTABLISHED src=10.0.0.1 dst=10.96.0.10 sport=40000 dport=80 src=10.0.0.2 dst=10.0.0.1 sport=8080 dport=40000', 4)[0]);
   assert.deepEqual(key, { family: 4, protocol: 'TCP', src: '10.0.0.1', dst: '10.0.0.2', dport: 8080 });
   assert.equal(await deleteConnections(r, key), 3);
-  assert.equal(await deleteConnections(r, key), 0);
-  assert.equal(r.calls[0], 'conntrack -D -f ipv4 -p tcp --orig-src 10.0.0.1 --reply-src 10.0.0.2 --reply-port-src 8080');
+  assert.equal(await deleteConnections(r, { family: 6, protocol: 'UDP', dst: 'fd00::2' }), 0);
+  assert.deepEqual(r.calls, ['conntrack -D -f ipv4 -p tcp --orig-src 10.0.0.1 --reply-src 10.0.0.2 --reply-port-src 8080', 'conntrack -D -f ipv6 -p udp --reply-src fd00::2']);
 });
