@@ -4,12 +4,11 @@
 // Every predicate is written by hand from docs/semantics (never derived from Weir's code); the
 // tables of policy states live in explain-scenarios.ts.
 
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { inNs } from '../../src/sim/netns.ts';
 import { HOST_NETWORK_SCENARIOS, INVALID_POLICY_SCENARIOS, IPBLOCK_SCENARIOS, PORT_SCENARIOS, playScenario } from './explain-scenarios.ts';
+import { ECHO_CLIENT, ECHO_SERVER, NsProcess } from './echo.ts';
 import { A1, A2, B2, Conformance, np } from './harness.ts';
 import { from, ingress, none, tcp } from './predicates.ts';
 
@@ -25,62 +24,6 @@ async function until(check: () => Promise<boolean>, timeoutMs: number): Promise<
     await sleep(200);
   }
 }
-
-/** A process started in a pod's namespace whose stdout lines can be awaited. */
-class NsProcess {
-  readonly child: ChildProcess;
-  readonly lines: string[] = [];
-  readonly #waiters: (() => void)[] = [];
-
-  constructor(netns: string, script: string, env: Record<string, string>) {
-    // `ip netns exec` execs in place, so child.pid is the script's own process.
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', script], {
-      env: { ...process.env, ...env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    const onLine = (line: string) => {
-      this.lines.push(line);
-      for (const w of this.#waiters.splice(0)) w();
-    };
-    createInterface({ input: this.child.stdout! }).on('line', onLine);
-    createInterface({ input: this.child.stderr! }).on('line', (l) => onLine(`stderr: ${l}`));
-  }
-
-  async waitFor(line: string, timeoutMs = 5000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!this.lines.includes(line)) {
-      if (Date.now() > deadline) throw new Error(`no line "${line}" within ${timeoutMs} ms; got: ${JSON.stringify(this.lines)}`);
-      await Promise.race([new Promise<void>((r) => this.#waiters.push(r)), sleep(100)]);
-    }
-  }
-
-  send(line: string): void {
-    this.child.stdin!.write(line + '\n');
-  }
-
-  kill(): void {
-    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
-  }
-}
-
-const ECHO_SERVER = `
-const net = require('node:net');
-net.createServer((s) => {
-  s.setEncoding('utf8');
-  s.on('error', () => {});
-  s.on('data', (d) => s.write('echo:' + d));
-}).listen(Number(process.env.PORT), '::', () => console.log('ready'));`;
-
-// Connects once, relays stdin lines to the socket and socket lines to stdout.
-const ECHO_CLIENT = `
-const net = require('node:net');
-const rl = require('node:readline');
-const s = net.connect({ host: process.env.HOST, port: Number(process.env.PORT) });
-const t = setTimeout(() => { console.log('timeout'); process.exit(0); }, Number(process.env.CONNECT_MS));
-s.on('connect', () => { clearTimeout(t); console.log('connected'); });
-s.on('error', (e) => { console.log('error ' + e.code); process.exit(0); });
-rl.createInterface({ input: s }).on('line', (l) => console.log(l));
-rl.createInterface({ input: process.stdin }).on('line', (l) => s.write(l + '\\n'));`;
 
 describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () => {
   let c: Conformance;
