@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { join } from 'node:path';
 import { agentsReady, agnhostPod, clusterUp, connects, eventually, expectConnects, installWeir, NODES, ok, type RealCluster, REPO, run, runPods } from './harness.ts';
-import { longestOutage, startProber } from './prober.ts';
+import { ECHO_CLIENT, ECHO_SERVER, NsProcess } from '../conformance/echo.ts';
+import { longestOutage, podNetns, startProber } from './prober.ts';
 
 const NS = 'checks';
 
@@ -207,6 +208,54 @@ describe('Weir on a real cluster (kubelet, containerd, Flannel, kube-proxy), ins
     await staysDenied(c, 'heir', ips.server!);
     await c.k(['-n', NS, 'delete', 'networkpolicy', 'only-friends']);
     await c.k(['-n', NS, 'delete', 'pod', 'heir', '--grace-period=0']);
+  });
+
+  test("helm test: the chart's test hook finds every node Ready and Programmed", async () => {
+    const out = ok('helm test', await c.helm(['test', 'weir', '-n', 'kube-system', '--logs', '--timeout', '180s']));
+    assert.match(out, new RegExp(`every node \\(${NODES.length}\\) is Ready and Programmed`), out);
+  });
+
+  test('weir.dev/cut-existing: a policy applied with kubectl cuts the established connection it denies between pods the kubelet made, and keeps the one it allows', async () => {
+    // Echo processes entered into the pods' namespaces on their nodes, as the prober is.
+    const inPod = async (node: string, ip: string, script: string, env: Record<string, string>) =>
+      NsProcess.inNetns(await podNetns(c, node, ip), script, env, [join(REPO, 'scripts/cluster.sh'), 'node-exec', node], c.env);
+    const procs: NsProcess[] = [];
+    const echoes = async (p: NsProcess, line: string) => {
+      p.send(line);
+      return p.waitFor(`echo:${line}`, 1_500).then(
+        () => true,
+        () => false,
+      );
+    };
+    try {
+      const server = await inPod('node-2', ips.server!, ECHO_SERVER, { PORT: '8080' });
+      procs.push(server);
+      await server.waitFor('ready', 10_000);
+      const connect = async (name: string) => {
+        const p = await inPod('node-1', ips[name]!, ECHO_CLIENT, { HOST: ips.server!, PORT: '8080', CONNECT_MS: '5000' });
+        procs.push(p);
+        await p.waitFor('connected', 10_000);
+        assert.equal(await echoes(p, 'before'), true, `${name}'s connection carries data`);
+        return p;
+      };
+      const friend = await connect('friend');
+      const stranger = await connect('stranger');
+      const policy = denyAllBut('cut', { app: 'server' }, { role: 'friend' });
+      await c.k(['apply', '-f', '-'], JSON.stringify({ ...policy, metadata: { ...policy.metadata, annotations: { 'weir.dev/cut-existing': 'true' } } }));
+      await expectConnects(c, NS, 'stranger', ips.server!, false, 'the policy denies new connections of stranger');
+      let n = 0;
+      await eventually(
+        "stranger's established connection cut",
+        () => echoes(stranger, `after${n++}`),
+        (echoed) => !echoed,
+        15_000,
+      );
+      assert.equal(await echoes(stranger, 'later'), false, "stranger's connection carries data again");
+      assert.equal(await echoes(friend, 'after'), true, "friend's connection, still allowed, was cut");
+    } finally {
+      for (const p of procs) await p.stop();
+    }
+    await c.k(['-n', NS, 'delete', 'networkpolicy', 'cut']);
   });
 
   test('helm upgrade to a rebuilt image rolls the agents while a denied flow never opens and an allowed one never stops for a second', async () => {

@@ -41,7 +41,7 @@ process.stdin.on('end', () => process.exit(0)).resume();
 `;
 
 /** The name (under the node's /run/netns) of the namespace holding `podIp`. */
-async function podNetns(c: RealCluster, node: string, podIp: string): Promise<string> {
+export async function podNetns(c: RealCluster, node: string, podIp: string): Promise<string> {
   const out = ok('ip netns', await c.onNode(node, ['sh', '-c', 'for n in $(ip netns list | cut -d" " -f1); do echo "$n $(ip -n "$n" -4 -o addr show scope global)"; done']));
   const line = out.split('\n').find((l) => l.includes(` ${podIp}/`));
   if (line === undefined) throw new Error(`no network namespace on ${node} holds ${podIp}:\n${out}`);

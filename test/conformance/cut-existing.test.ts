@@ -34,14 +34,14 @@ class Connections {
   }
 
   async serve(key: string): Promise<void> {
-    const server = new NsProcess(this.#netns(key), ECHO_SERVER, { PORT });
+    const server = NsProcess.inNetns(this.#netns(key), ECHO_SERVER, { PORT });
     this.#procs.push(server);
     await server.waitFor('ready');
   }
 
   /** A connection from `from` to `to` that has carried one echo. */
   async connect(from: string, to: string, family: 4 | 6): Promise<NsProcess> {
-    const p = new NsProcess(this.#netns(from), ECHO_CLIENT, { HOST: this.podIp(to, family), PORT, CONNECT_MS: '3000' });
+    const p = NsProcess.inNetns(this.#netns(from), ECHO_CLIENT, { HOST: this.podIp(to, family), PORT, CONNECT_MS: '3000' });
     this.#procs.push(p);
     await p.waitFor('connected');
     p.send('before');

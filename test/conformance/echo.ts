@@ -12,19 +12,25 @@ export class NsProcess {
   readonly child: ChildProcess;
   readonly lines: string[] = [];
   readonly #waiters: (() => void)[] = [];
+  readonly #exited: Promise<void>;
 
-  constructor(netns: string, script: string, env: Record<string, string>) {
-    // `ip netns exec` execs in place, so child.pid is the script's own process.
-    this.child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', script], {
-      env: { ...process.env, ...env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+  /** `argv` runs the script (through `ip netns exec`, or into a node first): see inNetns. */
+  constructor(argv: readonly string[], spawnEnv: NodeJS.ProcessEnv = process.env) {
+    this.child = spawn(argv[0]!, argv.slice(1), { env: spawnEnv, stdio: ['pipe', 'pipe', 'pipe'] });
     const onLine = (line: string) => {
       this.lines.push(line);
       for (const w of this.#waiters.splice(0)) w();
     };
     createInterface({ input: this.child.stdout! }).on('line', onLine);
     createInterface({ input: this.child.stderr! }).on('line', (l) => onLine(`stderr: ${l}`));
+    this.#exited = new Promise((resolve) => this.child.on('close', () => resolve()));
+  }
+
+  /** `script` run by this machine's Node.js in network namespace `netns`, with `env` set.
+   *  `ip netns exec` and `env` exec in place, so child.pid is the script's own process. */
+  static inNetns(netns: string, script: string, env: Record<string, string>, prefix: readonly string[] = [], spawnEnv?: NodeJS.ProcessEnv): NsProcess {
+    const vars = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+    return new NsProcess([...prefix, 'ip', 'netns', 'exec', netns, 'env', ...vars, process.execPath, '-e', script], spawnEnv);
   }
 
   async waitFor(line: string, timeoutMs = 5000): Promise<void> {
@@ -39,6 +45,13 @@ export class NsProcess {
     this.child.stdin!.write(line + '\n');
   }
 
+  /** Ends the script by closing its stdin (it may run inside a node, out of reach of a
+   *  signal to the child), and waits for it. */
+  async stop(): Promise<void> {
+    this.child.stdin!.end();
+    await this.#exited;
+  }
+
   kill(): void {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
   }
@@ -50,16 +63,17 @@ net.createServer((s) => {
   s.setEncoding('utf8');
   s.on('error', () => {});
   s.on('data', (d) => s.write('echo:' + d));
-}).listen(Number(process.env.PORT), '::', () => console.log('ready'));`;
+}).listen(Number(process.env.PORT), '::', () => console.log('ready'));
+process.stdin.on('end', () => process.exit(0)).resume();`;
 
-/** Connects once (from LOCAL_PORT when given), relays stdin lines to the socket and socket
- *  lines to stdout. */
+/** Connects once, relays stdin lines to the socket and socket lines to stdout; ends with its
+ *  stdin. */
 export const ECHO_CLIENT = `
 const net = require('node:net');
 const rl = require('node:readline');
-const s = net.connect({ host: process.env.HOST, port: Number(process.env.PORT), ...(process.env.LOCAL_PORT ? { localPort: Number(process.env.LOCAL_PORT) } : {}) });
+const s = net.connect({ host: process.env.HOST, port: Number(process.env.PORT) });
 const t = setTimeout(() => { console.log('timeout'); process.exit(0); }, Number(process.env.CONNECT_MS));
 s.on('connect', () => { clearTimeout(t); console.log('connected'); });
 s.on('error', (e) => { console.log('error ' + e.code); process.exit(0); });
 rl.createInterface({ input: s }).on('line', (l) => console.log(l));
-rl.createInterface({ input: process.stdin }).on('line', (l) => s.write(l + '\\n'));`;
+rl.createInterface({ input: process.stdin }).on('line', (l) => s.write(l + '\\n')).on('close', () => process.exit(0));`;

@@ -71,11 +71,11 @@ describe('conformance: ports, ipBlocks, invalid input, hostNetwork, drift', () =
     await c.reset();
     const procs: NsProcess[] = [];
     try {
-      const server = new NsProcess(c.cluster.endpoint(A2)!.netns, ECHO_SERVER, { PORT: '8080' });
+      const server = NsProcess.inNetns(c.cluster.endpoint(A2)!.netns, ECHO_SERVER, { PORT: '8080' });
       procs.push(server);
       await server.waitFor('ready');
       const client = (host: string) => {
-        const p = new NsProcess(c.cluster.endpoint(A1)!.netns, ECHO_CLIENT, { HOST: host, PORT: '8080', CONNECT_MS: '1500' });
+        const p = NsProcess.inNetns(c.cluster.endpoint(A1)!.netns, ECHO_CLIENT, { HOST: host, PORT: '8080', CONNECT_MS: '1500' });
         procs.push(p);
         return p;
       };

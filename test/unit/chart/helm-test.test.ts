@@ -46,6 +46,17 @@ describe('the chart: helm test', () => {
     assert.equal(testPod(await render(['--set', 'helmTest.enabled=false'])), undefined);
   });
 
+  test('the test Pod matches no selector of the agents or the controller: a DaemonSet adopts a pod its selector matches, and deletes it', async () => {
+    const docs = await render();
+    const labels: Record<string, string> = testPod(docs)!.metadata.labels;
+    for (const kind of ['DaemonSet', 'Deployment']) {
+      for (const d of docs.filter((x) => x.kind === kind)) {
+        const selector: Record<string, string> = d.spec.selector.matchLabels;
+        assert.ok(!Object.entries(selector).every(([k, v]) => labels[k] === v), `${kind} ${d.metadata.name} selects the test Pod`);
+      }
+    }
+  });
+
   test('enabled: a test hook Pod running node in the agent image, as nobody, on an account that may only list Nodes and NodePolicyStatus', async () => {
     const docs = await render(['--set', 'helmTest.enabled=true', '--set', 'helmTest.timeoutSeconds=90']);
     const pod = testPod(docs);
