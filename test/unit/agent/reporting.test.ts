@@ -55,7 +55,8 @@ describe('agent status reporting', () => {
     await api.stop();
   });
 
-  test("the node's digest covers the ClusterNetworkPolicies whose subject holds a local pod, at their generation; an invalid one is listed as failing", async () => {
+  /** Reporting for a calc that holds EVENTS. */
+  function startWithEvents(): Calculator {
     const calc = new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4], marks: { accept: 0x10000, pass: 0x20000 } });
     calc.applyEvents(EVENTS);
     reporting = startReporting({
@@ -68,6 +69,11 @@ describe('agent status reporting', () => {
       counts: () => ({ sets: 1, chains: 2, rules: 3 }),
       problems: [],
     });
+    return calc;
+  }
+
+  test("the node's digest covers the ClusterNetworkPolicies whose subject holds a local pod, at their generation; an invalid one is listed as failing", async () => {
+    const calc = startWithEvents();
     reporting.onPass({ ok: true, policyChanges: [], modelChanged: true });
     await until(() => api.get(NPS)?.status !== undefined, 'the NodePolicyStatus written', 5_000);
 
@@ -96,18 +102,7 @@ describe('agent status reporting', () => {
   });
 
   test('after a failed write the digest still says what the kernel holds (the last written generations) until a write succeeds', async () => {
-    const calc = new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4], marks: { accept: 0x10000, pass: 0x20000 } });
-    calc.applyEvents(EVENTS);
-    reporting = startReporting({
-      kubeConfig: api.kubeConfig(),
-      nodeName: NODE,
-      calc,
-      log: captureLog().log,
-      metrics: createMetrics({ defaultMetrics: false }),
-      synced: () => true,
-      counts: () => ({ sets: 1, chains: 2, rules: 3 }),
-      problems: [],
-    });
+    const calc = startWithEvents();
     const status = () => api.get(NPS)?.status as { policyDigest: { digests: string }; lastApply?: { ok: boolean } } | undefined;
     reporting.onPass({ ok: true, policyChanges: [], modelChanged: true });
     const written = encodeDigest(
