@@ -56,6 +56,7 @@ export class ConnectionCut {
     return this.#running !== null;
   }
 
+  /** No round starts after this, and one running stops at its next deletion. */
   stop(): void {
     this.#stopped = true;
   }
@@ -106,7 +107,10 @@ export class ConnectionCut {
       const listing: JudgedConnection[] = [];
       for (const [i, f] of flows.entries()) {
         // The loop computes and writes between slices: a large table must not hold it up.
-        if (i > 0 && i % JUDGED_PER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+        if (i > 0 && i % JUDGED_PER_SLICE === 0) {
+          await new Promise((resolve) => setImmediate(resolve));
+          if (this.#stopped) return;
+        }
         const key = connectionKey(f);
         const ends = { source: targets.has(key.src), destination: targets.has(key.dst) };
         let denied = false;
@@ -120,6 +124,8 @@ export class ConnectionCut {
         listing.push({ key, denied });
       }
       for (const filter of deletionFilters(listing)) {
+        // A shutdown does not wait for a long round: what is left stays, as without the opt-in.
+        if (this.#stopped) break;
         const n = await dataplane.deleteConnections(filter);
         if (n > 0) done.push(filter);
         cut += n;

@@ -102,6 +102,24 @@ describe('cutting the connections the written rules deny', () => {
     assert.equal(table.lists, 1);
   });
 
+  test('stop() ends a running round at its next deletion, so a shutdown does not wait for a long cut', async () => {
+    const table = new FakeTable(TABLE);
+    let release: () => void = () => {};
+    const first = new Promise<void>((resolve) => (release = resolve));
+    const deleteOne = table.deleteConnections.bind(table);
+    table.deleteConnections = async (f) => {
+      await first;
+      return deleteOne(f);
+    };
+    const { clock, r } = setup({ cut: { dataplane: table, targets: () => ['10.244.1.5'], judge: () => () => true } });
+    r.onBatch(batch('r1'));
+    await clock.advanceAsync(100);
+    const stopped = r.stop();
+    release();
+    await stopped;
+    assert.equal(table.deletions.length, 1, 'only the deletion under way ran');
+  });
+
   test('nothing opted in: the table is never read', async () => {
     const { clock, r, table } = cutSetup({ targets: [] });
     r.onBatch(batch('r1'));
