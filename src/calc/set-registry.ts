@@ -8,7 +8,7 @@ import type { ClusterState } from '../model/cluster.ts';
 import { isPeerEligible } from '../model/cluster.ts';
 import { narrowing, SelectorIndex } from '../model/label-index.ts';
 import { selectorMatches } from '../model/selector.ts';
-import type { Family, Labels, Pod, PodsPeer } from '../model/types.ts';
+import type { Family, Labels, Pod, PodsPeer, PrefixSet } from '../model/types.ts';
 import { familyOf } from '../model/types.ts';
 import type { Changes } from './changes.ts';
 import type { DesiredSet, Members, SetType } from './desired.ts';
@@ -92,6 +92,20 @@ export class SetRegistry {
     this.#release(set, false);
   }
 
+  /** The set a spec names, taking no reference and keeping nothing: the live set when one
+   *  exists (what the kernel holds), else one filled as acquire would fill it. For readers
+   *  such as `weir explain`, which must judge by calc's members. */
+  peek(spec: SetSpec): DesiredSet {
+    const name = this.#names.peerSet(spec.family, setKey(spec));
+    const live = this.#sets.get(name);
+    if (live) return live;
+    const members = new Set<string>();
+    const peer = spec.peer;
+    if (peer.kind === 'union') for (const part of peer.parts) for (const m of this.peek(part).members) members.add(m);
+    else fill(this.#cluster, spec, peer, (m) => members.add(m));
+    return { name, family: spec.family, type: typeOf(spec), members };
+  }
+
   /** A pod came, went or changed: only the sets its old or new labels (or its namespace's)
    *  may satisfy are visited. */
   podChanged(old: Pod | undefined, pod: Pod | undefined): void {
@@ -107,8 +121,8 @@ export class SetRegistry {
     for (const set of candidates) {
       const peer = set.spec.peer;
       if (peer.kind !== 'pods') continue;
-      const before = old && this.#cluster.peerMatchesPod(peer, old) ? podMembers(old, set) : [];
-      const after = pod && this.#cluster.peerMatchesPod(peer, pod) ? podMembers(pod, set) : [];
+      const before = old && this.#cluster.peerMatchesPod(peer, old) ? podMembers(old, set.spec) : [];
+      const after = pod && this.#cluster.peerMatchesPod(peer, pod) ? podMembers(pod, set.spec) : [];
       if (before.length === after.length && before.every((m, i) => m === after[i])) continue;
       for (const m of before) this.#removeMember(set, m);
       for (const m of after) this.#addMember(set, m);
@@ -129,7 +143,7 @@ export class SetRegistry {
       if (was === is) continue;
       for (const pod of this.#cluster.podsIn(ns)) {
         if (!selectorMatches(peer.podSelector, pod.labels)) continue;
-        for (const m of podMembers(pod, set)) is ? this.#addMember(set, m) : this.#removeMember(set, m);
+        for (const m of podMembers(pod, set.spec)) is ? this.#addMember(set, m) : this.#removeMember(set, m);
       }
     }
   }
@@ -149,15 +163,10 @@ export class SetRegistry {
   }
 
   #create(name: string, spec: SetSpec): ActiveSet {
-    const set = new ActiveSet(name, spec.family, spec.namedPort ? 'hash:ip,port' : 'hash:net', spec);
+    const set = new ActiveSet(name, spec.family, typeOf(spec), spec);
     this.#sets.set(name, set);
     const peer = spec.peer;
-    if (peer.kind === 'prefixes') {
-      // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
-      // As the kernel prints them: a union holding an address from a /32 block and from a pod
-      // counts it twice, so the pod leaving does not delete what the block still needs.
-      for (const m of peer.cidrs) this.#addMember(set, netMember(m));
-    } else if (peer.kind === 'union') {
+    if (peer.kind === 'union') {
       // A member's count in a union is the number of its parts that hold it.
       for (const partSpec of peer.parts) {
         const part = this.#acquire(partSpec, true);
@@ -165,11 +174,10 @@ export class SetRegistry {
         part.unions.add(set);
         for (const m of part.counts.keys()) this.#addMember(set, m);
       }
-    } else {
-      if (spec.namedPort) for (const pod of this.#cluster.podsMatching(peer)) for (const m of podMembers(pod, set)) this.#addMember(set, m);
-      else for (const m of this.#cluster.peerAddresses(peer, spec.family)) this.#addMember(set, m);
-      this.#index(set, peer, true);
+      return set;
     }
+    fill(this.#cluster, spec, peer, (m) => this.#addMember(set, m));
+    if (peer.kind === 'pods') this.#index(set, peer, true);
     return set;
   }
 
@@ -225,12 +233,25 @@ export class SetRegistry {
   }
 }
 
+const typeOf = (spec: SetSpec): SetType => (spec.namedPort ? 'hash:ip,port' : 'hash:net');
+
+/** Gives `add` the members a new set of prefixes or pods (`peer`, its spec's) starts with,
+ *  once per block or pod contributing each; a union's come from its parts. */
+function fill(cluster: ClusterState, spec: SetSpec, peer: PodsPeer | PrefixSet, add: (m: string) => void): void {
+  // ipBlock prefixes, aggregated by the model: never a /0, which hash:net cannot hold.
+  // As the kernel prints them: a union holding an address from a /32 block and from a pod
+  // counts it twice, so the pod leaving does not delete what the block still needs.
+  if (peer.kind === 'prefixes') for (const m of peer.cidrs) add(netMember(m));
+  else if (spec.namedPort) for (const pod of cluster.podsMatching(peer)) for (const m of podMembers(pod, spec)) add(m);
+  else for (const m of cluster.peerAddresses(peer, spec.family)) add(m);
+}
+
 /** Members a pod gives a set: its addresses of the set's family, with the resolved port
  *  for a named-port set (pods lacking that name and protocol give none). */
-function podMembers(pod: Pod, set: ActiveSet): string[] {
+function podMembers(pod: Pod, spec: SetSpec): string[] {
   if (!isPeerEligible(pod)) return [];
-  const ips = pod.ips.filter((ip) => familyOf(ip) === set.family);
-  const np = set.spec.namedPort;
+  const ips = pod.ips.filter((ip) => familyOf(ip) === spec.family);
+  const np = spec.namedPort;
   if (!np) return ips;
   const proto = np.protocol.toLowerCase();
   const out: string[] = [];
