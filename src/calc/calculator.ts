@@ -22,14 +22,14 @@ import { AuditLevels } from './audit-levels.ts';
 import { auditLimit, type CalcConfig, type PolicyReport } from './config.ts';
 import { ChainStore } from './chain-store.ts';
 import { Changes } from './changes.ts';
-import type { DesiredDataplane, Dirty } from './desired.ts';
+import type { DesiredDataplane, DesiredSet, Dirty } from './desired.ts';
 import { DispatchTree } from './dispatch.ts';
 import { PolicyChains } from './policy-chains.ts';
-import { acceptChainRules, topChainRules, workloadCommonRules } from './rules.ts';
+import { acceptChainRules, type SetSpec, topChainRules, workloadCommonRules } from './rules.ts';
 import { SetRegistry } from './set-registry.ts';
 import { TagCatalog } from './tag-catalog.ts';
 import type { AuditWriting } from './tag-catalog.ts';
-import { WorkloadChains } from './workloads.ts';
+import { WorkloadChains, type WorkloadSelection } from './workloads.ts';
 
 export { AUDIT_COPY_BYTES } from './tag-catalog.ts';
 export type { AuditConfig, CalcConfig, PolicyReport } from './config.ts';
@@ -166,6 +166,17 @@ export class Calculator {
     const out: string[] = [];
     for (const w of this.#workloads.workloads()) if (all || this.#cut.covers(w)) out.push(...w.pod.ips);
     return out;
+  }
+
+  /** Which policies select a local pod, as its chains consult them (`weir explain` names
+   *  them); undefined when no pod of this node has that uid. */
+  selection(uid: string): WorkloadSelection | undefined {
+    return this.#workloads.selection(uid);
+  }
+
+  /** The set a spec names, with calc's members: the live one, else as the registry fills it. */
+  peekSet(spec: SetSpec): DesiredSet {
+    return this.#sets.peek(spec);
   }
 
   /** The bridge port a local pod's address is bound to, when known (source binding). */

@@ -43,6 +43,25 @@ export interface WorkloadChainsDeps {
   readonly policyRefsChanged: (key: string) => void;
 }
 
+/** The policies selecting a local workload in one direction, as its chains consult them. */
+export interface DirectionSelection {
+  /** Enforced: they isolate the pod. Sorted by key. */
+  readonly enforced: readonly CompiledPolicy[];
+  /** Audit-only: they never isolate, only log what they would drop. Sorted by key. */
+  readonly auditOnly: readonly CompiledPolicy[];
+  /** The enforced policies without a chain of their own: the merged rules stand for their
+   *  mergeable alternatives. */
+  readonly merged: readonly CompiledPolicy[];
+}
+
+/** Which policies select a local workload: what its chains were built from. */
+export interface WorkloadSelection {
+  readonly ingress: DirectionSelection;
+  readonly egress: DirectionSelection;
+  /** The ClusterNetworkPolicies selecting it, by tier, in evaluation order. */
+  readonly tiers: TierSelection;
+}
+
 interface Workload {
   readonly pod: Pod;
   /** The enforced policies selecting the pod that isolate each direction, sorted by key. */
@@ -108,6 +127,18 @@ export class WorkloadChains {
   /** Every local workload: its pod and the policies selecting it. */
   workloads(): Iterable<CutCandidate> {
     return this.#workloads.values();
+  }
+
+  /** Which policies select a local workload (undefined: none is local by that uid). */
+  selection(uid: string): WorkloadSelection | undefined {
+    const w = this.#workloads.get(uid);
+    if (!w) return undefined;
+    const merged = (enforced: readonly CompiledPolicy[]) => enforced.filter((p) => !this.#d.policies.ownChain(p));
+    return {
+      ingress: { enforced: w.ingress, auditOnly: w.auditIngress, merged: merged(w.ingress) },
+      egress: { enforced: w.egress, auditOnly: w.auditEgress, merged: merged(w.egress) },
+      tiers: w.tiers,
+    };
   }
 
   /** Recomputes the chains of every workload (the cluster's ClusterNetworkPolicies changed). */
