@@ -1,16 +1,10 @@
 // Which policies and rules stand behind a verdict. The chains say what happens to a packet; a
 // merged rule or a tier chain says it for many policies at once. So each policy's own
 // alternatives, as calc builds them (rules.ts allowAlternatives, tier-rules.ts tierSteps), are
-// evaluated against the packet with the same evaluator, their sets filled from the model as
-// calc fills them. Pure.
+// evaluated against the packet with the same evaluator, over calc's own sets. Pure.
 
-import type { ClusterState } from '../model/cluster.ts';
-import { isPeerEligible } from '../model/cluster.ts';
-import { selectorMatches } from '../model/selector.ts';
-import type { CnpAction, CnpTier, CompiledClusterNetworkPolicy, CompiledPolicy, Family, Pod } from '../model/types.ts';
-import { familyOf } from '../model/types.ts';
+import type { CnpAction, CnpTier, CompiledClusterNetworkPolicy, CompiledPolicy, Family } from '../model/types.ts';
 import type { DesiredSet } from '../calc/desired.ts';
-import { netMember } from '../calc/desired.ts';
 import type { AllowAlternative, Direction, SetSpec } from '../calc/rules.ts';
 import { allowAlternatives, mergeable, resolveMatches, setKey } from '../calc/rules.ts';
 import type { TierStep } from '../calc/tier-rules.ts';
@@ -18,70 +12,33 @@ import { tierSteps } from '../calc/tier-rules.ts';
 import type { Packet, SetSource } from './evaluate.ts';
 import { matchRule } from './evaluate.ts';
 
-/** The policies selecting a pod in one direction, as calc's workloads sort them. */
-export interface Selected {
-  /** Enforced: they isolate the pod. */
-  readonly enforced: readonly CompiledPolicy[];
-  /** Audit-only: they never isolate, only log what they would drop. */
-  readonly auditOnly: readonly CompiledPolicy[];
-}
-
-export function selectedPolicies(cluster: ClusterState, pod: Pod, dir: Direction): Selected {
-  const enforced: CompiledPolicy[] = [];
-  const auditOnly: CompiledPolicy[] = [];
-  for (const p of cluster.policiesIn(pod.namespace)) {
-    if (p.podSelector !== null && !selectorMatches(p.podSelector, pod.labels)) continue;
-    if ((dir === 'ingress' ? p.ingress : p.egress) === null) continue;
-    (p.enforcement === 'audit' ? auditOnly : enforced).push(p);
-  }
-  const byKey = (a: CompiledPolicy, b: CompiledPolicy) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
-  return { enforced: enforced.sort(byKey), auditOnly: auditOnly.sort(byKey) };
-}
-
 /**
- * Sets named by their spec, filled from the model the way calc's registry fills them: a pods
- * peer holds the addresses of its peer-eligible pods (with the resolved port for a named
- * port), prefixes their kernel form, a union every member of its parts.
+ * The sets a policy's alternatives name, by spec, holding calc's members
+ * (`Calculator.peekSet`): the set the node's rules hold when one does, else the one calc's
+ * registry would fill. Named here by family and key.
  */
-export class ModelSets implements SetSource {
-  readonly #cluster: ClusterState;
+export class CalcSets implements SetSource {
+  readonly #peek: (spec: SetSpec) => DesiredSet;
   readonly #byName = new Map<string, DesiredSet>();
 
-  constructor(cluster: ClusterState) {
-    this.#cluster = cluster;
+  constructor(peek: (spec: SetSpec) => DesiredSet) {
+    this.#peek = peek;
   }
 
   get(name: string): DesiredSet | undefined {
     return this.#byName.get(name);
   }
 
-  /** The name the spec's set goes by here (its key), filled on first use. */
+  /** The name the spec's set goes by here, looked up on first use. */
   readonly use = (spec: SetSpec): string => {
-    const name = setKey(spec);
-    if (!this.#byName.has(name)) this.#byName.set(name, { name, family: spec.family, type: spec.namedPort ? 'hash:ip,port' : 'hash:net', members: this.#members(spec) });
+    const name = `${spec.family} ${setKey(spec)}`;
+    if (!this.#byName.has(name)) this.#byName.set(name, this.#peek(spec));
     return name;
   };
-
-  #members(spec: SetSpec): Set<string> {
-    const peer = spec.peer;
-    if (peer.kind === 'prefixes') return new Set(peer.cidrs.map(netMember));
-    if (peer.kind === 'union') return new Set(peer.parts.flatMap((part) => [...this.#members(part)]));
-    const np = spec.namedPort;
-    if (!np) return new Set(this.#cluster.peerAddresses(peer, spec.family));
-    const out = new Set<string>();
-    for (const pod of this.#cluster.podsMatching(peer)) {
-      if (!isPeerEligible(pod)) continue;
-      for (const cp of pod.ports) {
-        if (cp.name !== np.name || cp.protocol !== np.protocol) continue;
-        for (const ip of pod.ips) if (familyOf(ip) === spec.family) out.add(`${ip},${np.protocol.toLowerCase()}:${cp.port}`);
-      }
-    }
-    return out;
-  }
 }
 
 /** Whether one alternative (a policy rule's peer and port) matches the packet. */
-export function alternativeMatches(alt: AllowAlternative, packet: Packet, sets: ModelSets): boolean {
+export function alternativeMatches(alt: AllowAlternative, packet: Packet, sets: CalcSets): boolean {
   return matchRule({ matches: resolveMatches(alt.matches, sets.use), action: { kind: 'drop' } }, packet, sets, 0).matched;
 }
 
@@ -99,7 +56,7 @@ export function allowingRules(
   dir: Direction,
   family: Family,
   packet: Packet,
-  sets: ModelSets,
+  sets: CalcSets,
   only: (alt: AllowAlternative) => boolean = () => true,
 ): PolicyRuleRef[] {
   const out: PolicyRuleRef[] = [];
@@ -142,7 +99,7 @@ export interface TierDecision {
 }
 
 /** The first matching rule of a tier's policies (in evaluation order), or null. */
-export function tierDecision(policies: readonly CompiledClusterNetworkPolicy[], dir: Direction, family: Family, packet: Packet, sets: ModelSets): TierDecision | null {
+export function tierDecision(policies: readonly CompiledClusterNetworkPolicy[], dir: Direction, family: Family, packet: Packet, sets: CalcSets): TierDecision | null {
   const steps = tierSteps(policies, dir, family);
   const ref = (s: TierStep): ClusterRuleRef => ({
     name: s.policy.name,

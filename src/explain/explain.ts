@@ -7,13 +7,13 @@
 import { Calculator } from '../calc/index.ts';
 import type { AuditTag } from '../calc/audit-tags.ts';
 import type { CalcConfig } from '../calc/config.ts';
-import { ClusterPolicies } from '../calc/cluster-policies.ts';
 import type { DesiredDataplane, Rule } from '../calc/desired.ts';
 import type { Direction } from '../calc/rules.ts';
 import type { Tier } from '../calc/tier-rules.ts';
-import type { CalcEvent, CompiledClusterNetworkPolicy, CompiledPolicy, Family, ModelEvent, Pod, Protocol } from '../model/types.ts';
-import type { ClusterRuleRef, PolicyRuleRef, Selected } from './attribute.ts';
-import { allowingRules, ModelSets, sameSignature, selectedPolicies, tierDecision } from './attribute.ts';
+import type { DirectionSelection } from '../calc/workloads.ts';
+import type { CalcEvent, CompiledPolicy, Family, ModelEvent, Pod, Protocol } from '../model/types.ts';
+import type { ClusterRuleRef, PolicyRuleRef } from './attribute.ts';
+import { allowingRules, CalcSets, sameSignature, tierDecision } from './attribute.ts';
 import type { Hit, Packet, SetLookup, Walk } from './evaluate.ts';
 import { walk } from './evaluate.ts';
 import { payloadLine } from './payload.ts';
@@ -138,8 +138,6 @@ interface NodeState {
   readonly calc: Calculator;
   /** Local pod address -> the bridge port its chains bind it to. */
   readonly ports: ReadonlyMap<string, string>;
-  readonly clusterPolicies: ClusterPolicies;
-  readonly audit: ReadonlyMap<string, string>;
 }
 
 /** Explains one request over the events of a full view of the cluster. */
@@ -201,12 +199,7 @@ function compileNode(events: readonly ModelEvent[], world: World, nodeName: stri
     for (const [ip, port] of ports) all.push({ kind: 'PodInterface', op: 'upsert', object: { ip, port } });
   }
   calc.applyEvents(all);
-  const clusterPolicies = new ClusterPolicies(calc.cluster);
-  const latest = new Map<string, CompiledClusterNetworkPolicy | null>();
-  for (const { name, policy } of calc.takeClusterPolicyChanges()) latest.set(name, policy);
-  for (const p of latest.values()) if (p) clusterPolicies.upsert(p);
-  const audit = new Map(calc.policyReports().map((r) => [r.key, r.auditLevel]));
-  return { calc, ports, clusterPolicies, audit };
+  return { calc, ports };
 }
 
 function viewOf(e: Endpoint): EndpointView {
@@ -331,9 +324,14 @@ function direction(dir: Direction, node: string, pod: Pod | null, w: Walk, reach
     if (final?.rule.action.kind === 'drop') return { ...base, verdict: 'denied', reason: 'fail-closed', rule: decided(final) };
     return { ...base, verdict: 'allowed', reason: 'other', rule: decided(final), disagreement: `the packet never reached ${wl}, the ${dir} chain of ${podRef(pod)}` };
   }
-  const sets = new ModelSets(state.calc.cluster);
-  const selected = selectedPolicies(state.calc.cluster, pod, dir);
-  const tiers = state.clusterPolicies.selecting(pod);
+  const selection = state.calc.selection(pod.uid);
+  if (!selection) {
+    const verdict = final?.rule.action.kind === 'drop' ? 'denied' : 'allowed';
+    return { ...base, verdict, reason: 'other', rule: decided(final), disagreement: `${wl} was walked, yet calc holds no local pod ${podRef(pod)} on ${node}` };
+  }
+  const sets = new CalcSets((spec) => state.calc.peekSet(spec));
+  const selected = selection[dir];
+  const tiers = selection.tiers;
   const tierChain = (tier: Tier) => n.tierChain(tier, dir, pod.uid);
   const decision = (tier: Tier) => tierDecision(tier === 'admin' ? tiers.admin : tiers.baseline, dir, family, packet, sets);
   const clusterRule = (tier: Tier) => {
@@ -408,8 +406,7 @@ function direction(dir: Direction, node: string, pod: Pod | null, w: Walk, reach
       const set = allowHit.rule.matches.find((m) => m.kind === 'set');
       const rest = allowHit.rule.matches.filter((m) => m.kind !== 'set');
       const peerDir = set && set.kind === 'set' && set.dir !== 'dst,dst' ? set.dir : null;
-      const mergedPolicies = selected.enforced.filter((p) => state.audit.get(p.key) !== 'all');
-      allowedBy = allowingRules(mergedPolicies, dir, family, packet, sets, (alt) => sameSignature(alt, rest, peerDir));
+      allowedBy = allowingRules(selected.merged, dir, family, packet, sets, (alt) => sameSignature(alt, rest, peerDir));
     }
     const extra = allowedBy.length === 0 ? { disagreement: `${allowHit.chain} rule ${allowHit.position} allowed it, yet no policy rule it stands for matches` } : {};
     return { ...base, ...withAdmin, ...extra, ...passedBy, verdict: 'allowed', reason: 'network-policy', allowedBy, rule: decided(allowHit, merged) };
@@ -439,7 +436,7 @@ function direction(dir: Direction, node: string, pod: Pod | null, w: Walk, reach
   return { ...base, ...withAdmin, ...extra, ...passedBy, ...auditOnly, verdict: 'not isolated', reason: 'not-isolated', rule: decided(notIsolated) };
 }
 
-function isolatedBy(s: Selected): NonNullable<DirectionResult['isolatedBy']> {
+function isolatedBy(s: DirectionSelection): NonNullable<DirectionResult['isolatedBy']> {
   return s.enforced.map((p: CompiledPolicy) => ({ namespace: p.namespace, name: p.name, invalid: p.errors.length > 0 }));
 }
 
