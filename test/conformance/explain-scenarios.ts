@@ -6,10 +6,10 @@
 // compares explain with real probes, test/unit/explain/scenarios.test.ts with these tables,
 // without a cluster.
 //
-// Held: the tables of ports-blocks-faults.test.ts, allow-action.test.ts, smoke.test.ts,
-// large-ipblock.test.ts, node-traffic.test.ts and fail-closed.test.ts, which read them from
-// here; and, copied, those of cluster-network-policy.test.ts, isolation-peers.test.ts and
-// manifest-faults.test.ts, which still state their own. Not held, as explain asks about a new
+// Held, each written only here: the tables of cluster-network-policy.test.ts,
+// isolation-peers.test.ts, ports-blocks-faults.test.ts, manifest-faults.test.ts,
+// allow-action.test.ts, smoke.test.ts, large-ipblock.test.ts, node-traffic.test.ts and
+// fail-closed.test.ts, which read them from here. Not held, as explain asks about a new
 // connection under a given state:
 // - ports-blocks-faults: a manifest file that stops parsing (an agent keeps its last good
 //   content; explain, reading once, leaves it out), an established connection outliving a
@@ -76,12 +76,15 @@ const ALPHA = TEAM_A;
 const BETA = TEAM_B;
 const GAMMA = { matchExpressions: [{ key: 'kubernetes.io/metadata.name', operator: 'In', values: ['gamma'] }] };
 const A3 = 'alpha/a3';
+const B3 = 'beta/b3';
 // The cast's named ports, copied from the harness header: http is TCP everywhere (80, but 81 on
 // a2), b1 declares none, and g1's dns is UDP 81.
 const HTTP: Readonly<Record<string, number>> = { [A1]: 80, [A2]: 81, [B2]: 80, [G1]: 80 };
 const toHttp: Verdict = (x) => x.target in HTTP && tcp(HTTP[x.target])(x);
 // node-b's pod CIDRs: a2 (both families) and b2 (IPv4).
 const NODE_B = ['10.244.2.0/24', 'fd00:10:244:2::/64'];
+
+// ---- cluster-network-policy.test.ts ------------------------------------------------------------
 
 export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
   {
@@ -126,6 +129,10 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
           np('alpha', 'a1-from-b1', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: BETA, podSelector: WEB }] }] }),
           cnp('baseline-deny-beta', { tier: 'Baseline', priority: 1, subject: { namespaces: ALPHA }, ingress: [{ action: 'Deny', from: [{ namespaces: BETA }] }] }),
         ],
+        // a1: beta passes to its NetworkPolicy (b1 only); every other pod is denied by the Admin
+        // tier, and the external host, which no Admin rule names, by the NetworkPolicy's isolation.
+        // a2: beta passes, no NetworkPolicy selects a2, so the Baseline denies it; other pods are
+        // denied by the Admin tier; the external host falls through to the default allow.
         expect: allow({ ingress: { [A1]: from(B1), [A2]: from(EXTERNAL) } }),
       },
     ],
@@ -166,13 +173,15 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
           }),
           np('alpha', 'a1-egress-nothing', { podSelector: WEB, policyTypes: ['Egress'] }),
         ],
+        // node-b's pods (a2, b2): only a2 on TCP 80; node-a's pods: every one (the wider Accept);
+        // the external host: no rule names it, so the NetworkPolicy's isolation drops it.
         expect: allow({ egress: { [A1]: (x) => (x.target === A2 && tcp(80)(x)) || (x.target !== A2 && x.target !== B2) } }),
         toExternal: allow({ egress: { [A1]: nothing } }),
       },
     ],
   },
   {
-    name: 'a priority change applies: the Accept moved before the Deny wins',
+    name: 'a priority change applies live: the Accept moved before the Deny wins',
     steps: [20, 5].map((acceptPriority) => ({
       what: acceptPriority === 20 ? 'Deny first' : 'Accept first',
       policies: [
@@ -184,7 +193,8 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
     })),
   },
   {
-    // destinationNamedPort is in the experimental channel only; Weir reads it from manifests.
+    // destinationNamedPort is in the experimental channel only (the standard v1beta1 CRD prunes
+    // it); Weir reads it from manifests and the experimental CRD, so it is proved here.
     name: 'a named port Deny drops the port of that name on each pod that declares it, whatever its number or protocol; pods without the name are not matched',
     steps: (() => {
       const denyNamed = (name: string) =>
@@ -304,15 +314,15 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
         cnp('accept-beta', { tier: 'Admin', priority: 30, subject: { namespaces: ALPHA }, ingress: [{ action: 'Accept', from: [{ namespaces: BETA }] }] }),
       ];
       return [
-        // "Allow" is no action of the API. In the Admin tier no NetworkPolicy reopens it; of the
-        // Admin Accepts, the one before it (priority 10) still applies, the one after it (30) no
-        // longer does. a1's egress, not named, is untouched.
+        // "Allow" is no action of the API (the CRD's enum refuses it). In the Admin tier no
+        // NetworkPolicy reopens it; of the Admin Accepts, the one before it (priority 10) still
+        // applies, the one after it (30) no longer does. a1's egress, not named, is untouched.
         { what: 'Admin, ingress, action Allow', policies: [...around, brokenAdmin('Allow')], expect: ingress({ [A1]: from(G1) }), toExternal: () => true },
         // Fixed, its one rule applies.
         { what: 'Admin, ingress, action Deny', policies: [...around, brokenAdmin('Deny')], expect: ingress({ [A1]: not(fromNs('beta')) }) },
-        // A networks CIDR with host bits set, in the Baseline tier for egress: b1, which a
-        // NetworkPolicy isolates for egress, follows it (alpha only); b2 reaches nothing, the
-        // external host included; every pod's ingress is untouched.
+        // A networks CIDR with host bits set (the CRD's CEL rule refuses it), in the Baseline
+        // tier for egress: b1, which a NetworkPolicy isolates for egress, follows it (alpha
+        // only); b2 reaches nothing, the external host included; every pod's ingress is untouched.
         {
           what: 'Baseline, egress, host bits',
           policies: [
@@ -340,6 +350,8 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
   },
 ];
 
+// ---- isolation-peers.test.ts -------------------------------------------------------------------
+
 export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
   {
     name: 'a pod selected by no policy accepts everything and sends everywhere',
@@ -348,7 +360,7 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
   {
     name: 'a connection needs the source egress and the destination ingress to allow it, same-node and cross-node',
     steps: [{ podSelector: WEB }, { namespaceSelector: TEAM_A }].map((b2From, i) => ({
-      what: i === 0 ? 'a1 reaches nothing but itself' : 'once b2 accepts alpha, a1 -> b2 passes',
+      what: i === 0 ? 'a1 reaches nothing but itself' : 'once b2 accepts alpha, a1 -> b2 passes (both sides allow)',
       policies: [
         np('beta', 'b1-in', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: DB }] }] }),
         np('beta', 'b2-in', { podSelector: DB, ingress: [{ from: [b2From] }] }),
@@ -356,6 +368,8 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
         np('alpha', 'a2-in', { podSelector: DB, ingress: [{ from: [{ podSelector: {} }] }] }),
         np('gamma', 'g1-in', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
       ],
+      // a1 -> b1 (same node) and a1 -> b2 (cross-node): egress allows, ingress denies (until b2
+      // accepts alpha). a1 -> g1 (same node) and a1 -> a2 (cross-node): ingress allows, egress denies.
       expect: allow({
         ingress: { [B1]: from(A2), [B2]: i === 0 ? from(B1) : from(A1, A2), [A2]: from(A1), [G1]: fromAnyPod },
         egress: { [A1]: to(B1, B2) },
@@ -387,6 +401,7 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
           }),
         ],
         expect: always,
+        // namespaceSelector {} is every pod of every namespace, not the external host.
         toExternal: (x) => nsOf(x.source) !== 'alpha',
       },
       {
@@ -421,6 +436,7 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
       {
         what: 'one peer, one port',
         policies: [np('alpha', 'db-tcp80', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }], ports: [{ protocol: 'TCP', port: 80 }] }] })],
+        // a2 on udp or on port 81: peer right, port wrong. b1 on tcp/80: port right, peer wrong.
         expect: allow({ ingress: { [A1]: (x) => x.source === A2 && tcp(80)(x) } }),
       },
       {
@@ -464,6 +480,8 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
         np('alpha', 'or', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_B }, { podSelector: DB }] }] }),
         np('alpha', 'and', { podSelector: DB, ingress: [{ from: [andPeer] }] }),
       ],
+      // OR: every beta pod, or db pods of alpha. AND: db pods of beta only (not b1, not a2), then
+      // web pods of alpha.
       expect: allow({ ingress: { [A1]: from(B1, B2, A2), [A2]: i === 0 ? from(B2) : from(A1) } }),
     })),
   },
@@ -482,6 +500,7 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
       },
       { what: 'b2 gains tier=back', podLabels: { [B2]: { app: 'db', tier: 'back' } }, expect: allow({ ingress: { [A1]: from(B2) } }) },
       { what: 'b1 has tier=back but not app=db', podLabels: { [B1]: { app: 'web', tier: 'back' } }, expect: allow({ ingress: { [A1]: from(B2) } }) },
+      { what: 'b2 loses tier=back', podLabels: { [B2]: { app: 'db' } }, expect: allow({ ingress: { [A1]: nothing } }) },
     ],
   },
   {
@@ -499,7 +518,7 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
     ],
   },
   {
-    name: 'a new pod is at once in the peer sets and isolated as its labels say',
+    name: 'a new pod is at once in the peer sets and isolated as its labels say, on either node',
     steps: [
       {
         what: 'a3 (node-a) is a peer of b1',
@@ -507,22 +526,31 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
         addPods: [{ namespace: 'alpha', name: 'a3', node: 'node-a', ips: ['10.244.1.50', 'fd00:10:244:1::50'], labels: { app: 'db' }, ports: [] }],
         expect: allow({ ingress: { [B1]: from(A2, A3) } }),
       },
+      {
+        what: 'b3 (node-b) is isolated like b1',
+        addPods: [{ namespace: 'beta', name: 'b3', node: 'node-b', ips: ['10.244.2.50'], labels: { app: 'web' }, ports: [] }],
+        expect: allow({ ingress: { [B1]: from(A2, A3), [B3]: from(A2, A3) } }),
+      },
     ],
   },
   {
-    name: 'a Pending or Succeeded pod is in no peer set',
+    name: 'a Pending or Succeeded pod is in no peer set, and rejoins when Running again',
     steps: [
       {
-        what: 'a2 Pending',
+        what: 'a2 Running',
         policies: [np('beta', 'web-from-team-a', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] })],
-        podPhases: { [A2]: 'Pending' },
-        expect: allow({ ingress: { [B1]: from(A1) } }),
+        expect: allow({ ingress: { [B1]: fromNs('alpha') } }),
       },
+      // The sim still lets a non-Running pod's packets out: a Pending pod with an IP is policed
+      // on its node, so only b1's peer set decides.
+      { what: 'a2 Pending', podPhases: { [A2]: 'Pending' }, expect: allow({ ingress: { [B1]: from(A1) } }) },
       {
+        // A finished pod's address belongs to no pod any more.
         what: 'a2 Succeeded: its node fails closed both ways',
         podPhases: { [A2]: 'Succeeded' },
         expect: (x) => x.source === x.target || (x.source !== A2 && x.target !== A2 && allow({ ingress: { [B1]: from(A1) } })(x)),
       },
+      { what: 'a2 Running again', podPhases: { [A2]: 'Running' }, expect: allow({ ingress: { [B1]: fromNs('alpha') } }) },
     ],
   },
 ];
@@ -959,7 +987,7 @@ export const LARGE_IPBLOCK_SCENARIOS: readonly Scenario[] = (() => {
   ];
 })();
 
-// ---- manifest-faults.test.ts (copied: that file states its own tables) ------------------------
+// ---- manifest-faults.test.ts ------------------------------------------------------------------
 
 /** A raw NetworkPolicy manifest: `metadata` and `apiVersion` lines are written as given. */
 function rawPolicy(apiVersion: string, metadata: string[], spec: string[]): string {

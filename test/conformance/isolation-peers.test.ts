@@ -1,10 +1,12 @@
 // Conformance: isolation, policyTypes defaulting, rule matching, peers (OR/AND), label
 // selectors and run-time changes, proved with real packets over the full truth table.
-// Every predicate is written by hand from design/semantics.md.
+// Every predicate is written by hand from design/semantics.md; the tables that explain-scenarios.ts
+// holds (where weir explain is checked over them too) are played from there.
 
 import { after, before, describe, test } from 'node:test';
-import { A1, A2, B1, B2, type Cell, Conformance, G1, np, nsOf, type PodDef } from './harness.ts';
-import { allow, always, from, fromAnyPod, fromNs, nothing, to, toNs, type Verdict } from './predicates.ts';
+import { playScenario, scenario } from './explain-scenarios.ts';
+import { A1, A2, B1, B2, Conformance, G1, np, type PodDef } from './harness.ts';
+import { allow, always, from, fromAnyPod, fromNs, nothing, toNs } from './predicates.ts';
 
 const WEB = { matchLabels: { app: 'web' } };
 const DB = { matchLabels: { app: 'db' } };
@@ -16,7 +18,6 @@ const podDef = (key: string, node: PodDef['node'], ips: string[], labels: Record
   return { namespace, name, node, ips, labels, ports: [] };
 };
 const A3 = 'alpha/a3',
-  B3 = 'beta/b3',
   G2 = 'gamma/g2';
 const NEW_A_IPS = ['10.244.1.50', 'fd00:10:244:1::50'];
 
@@ -28,13 +29,12 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
   after(async () => {
     await c?.stop();
   });
+  /** A test whose table is explain-scenarios.ts's scenario of the same name. */
+  const played = (name: string) => test(name, () => playScenario(c, scenario(name)));
 
   describe('isolation', () => {
-    test('a pod selected by no policy accepts everything and sends everywhere, the external host included', async () => {
-      await c.reset();
-      await c.expect(always, 'no policy');
-      await c.expectToExternal(always, 'no policy');
-    });
+    test('a pod selected by no policy accepts everything and sends everywhere, the external host included', () =>
+      playScenario(c, scenario('a pod selected by no policy accepts everything and sends everywhere')));
 
     test('ingress isolation comes only from a policy in the pod own namespace, not from a matching podSelector elsewhere', async () => {
       await c.reset();
@@ -65,34 +65,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       await c.expect(allow({ ingress: { [A1]: from(B1) } }), 'after deleting from-db only b1 remains');
     });
 
-    test('a connection needs the source egress and the destination ingress to allow it, same-node and cross-node', async () => {
-      await c.reset();
-      const policies = (b2From: unknown) => [
-        np('beta', 'b1-in', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: DB }] }] }),
-        np('beta', 'b2-in', { podSelector: DB, ingress: [{ from: [b2From] }] }),
-        np('alpha', 'a1-out', { podSelector: WEB, policyTypes: ['Egress'], egress: [{ to: [{ namespaceSelector: TEAM_B }] }] }),
-        np('alpha', 'a2-in', { podSelector: DB, ingress: [{ from: [{ podSelector: {} }] }] }),
-        np('gamma', 'g1-in', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
-      ];
-      await c.setPolicies(...policies({ podSelector: WEB }));
-      // a1 -> b1 (same node) and a1 -> b2 (cross-node): egress allows, ingress denies.
-      // a1 -> g1 (same node) and a1 -> a2 (cross-node): ingress allows, egress denies.
-      await c.expect(
-        allow({
-          ingress: { [B1]: from(A2), [B2]: from(B1), [A2]: from(A1), [G1]: fromAnyPod },
-          egress: { [A1]: to(B1, B2) },
-        }),
-        'a1 reaches nothing but itself',
-      );
-      await c.setPolicies(...policies({ namespaceSelector: TEAM_A }));
-      await c.expect(
-        allow({
-          ingress: { [B1]: from(A2), [B2]: from(A1, A2), [A2]: from(A1), [G1]: fromAnyPod },
-          egress: { [A1]: to(B1, B2) },
-        }),
-        'once b2 accepts alpha, a1 -> b2 passes (both sides allow)',
-      );
-    });
+    played('a connection needs the source egress and the destination ingress to allow it, same-node and cross-node');
 
     test('replies of allowed TCP and UDP connections pass although the reverse direction is denied', async () => {
       await c.reset();
@@ -107,47 +80,13 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       await c.expect(allow({ ingress: { [A1]: from(A2, B1), [A2]: nothing, [B1]: nothing }, egress: { [G1]: nothing } }), 'replies pass, reverse direction dropped');
     });
 
-    test('a pod always reaches itself, even when every pod denies all ingress and all egress', async () => {
-      await c.reset();
-      await c.setPolicies(...['alpha', 'beta', 'gamma'].map((ns) => np(ns, 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })));
-      await c.expect((x) => x.source === x.target, 'only self cells pass');
-      await c.expectToExternal(nothing, 'deny-all egress');
-    });
+    played('a pod always reaches itself, even when every pod denies all ingress and all egress');
   });
 
   describe('policyTypes defaulting', () => {
-    test('given policyTypes are authoritative: rules of a direction not listed isolate nothing', async () => {
-      await c.reset();
-      await c.setPolicies(
-        np('alpha', 'egress-only', {
-          podSelector: {},
-          policyTypes: ['Egress'],
-          ingress: [{ from: [{ podSelector: { matchLabels: { app: 'nope' } } }] }],
-          egress: [{ to: [{ namespaceSelector: {} }] }],
-        }),
-      );
-      await c.expect(always, 'ingress rules ignored; egress to every pod allowed');
-      // namespaceSelector {} is every pod of every namespace, not the external host.
-      await c.expectToExternal((x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
+    played('given policyTypes are authoritative: rules of a direction not listed isolate nothing');
 
-      await c.setPolicies(
-        np('alpha', 'ingress-only', {
-          podSelector: {},
-          policyTypes: ['Ingress'],
-          ingress: [{ from: [{ namespaceSelector: TEAM_B }] }],
-          egress: [{ to: [{ podSelector: { matchLabels: { app: 'nope' } } }] }],
-        }),
-      );
-      await c.expect(allow({ ingress: { [A1]: fromNs('beta'), [A2]: fromNs('beta') } }), 'egress rules ignored');
-      await c.expectToExternal(always, 'alpha not egress-isolated');
-    });
-
-    test('without policyTypes an egress rule isolates egress, and ingress [{}] allows every source', async () => {
-      await c.reset();
-      await c.setPolicies(np('alpha', 'inferred', { podSelector: {}, ingress: [{}], egress: [{ to: [{ podSelector: {} }] }] }));
-      await c.expect(allow({ egress: { [A1]: toNs('alpha'), [A2]: toNs('alpha') } }), 'alpha sends to alpha only, accepts all');
-      await c.expectToExternal((x) => nsOf(x.source) !== 'alpha', 'alpha egress-isolated');
-    });
+    played('without policyTypes an egress rule isolates egress, and ingress [{}] allows every source');
 
     test('without policyTypes Ingress is always implied, and egress [] does not isolate egress', async () => {
       await c.reset();
@@ -181,38 +120,9 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
   });
 
   describe('rules', () => {
-    test('a rule allows only traffic matching one of its peers and one of its ports', async () => {
-      await c.reset();
-      await c.setPolicies(np('alpha', 'db-tcp80', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }], ports: [{ protocol: 'TCP', port: 80 }] }] }));
-      // a2 on udp or on port 81: peer right, port wrong. b1 on tcp/80: port right, peer wrong.
-      await c.expect(allow({ ingress: { [A1]: (x) => x.source === A2 && x.proto === 'tcp' && x.port === 80 } }), 'one peer, one port');
+    played('a rule allows only traffic matching one of its peers and one of its ports');
 
-      await c.setPolicies(
-        np('alpha', 'db-tcp80', {
-          podSelector: WEB,
-          ingress: [{ from: [{ podSelector: DB }, { namespaceSelector: TEAM_B, podSelector: WEB }], ports: [{ port: 80 }, { protocol: 'UDP', port: 81 }] }],
-        }),
-      );
-      await c.expect(allow({ ingress: { [A1]: (x) => [A2, B1].includes(x.source) && ((x.proto === 'tcp' && x.port === 80) || (x.proto === 'udp' && x.port === 81)) } }), 'two peers x two ports');
-    });
-
-    test('a rule with missing or empty from/to matches every address, the external host included', async () => {
-      await c.reset();
-      await c.setPolicies(
-        np('alpha', 'any-source-81', { podSelector: WEB, ingress: [{ ports: [{ port: 81 }] }] }),
-        np('beta', 'any-source-udp80', { podSelector: {}, ingress: [{ from: [], ports: [{ protocol: 'UDP', port: 80 }] }] }),
-        np('gamma', 'to-anywhere-80', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ port: 80 }] }] }),
-      );
-      const tcp80: Verdict = (x) => x.proto === 'tcp' && x.port === 80;
-      await c.expect(
-        allow({
-          ingress: { [A1]: (x) => x.proto === 'tcp' && x.port === 81, [B1]: (x) => x.proto === 'udp' && x.port === 80, [B2]: (x) => x.proto === 'udp' && x.port === 80 },
-          egress: { [G1]: tcp80 },
-        }),
-        'any source on the listed ports',
-      );
-      await c.expectToExternal((x) => x.source !== G1 || tcp80(x), 'g1 reaches the external host on tcp/80 only');
-    });
+    played('a rule with missing or empty from/to matches every address, the external host included');
 
     test('a rule with missing or empty ports matches every port of every protocol', async () => {
       await c.reset();
@@ -225,15 +135,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
   });
 
   describe('peers', () => {
-    test('separate peer items are OR while selectors in one item are AND', async () => {
-      await c.reset();
-      const or = np('alpha', 'or', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_B }, { podSelector: DB }] }] });
-      await c.setPolicies(or, np('alpha', 'and', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: TEAM_B, podSelector: DB }] }] }));
-      // OR: every beta pod, or db pods of alpha. AND: db pods of beta only (not b1, not a2).
-      await c.expect(allow({ ingress: { [A1]: from(B1, B2, A2), [A2]: from(B2) } }), 'OR beside AND');
-      await c.setPolicies(or, np('alpha', 'and', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: WEB }] }] }));
-      await c.expect(allow({ ingress: { [A1]: from(B1, B2, A2), [A2]: from(A1) } }), 'AND selectors updated to alpha web pods');
-    });
+    played('separate peer items are OR while selectors in one item are AND');
 
     test('a podSelector alone selects pods of the policy namespace only', async () => {
       await c.reset();
@@ -257,33 +159,9 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
   });
 
   describe('label selectors', () => {
-    test('matchLabels and matchExpressions must all hold, and pod label changes move pods in and out of the peer set', async () => {
-      await c.reset();
-      await c.setPolicies(
-        np('alpha', 'from-back-db', {
-          podSelector: WEB,
-          ingress: [{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' }, matchExpressions: [{ key: 'tier', operator: 'In', values: ['back'] }] } }] }],
-        }),
-      );
-      await c.expect(allow({ ingress: { [A1]: nothing } }), 'no pod has tier=back');
-      await c.setPodLabels(B2, { app: 'db', tier: 'back' });
-      await c.expect(allow({ ingress: { [A1]: from(B2) } }), 'b2 gains tier=back');
-      await c.setPodLabels(B1, { app: 'web', tier: 'back' });
-      await c.expect(allow({ ingress: { [A1]: from(B2) } }), 'b1 has tier=back but not app=db');
-      await c.setPodLabels(B2, { app: 'db' });
-      await c.expect(allow({ ingress: { [A1]: nothing } }), 'b2 loses tier=back');
-    });
+    played('matchLabels and matchExpressions must all hold, and pod label changes move pods in and out of the peer set');
 
-    test('In and NotIn select namespaces, NotIn holding when the label is absent', async () => {
-      await c.reset();
-      await c.setPolicies(
-        np('beta', 'from-not-team-b', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'NotIn', values: ['b'] }] } }] }] }),
-        np('alpha', 'from-team-a-or-b', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'In', values: ['a', 'b'] }] } }] }] }),
-      );
-      await c.expect(allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [A2]: fromNs('alpha', 'beta') } }), 'gamma has no team label');
-      await c.setNamespaceLabels('gamma', { team: 'b' });
-      await c.expect(allow({ ingress: { [B1]: fromNs('alpha'), [A2]: fromNs('alpha', 'beta', 'gamma') } }), 'gamma labelled team=b');
-    });
+    played('In and NotIn select namespaces, NotIn holding when the label is absent');
 
     test('Exists and DoesNotExist select by key presence, DoesNotExist holding when the label is absent', async () => {
       await c.reset();
@@ -350,14 +228,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       await c.expect(allow({ ingress: { [A2]: nothing } }), 'a1 relabelled: isolation gone');
     });
 
-    test('a new pod is at once in the peer sets and isolated as its labels say, on either node', async () => {
-      await c.reset();
-      await c.setPolicies(np('beta', 'web-from-alpha-db', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A, podSelector: DB }] }] }));
-      await c.addPod(podDef(A3, 'node-a', NEW_A_IPS, { app: 'db' }));
-      await c.expect(allow({ ingress: { [B1]: from(A2, A3) } }), 'a3 (node-a) is a peer of b1');
-      await c.addPod(podDef(B3, 'node-b', ['10.244.2.50'], { app: 'web' }));
-      await c.expect(allow({ ingress: { [B1]: from(A2, A3), [B3]: from(A2, A3) } }), 'b3 (node-b) is isolated like b1');
-    });
+    played('a new pod is at once in the peer sets and isolated as its labels say, on either node');
 
     test('a pod that goes away leaves the peer sets, and a new pod reusing its IPs gets only its own allowances', async () => {
       await c.reset();
@@ -370,22 +241,7 @@ describe('conformance: isolation, policyTypes, rules, peers, selectors, run-time
       await c.expect(allow({ ingress: { [B1]: from(A2) } }), 'gamma/g2 on a3 old IPs is not allowed to b1');
     });
 
-    test('a Pending or Succeeded pod is in no peer set, and rejoins when Running again', async () => {
-      await c.reset();
-      await c.setPolicies(np('beta', 'web-from-team-a', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] }));
-      await c.expect(allow({ ingress: { [B1]: fromNs('alpha') } }), 'a2 Running');
-      // The sim still lets a non-Running pod's packets out: a Pending pod with an IP is policed
-      // on its node, so only b1's peer set decides.
-      await c.setPodPhase(A2, 'Pending');
-      await c.expect(allow({ ingress: { [B1]: from(A1) } }), 'a2 Pending');
-      // A finished pod's address belongs to no pod any more: its node fails closed both ways.
-      await c.setPodPhase(A2, 'Succeeded');
-      const a2Unknown = (x: Cell) => x.source === x.target || (x.source !== A2 && x.target !== A2);
-      const allowed = allow({ ingress: { [B1]: from(A1) } });
-      await c.expect((x: Cell) => a2Unknown(x) && allowed(x), 'a2 Succeeded');
-      await c.setPodPhase(A2, 'Running');
-      await c.expect(allow({ ingress: { [B1]: fromNs('alpha') } }), 'a2 Running again');
-    });
+    played('a Pending or Succeeded pod is in no peer set, and rejoins when Running again');
 
     test('updating a policy target selector re-isolates pods, and deleting the last policy restores default allow', async () => {
       await c.reset();
