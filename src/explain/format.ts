@@ -118,7 +118,8 @@ function matchText(m: Match): string {
     case 'bridgePortIn':
       return `entered through ${m.port}`;
     case 'limit':
-      return `at most ${m.perSecond}/s`;
+      // The node's ceiling, then (when set) each source address's own bucket.
+      return `at most ${m.perSecond}/s for the node${m.perSource ? ` and ${m.perSource.perSecond}/s per source address` : ''}`;
   }
 }
 
