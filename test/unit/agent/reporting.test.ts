@@ -56,7 +56,7 @@ describe('agent status reporting', () => {
   });
 
   /** Reporting for a calc that holds EVENTS. */
-  function startWithEvents(): Calculator {
+  function startWithEvents(): { calc: Calculator; reporting: Reporting } {
     const calc = new Calculator({ nodeName: NODE, names: makeNames('cali'), families: [4], marks: { accept: 0x10000, pass: 0x20000 } });
     calc.applyEvents(EVENTS);
     reporting = startReporting({
@@ -69,11 +69,11 @@ describe('agent status reporting', () => {
       counts: () => ({ sets: 1, chains: 2, rules: 3 }),
       problems: [],
     });
-    return calc;
+    return { calc, reporting };
   }
 
   test("the node's digest covers the ClusterNetworkPolicies whose subject holds a local pod, at their generation; an invalid one is listed as failing", async () => {
-    const calc = startWithEvents();
+    const { calc, reporting } = startWithEvents();
     reporting.onPass({ ok: true, policyChanges: [], modelChanged: true });
     await until(() => api.get(NPS)?.status !== undefined, 'the NodePolicyStatus written', 5_000);
 
@@ -102,7 +102,7 @@ describe('agent status reporting', () => {
   });
 
   test('after a failed write the digest still says what the kernel holds (the last written generations) until a write succeeds', async () => {
-    const calc = startWithEvents();
+    const { calc, reporting } = startWithEvents();
     const status = () => api.get(NPS)?.status as { policyDigest: { digests: string }; lastApply?: { ok: boolean } } | undefined;
     reporting.onPass({ ok: true, policyChanges: [], modelChanged: true });
     const written = encodeDigest(
