@@ -11,6 +11,8 @@
 // allow-action.test.ts, smoke.test.ts, large-ipblock.test.ts, node-traffic.test.ts and
 // fail-closed.test.ts, which read them from here. Not held, as explain asks about a new
 // connection under a given state:
+// - isolation-peers: replies of allowed connections through a reverse direction that denies
+//   (conntrack), a new pod on a gone pod's addresses (the conntrack flows the gone one leaves);
 // - ports-blocks-faults: a manifest file that stops parsing (an agent keeps its last good
 //   content; explain, reading once, leaves it out), an established connection outliving a
 //   policy (conntrack), drift on a node (repairs of the kernel);
@@ -358,6 +360,43 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
     steps: [{ what: 'no policy', policies: [], expect: always, toExternal: always }],
   },
   {
+    name: 'ingress isolation comes only from a policy in the pod own namespace, not from a matching podSelector elsewhere',
+    steps: [
+      // app=web also matches alpha/a1 and gamma/g1, but the policy lives in beta.
+      { what: 'beta policy isolates b1 only', policies: [np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] })], expect: allow({ ingress: { [B1]: nothing } }) },
+      {
+        what: 'a gamma policy now isolates g1 as well',
+        policies: [np('beta', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] }), np('gamma', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] })],
+        expect: allow({ ingress: { [B1]: nothing, [G1]: nothing } }),
+      },
+    ],
+  },
+  {
+    name: 'egress isolation comes only from a policy in the pod own namespace with Egress in its types',
+    steps: [
+      {
+        what: 'only a1 is egress-isolated',
+        policies: [
+          np('alpha', 'web-no-egress', { podSelector: WEB, policyTypes: ['Egress'] }),
+          // app=db matches alpha/a2 and beta/b2, but gamma has no such pod: it isolates nobody.
+          np('gamma', 'db-no-egress', { podSelector: DB, policyTypes: ['Egress'] }),
+        ],
+        expect: allow({ egress: { [A1]: nothing } }),
+      },
+    ],
+  },
+  {
+    name: 'a pod isolated by several policies accepts the union of what each allows, and loses a source when its policy goes',
+    steps: (() => {
+      const fromDb = np('alpha', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] });
+      const fromBetaWeb = np('alpha', 'from-beta-web', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_B, podSelector: WEB }] }] });
+      return [
+        { what: 'a2 (cross-node) and b1 (same node) both allowed', policies: [fromDb, fromBetaWeb], expect: allow({ ingress: { [A1]: from(A2, B1) } }) },
+        { what: 'after deleting from-db only b1 remains', policies: [fromBetaWeb], expect: allow({ ingress: { [A1]: from(B1) } }) },
+      ];
+    })(),
+  },
+  {
     name: 'a connection needs the source egress and the destination ingress to allow it, same-node and cross-node',
     steps: [{ podSelector: WEB }, { namespaceSelector: TEAM_A }].map((b2From, i) => ({
       what: i === 0 ? 'a1 reaches nothing but itself' : 'once b2 accepts alpha, a1 -> b2 passes (both sides allow)',
@@ -431,6 +470,41 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
     ],
   },
   {
+    name: 'without policyTypes Ingress is always implied, and egress [] does not isolate egress',
+    steps: [
+      {
+        what: 'beta ingress denied, egress free: egress [] isolates nothing',
+        policies: [np('beta', 'no-rules', { podSelector: {}, egress: [] })],
+        expect: allow({ ingress: { [B1]: nothing, [B2]: nothing } }),
+        toExternal: always,
+      },
+      {
+        what: 'only an egress rule given: ingress still denied, egress to alpha only',
+        policies: [np('beta', 'no-rules', { podSelector: {}, egress: [{ to: [{ namespaceSelector: TEAM_A }] }] })],
+        expect: allow({ ingress: { [B1]: nothing, [B2]: nothing }, egress: { [B1]: toNs('alpha'), [B2]: toNs('alpha') } }),
+      },
+    ],
+  },
+  {
+    name: 'policyTypes [Egress] with no egress rules denies all egress, to the external host too',
+    steps: [
+      {
+        what: 'b1 sends nothing, still accepts everything; b1 cannot reach the external host',
+        policies: [np('beta', 'web-no-egress', { podSelector: WEB, policyTypes: ['Egress'] })],
+        expect: allow({ egress: { [B1]: nothing } }),
+        toExternal: (x) => x.source !== B1,
+      },
+    ],
+  },
+  {
+    name: 'Ingress type with ingress missing or [] denies all ingress; ingress [{}] allows all',
+    steps: [
+      { what: 'ingress missing', policies: [np('gamma', 'in', { podSelector: {}, policyTypes: ['Ingress'] })], expect: allow({ ingress: { [G1]: nothing } }) },
+      { what: 'ingress []', policies: [np('gamma', 'in', { podSelector: {}, policyTypes: ['Ingress'], ingress: [] })], expect: allow({ ingress: { [G1]: nothing } }) },
+      { what: 'ingress [{}] allows every source, the external host included', policies: [np('gamma', 'in', { podSelector: {}, policyTypes: ['Ingress'], ingress: [{}] })], expect: always },
+    ],
+  },
+  {
     name: 'a rule allows only traffic matching one of its peers and one of its ports',
     steps: [
       {
@@ -470,6 +544,19 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
     ],
   },
   {
+    name: 'a rule with missing or empty ports matches every port of every protocol',
+    steps: [
+      {
+        what: 'a2 -> a1 and b2 -> a2 on tcp/udp 80/81',
+        policies: [
+          np('alpha', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] }),
+          np('beta', 'db-to-alpha', { podSelector: DB, egress: [{ to: [{ namespaceSelector: TEAM_A }], ports: [] }] }),
+        ],
+        expect: allow({ ingress: { [A1]: from(A2), [B2]: nothing }, egress: { [B2]: toNs('alpha') } }),
+      },
+    ],
+  },
+  {
     name: 'separate peer items are OR while selectors in one item are AND',
     steps: [
       { namespaceSelector: TEAM_B, podSelector: DB },
@@ -484,6 +571,34 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
       // web pods of alpha.
       expect: allow({ ingress: { [A1]: from(B1, B2, A2), [A2]: i === 0 ? from(B2) : from(A1) } }),
     })),
+  },
+  {
+    name: 'a podSelector alone selects pods of the policy namespace only',
+    steps: [
+      {
+        what: 'own namespace only',
+        policies: [
+          np('beta', 'from-db', { podSelector: WEB, ingress: [{ from: [{ podSelector: DB }] }] }),
+          np('alpha', 'from-own-ns', { podSelector: DB, ingress: [{ from: [{ podSelector: {} }] }] }),
+        ],
+        // alpha/a2 is app=db too, but not in beta; gamma/g1 and beta pods are not in alpha.
+        expect: allow({ ingress: { [B1]: from(B2), [A2]: from(A1) } }),
+      },
+    ],
+  },
+  {
+    name: 'a namespaceSelector alone selects every pod of matching namespaces; {} matches every pod but not the external host',
+    steps: [
+      {
+        what: 'namespace-wide peers',
+        policies: [
+          np('beta', 'from-team-a', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] }),
+          np('gamma', 'from-all-pods', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: {} }] }] }),
+          np('beta', 'db-from-web-anywhere', { podSelector: DB, ingress: [{ from: [{ namespaceSelector: {}, podSelector: WEB }] }] }),
+        ],
+        expect: allow({ ingress: { [B1]: fromNs('alpha'), [G1]: fromAnyPod, [B2]: from(A1, B1, G1) } }),
+      },
+    ],
   },
   {
     name: 'matchLabels and matchExpressions must all hold, and pod label changes move pods in and out of the peer set',
@@ -515,6 +630,80 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
         expect: allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [A2]: fromNs('alpha', 'beta') } }),
       },
       { what: 'gamma labelled team=b', namespaceLabels: { gamma: { team: 'b' } }, expect: allow({ ingress: { [B1]: fromNs('alpha'), [A2]: fromNs('alpha', 'beta', 'gamma') } }) },
+    ],
+  },
+  {
+    name: 'Exists and DoesNotExist select by key presence, DoesNotExist holding when the label is absent',
+    steps: [
+      {
+        what: 'no pod has a role label',
+        policies: [
+          np('alpha', 'from-unlabelled-ns', { podSelector: WEB, ingress: [{ from: [{ namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'DoesNotExist' }] } }] }] }),
+          np('beta', 'from-labelled-ns-no-role', {
+            podSelector: WEB,
+            ingress: [
+              {
+                from: [
+                  {
+                    namespaceSelector: { matchExpressions: [{ key: 'team', operator: 'Exists' }] },
+                    podSelector: { matchExpressions: [{ key: 'role', operator: 'DoesNotExist' }] },
+                  },
+                ],
+              },
+            ],
+          }),
+        ],
+        expect: allow({ ingress: { [A1]: fromNs('gamma'), [B1]: fromNs('alpha', 'beta') } }),
+      },
+      { what: 'a2 gains a role label', podLabels: { [A2]: { app: 'db', role: 'x' } }, expect: allow({ ingress: { [A1]: fromNs('gamma'), [B1]: from(A1, B2) } }) },
+    ],
+  },
+  {
+    name: 'a NotIn target selector selects pods lacking the label, so removing a label can isolate a pod',
+    steps: [
+      {
+        what: 'a2 (app=db) isolated, a1 (app=web) not',
+        policies: [np('alpha', 'isolate-non-web', { podSelector: { matchExpressions: [{ key: 'app', operator: 'NotIn', values: ['web'] }] }, policyTypes: ['Ingress'] })],
+        expect: allow({ ingress: { [A2]: nothing } }),
+      },
+      { what: 'a1 without app label now isolated', podLabels: { [A1]: {} }, expect: allow({ ingress: { [A1]: nothing, [A2]: nothing } }) },
+    ],
+  },
+  {
+    name: 'namespace label changes move all its pods in and out of peer sets',
+    steps: [
+      {
+        what: 'alpha is team=a',
+        policies: [np('beta', 'from-team-a', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] })],
+        expect: allow({ ingress: { [B1]: fromNs('alpha'), [B2]: fromNs('alpha') } }),
+      },
+      { what: 'gamma joins', namespaceLabels: { gamma: { team: 'a' } }, expect: allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [B2]: fromNs('alpha', 'gamma') } }) },
+      { what: 'alpha leaves', namespaceLabels: { alpha: {} }, expect: allow({ ingress: { [B1]: fromNs('gamma'), [B2]: fromNs('gamma') } }) },
+    ],
+  },
+  {
+    name: 'a peer set made again after a namespace relabel holds the pods the namespace selects now',
+    steps: (() => {
+      const fromTeamA = np('beta', 'from-team-a', { podSelector: {}, ingress: [{ from: [{ namespaceSelector: TEAM_A }] }] });
+      return [
+        { what: 'alpha is team=a', policies: [fromTeamA], expect: allow({ ingress: { [B1]: fromNs('alpha'), [B2]: fromNs('alpha') } }) },
+        // The set goes with its only policy; the namespace changes while no set follows it.
+        { what: 'the policy deleted', policies: [], expect: always },
+        {
+          what: 'the policy back after gamma joined',
+          namespaceLabels: { gamma: { team: 'a' } },
+          policies: [fromTeamA],
+          expect: allow({ ingress: { [B1]: fromNs('alpha', 'gamma'), [B2]: fromNs('alpha', 'gamma') } }),
+        },
+      ];
+    })(),
+  },
+  {
+    name: 'pod label changes move pods in and out of a policy target selection',
+    steps: [
+      { what: 'a1 isolated', policies: [np('alpha', 'deny-web', { podSelector: WEB, policyTypes: ['Ingress'] })], expect: allow({ ingress: { [A1]: nothing } }) },
+      { what: 'a2 relabelled web: isolated too', podLabels: { [A2]: { app: 'web' } }, expect: allow({ ingress: { [A1]: nothing, [A2]: nothing } }) },
+      { what: 'a1 relabelled: isolation gone', podLabels: { [A1]: { app: 'other' } }, expect: allow({ ingress: { [A2]: nothing } }) },
     ],
   },
   {
@@ -551,6 +740,14 @@ export const ISOLATION_PEERS_SCENARIOS: readonly Scenario[] = [
         expect: (x) => x.source === x.target || (x.source !== A2 && x.target !== A2 && allow({ ingress: { [B1]: from(A1) } })(x)),
       },
       { what: 'a2 Running again', podPhases: { [A2]: 'Running' }, expect: allow({ ingress: { [B1]: fromNs('alpha') } }) },
+    ],
+  },
+  {
+    name: 'updating a policy target selector re-isolates pods, and deleting the last policy restores default allow',
+    steps: [
+      { what: 'all alpha pods isolated', policies: [np('alpha', 'deny', { podSelector: {}, policyTypes: ['Ingress'] })], expect: allow({ ingress: { [A1]: nothing, [A2]: nothing } }) },
+      { what: 'selector narrowed to app=db', policies: [np('alpha', 'deny', { podSelector: DB, policyTypes: ['Ingress'] })], expect: allow({ ingress: { [A2]: nothing } }) },
+      { what: 'policy deleted', policies: [], expect: always },
     ],
   },
 ];
