@@ -215,7 +215,7 @@ describe('Weir on a real cluster (kubelet, containerd, Flannel, kube-proxy), ins
     assert.match(out, new RegExp(`every node \\(${NODES.length}\\) is Ready and Programmed`), out);
   });
 
-  test('weir.dev/cut-existing: a policy applied with kubectl cuts the established connection it denies between pods the kubelet made, and keeps the one it allows', async () => {
+  test('weir.dev/cut-existing: a policy applied with kubectl cuts the established connections it denies between pods the kubelet made, also through a Service, and keeps the ones it allows', async () => {
     // Echo processes entered into the pods' namespaces on their nodes, as the prober is.
     const inPod = async (node: string, ip: string, script: string, env: Record<string, string>) =>
       NsProcess.inNetns(await podNetns(c, node, ip), script, env, [join(REPO, 'scripts/cluster.sh'), 'node-exec', node], c.env);
@@ -228,34 +228,75 @@ describe('Weir on a real cluster (kubelet, containerd, Flannel, kube-proxy), ins
       );
     };
     try {
-      const server = await inPod('node-2', ips.server!, ECHO_SERVER, { PORT: '8080' });
-      procs.push(server);
-      await server.waitFor('ready', 10_000);
-      const connect = async (name: string) => {
-        const p = await inPod('node-1', ips[name]!, ECHO_CLIENT, { HOST: ips.server!, PORT: '8080', CONNECT_MS: '5000' });
+      // One connection of each client straight to the pod's port 8080, one through a Service
+      // to its port 8081 (kube-proxy's DNAT: the cut judges it by the endpoint behind it, as the
+      // rules do; another port, so that it is judged on its own).
+      for (const port of ['8080', '8081']) {
+        const server = await inPod('node-2', ips.server!, ECHO_SERVER, { PORT: port });
+        procs.push(server);
+        await server.waitFor('ready', 10_000);
+      }
+      const service = { apiVersion: 'v1', kind: 'Service', metadata: { name: 'echo', namespace: NS }, spec: { selector: { app: 'server' }, ports: [{ port: 8080, targetPort: 8081 }] } };
+      await c.k(['apply', '-f', '-'], JSON.stringify(service));
+      const serviceIp = await c.k(['-n', NS, 'get', 'service', 'echo', '-o', 'jsonpath={.spec.clusterIP}']);
+      const connect = async (name: string, host: string) => {
+        const p = await inPod('node-1', ips[name]!, ECHO_CLIENT, { HOST: host, PORT: '8080', CONNECT_MS: '5000' });
         procs.push(p);
         await p.waitFor('connected', 10_000);
-        assert.equal(await echoes(p, 'before'), true, `${name}'s connection carries data`);
+        assert.equal(await echoes(p, 'before'), true, `${name}'s connection to ${host} carries data`);
         return p;
       };
-      const friend = await connect('friend');
-      const stranger = await connect('stranger');
+      // kube-proxy takes a moment to program a new Service.
+      const friends = [
+        await connect('friend', ips.server!),
+        await eventually(
+          'a connection through the Service',
+          () => connect('friend', serviceIp),
+          () => true,
+        ),
+      ];
+      const strangers = [await connect('stranger', ips.server!), await connect('stranger', serviceIp)];
       const policy = denyAllBut('cut', { app: 'server' }, { role: 'friend' });
       await c.k(['apply', '-f', '-'], JSON.stringify({ ...policy, metadata: { ...policy.metadata, annotations: { 'weir.dev/cut-existing': 'true' } } }));
       await expectConnects(c, NS, 'stranger', ips.server!, false, 'the policy denies new connections of stranger');
       let n = 0;
+      for (const [i, stranger] of strangers.entries()) {
+        await eventually(
+          `stranger's established connection ${i} cut`,
+          () => echoes(stranger, `after${n++}`),
+          (echoed) => !echoed,
+          15_000,
+        );
+        assert.equal(await echoes(stranger, 'later'), false, `stranger's connection ${i} carries data again`);
+      }
+      for (const [i, friend] of friends.entries()) assert.equal(await echoes(friend, 'after'), true, `friend's connection ${i}, still allowed, was cut`);
+
+      // At the client's node a connection through the Service has the Service's address as its
+      // original destination: judged by the pod behind it, it stays under an egress policy that
+      // allows the server pods alone, while friend's connection to another pod goes.
+      const other = await inPod('node-1', ips.stranger!, ECHO_SERVER, { PORT: '8080' });
+      procs.push(other);
+      await other.waitFor('ready', 10_000);
+      const sideways = await connect('friend', ips.stranger!);
+      const egress = {
+        apiVersion: 'networking.k8s.io/v1',
+        kind: 'NetworkPolicy',
+        metadata: { name: 'friend-egress', namespace: NS, annotations: { 'weir.dev/cut-existing': 'true' } },
+        spec: { podSelector: { matchLabels: { role: 'friend' } }, policyTypes: ['Egress'], egress: [{ to: [{ podSelector: { matchLabels: { app: 'server' } } }] }] },
+      };
+      await c.k(['apply', '-f', '-'], JSON.stringify(egress));
       await eventually(
-        "stranger's established connection cut",
-        () => echoes(stranger, `after${n++}`),
+        "friend's connection to stranger cut",
+        () => echoes(sideways, `sideways${n++}`),
         (echoed) => !echoed,
         15_000,
       );
-      assert.equal(await echoes(stranger, 'later'), false, "stranger's connection carries data again");
-      assert.equal(await echoes(friend, 'after'), true, "friend's connection, still allowed, was cut");
+      for (const [i, friend] of friends.entries()) assert.equal(await echoes(friend, 'after-egress'), true, `friend's connection ${i}, allowed by its egress policy, was cut`);
     } finally {
       for (const p of procs) await p.stop();
     }
-    await c.k(['-n', NS, 'delete', 'networkpolicy', 'cut']);
+    await c.k(['-n', NS, 'delete', 'networkpolicy', 'cut', 'friend-egress']);
+    await c.k(['-n', NS, 'delete', 'service', 'echo']);
   });
 
   test('helm upgrade to a rebuilt image rolls the agents while a denied flow never opens and an allowed one never stops for a second', async () => {
