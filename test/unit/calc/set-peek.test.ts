@@ -9,45 +9,10 @@ import { makeNames } from '../../../src/calc/names.ts';
 import type { SetSpec } from '../../../src/calc/rules.ts';
 import { setKey } from '../../../src/calc/rules.ts';
 import { SetRegistry } from '../../../src/calc/set-registry.ts';
-import { parseCidr, prefixSet } from '../../../src/model/cidr.ts';
-import type { Cidr } from '../../../src/model/cidr.ts';
 import { ClusterState } from '../../../src/model/cluster.ts';
-import { parseSelector } from '../../../src/model/selector.ts';
-import type { Labels, PodsPeer, Selector } from '../../../src/model/types.ts';
+import type { Labels } from '../../../src/model/types.ts';
+import { byNamespaceLabels, inNamespace, prefixes, union } from './set-specs.ts';
 import { pod, rng } from './fixtures.ts';
-
-function sel(matchLabels: Labels): Selector {
-  const r = parseSelector({ matchLabels }, 'test');
-  if ('errors' in r) throw new Error(JSON.stringify(r.errors));
-  return r.selector;
-}
-
-function inNamespace(ns: string, labels: Labels, namedPort?: string): SetSpec {
-  const podSelector = sel(labels);
-  const peer: PodsPeer = { kind: 'pods', key: `pods|ns=${ns}|${podSelector.key}`, namespace: ns, namespaceSelector: null, podSelector };
-  return { family: 4, peer, ...(namedPort ? { namedPort: { protocol: 'TCP', name: namedPort } } : {}) };
-}
-
-function byNamespaceLabels(nsLabels: Labels, labels: Labels): SetSpec {
-  const namespaceSelector = sel(nsLabels);
-  const podSelector = sel(labels);
-  const peer: PodsPeer = { kind: 'pods', key: `pods|nssel=${namespaceSelector.key}|${podSelector.key}`, namespace: null, namespaceSelector, podSelector };
-  return { family: 4, peer };
-}
-
-function prefixes(...cidrs: string[]): SetSpec {
-  return {
-    family: 4,
-    peer: prefixSet(
-      4,
-      cidrs.map((c) => parseCidr(c) as Cidr),
-    ),
-  };
-}
-
-function union(...parts: SetSpec[]): SetSpec {
-  return { family: 4, peer: { kind: 'union', key: `union|${parts.map(setKey).join('\n')}`, parts } };
-}
 
 const SPECS: SetSpec[] = [
   inNamespace('a', { app: 'web' }),
