@@ -12,7 +12,7 @@ import { Calculator, makeNames } from '../src/calc/index.ts';
 import { deletionFilters } from '../src/agent/cut-filters.ts';
 import { connectionKey, deleteConnections, listFlows, parseFlows } from '../src/dataplane/conntrack.ts';
 import { netnsRunner, processRunner } from '../src/exec/runner.ts';
-import { droppedByRulesOf } from '../src/explain/flow-judge.ts';
+import { judgeByCalc } from '../src/explain/flow-judge.ts';
 import type { CalcEvent } from '../src/model/types.ts';
 import { createNs, deleteNs, inNs, uniquePrefix } from '../src/sim/netns.ts';
 import { percentile } from './stats.ts';
@@ -72,17 +72,10 @@ async function main(): Promise<void> {
     const parse = performance.now() - t0;
     t0 = performance.now();
     const targets = new Set(calc.cutTargets(true));
-    const ctx = {
-      desired: calc.desired,
-      fromWorkloadDispatch: names.fromWorkloadDispatch,
-      toWorkloadDispatch: names.toWorkloadDispatch,
-      podBridge: 'cni0',
-      isLocal: (ip: string) => targets.has(ip),
-      portOf: (ip: string) => calc.bridgePortOf(ip),
-    };
+    const dropped = judgeByCalc(calc, names, 'cni0');
     const listing = flows.map((f) => {
       const key = connectionKey(f);
-      return { key, denied: droppedByRulesOf(ctx, key, { source: targets.has(key.src), destination: targets.has(key.dst) }) };
+      return { key, denied: dropped(key, { source: targets.has(key.src), destination: targets.has(key.dst) }) };
     });
     const judge = performance.now() - t0;
     t0 = performance.now();

@@ -18,7 +18,7 @@ import type { Source } from '../sources/types.ts';
 import type { ModelEvent } from '../model/types.ts';
 import type { AgentConfig } from './config.ts';
 import { calcConfig } from './config.ts';
-import { droppedByRulesOf } from '../explain/flow-judge.ts';
+import { judgeByCalc } from '../explain/flow-judge.ts';
 import { listHeapGuard, v8Collector } from './gc.ts';
 import { preflight } from './preflight.ts';
 import { Reconciler } from './reconciler.ts';
@@ -125,18 +125,7 @@ export async function startAgent(cfg: AgentConfig, deps: AgentDeps): Promise<Run
     cut: {
       dataplane,
       targets: () => calc.cutTargets(cfg.cutExisting),
-      judge: () => {
-        const localPods = new Set(calc.cutTargets(true));
-        const ctx = {
-          desired: calc.desired,
-          fromWorkloadDispatch: names.fromWorkloadDispatch,
-          toWorkloadDispatch: names.toWorkloadDispatch,
-          podBridge: cfg.podBridge || undefined,
-          isLocal: (ip: string) => localPods.has(ip),
-          portOf: (ip: string) => calc.bridgePortOf(ip),
-        };
-        return (flow, ends) => droppedByRulesOf(ctx, flow, ends);
-      },
+      judge: () => judgeByCalc(calc, names, cfg.podBridge),
     },
     onPass: (outcome) => {
       if (outcome.ok && !wrote) {

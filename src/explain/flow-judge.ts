@@ -2,7 +2,9 @@
 // the FORWARD hook sees it, walked through calc's chains (evaluate.ts). The opt-in cut of
 // existing connections (agent/connection-cut.ts) deletes those the new rules drop. Pure.
 
+import type { Calculator } from '../calc/index.ts';
 import type { DesiredDataplane } from '../calc/desired.ts';
+import type { Names } from '../calc/names.ts';
 import type { Family, Protocol } from '../model/types.ts';
 import { type Packet, type Walk, walk } from './evaluate.ts';
 
@@ -68,4 +70,19 @@ function dispatchOfDrop(w: Walk): string | undefined {
   let chain: string | undefined;
   for (const h of w.hits) if (h.stack.length === 1 && h.rule.action.kind === 'jump') chain = h.rule.action.chain;
   return chain;
+}
+
+/** A judge by a Calculator's chains as they are now, for the agent's cut: its local pods and
+ *  their bridge ports as calc holds them. */
+export function judgeByCalc(calc: Calculator, names: Pick<Names, 'fromWorkloadDispatch' | 'toWorkloadDispatch'>, podBridge?: string): (flow: FlowPacket, ends: JudgedEnds) => boolean {
+  const localPods = new Set(calc.cutTargets(true));
+  const ctx: FlowJudgeContext = {
+    desired: calc.desired,
+    fromWorkloadDispatch: names.fromWorkloadDispatch,
+    toWorkloadDispatch: names.toWorkloadDispatch,
+    ...(podBridge ? { podBridge } : {}),
+    isLocal: (ip) => localPods.has(ip),
+    portOf: (ip) => calc.bridgePortOf(ip),
+  };
+  return (flow, ends) => droppedByRulesOf(ctx, flow, ends);
 }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { CalcConfig } from '../../../src/calc/config.ts';
-import { droppedByRulesOf, type FlowPacket } from '../../../src/explain/flow-judge.ts';
+import { type FlowPacket, judgeByCalc } from '../../../src/explain/flow-judge.ts';
 import type { CalcEvent, Pod } from '../../../src/model/types.ts';
 
 const names = makeNames('cali');
@@ -42,19 +42,7 @@ const ownNamespace = (annotations?: Record<string, string>): CalcEvent => ({
 });
 
 function judge(calc: Calculator, flow: FlowPacket, ends = { source: false, destination: true }): boolean {
-  const local = new Set(calc.cutTargets(true));
-  return droppedByRulesOf(
-    {
-      desired: calc.desired,
-      fromWorkloadDispatch: names.fromWorkloadDispatch,
-      toWorkloadDispatch: names.toWorkloadDispatch,
-      podBridge: 'cni0',
-      isLocal: (ip) => local.has(ip),
-      portOf: (ip) => calc.bridgePortOf(ip),
-    },
-    flow,
-    ends,
-  );
+  return judgeByCalc(calc, names, 'cni0')(flow, ends);
 }
 
 const tcp = (src: string, dst: string, dport = 8080): FlowPacket => ({ family: 4, protocol: 'TCP', src, dst, dport });
