@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { inNs } from '../../src/sim/netns.ts';
 import { untilPasses } from '../support/eventually.ts';
 import { ECHO_CLIENT, ECHO_SERVER, NsProcess } from './echo.ts';
-import { A1, A2, B1, B2, Conformance, np } from './harness.ts';
+import { A1, A2, B1, B2, Conformance, cnp, np } from './harness.ts';
 
 const CUT = { 'weir.dev/cut-existing': 'true' };
 const PORT = '8080';
@@ -119,6 +119,28 @@ describe('conformance: cutting the connections a policy starts to deny (weir.dev
     for (const family of [4, 6] as const) await x.untilTracked('node-a', x.podIp(A1, family), family === 4 ? 1 : 0);
     for (const [i, p] of cut.entries()) assert.equal(await x.echoes(p, `after${i}`), false, `a1 -> a2 connection ${i} still carries data`);
     for (const p of [...kept, ...beside]) assert.equal(await x.echoes(p, 'after'), true, 'a connection still allowed was cut');
+  });
+
+  test('a ClusterNetworkPolicy with the annotation cuts the connections its Admin Deny denies to the pods of its subject, and keeps the others', async () => {
+    await c.reset();
+    await x.serve(A2);
+    const kept = [await x.connect(A1, A2, 4), await x.connect(A1, A2, 6)];
+    const cut = [await x.connect(B1, A2, 4), await x.connect(B1, A2, 6)];
+    await c.setPolicies(
+      cnp(
+        'no-beta-to-db',
+        {
+          tier: 'Admin',
+          priority: 10,
+          subject: { pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } } },
+          ingress: [{ action: 'Deny', from: [{ namespaces: { matchLabels: { team: 'b' } } }] }],
+        },
+        CUT,
+      ),
+    );
+    for (const family of [4, 6] as const) await x.untilTracked('node-b', x.podIp(B1, family), 0);
+    for (const [i, p] of cut.entries()) assert.equal(await x.echoes(p, `after${i}`), false, `b1's connection ${i} still carries data`);
+    for (const [i, p] of kept.entries()) assert.equal(await x.echoes(p, `after${i}`), true, `a1's connection ${i} was cut`);
   });
 
   test('without the annotation, the same change leaves every established connection running', async () => {
