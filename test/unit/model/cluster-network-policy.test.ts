@@ -5,7 +5,8 @@
 
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { CNP_LIMITS, compareClusterNetworkPolicies, compileClusterNetworkPolicy, FAIL_CLOSED_CNP_RULE } from '../../../src/model/cluster-network-policy.ts';
+import { CNP_LIMITS } from '../../../src/model/cnp-fields.ts';
+import { compareClusterNetworkPolicies, compileClusterNetworkPolicy, FAIL_CLOSED_CNP_RULE } from '../../../src/model/cluster-network-policy.ts';
 import { compilePolicy } from '../../../src/model/policy.ts';
 import { parseSelector } from '../../../src/model/selector.ts';
 import type { CnpRule, CompiledClusterNetworkPolicy, Labels, PodsPeer, PolicyError, Selector } from '../../../src/model/types.ts';
