@@ -9,14 +9,13 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
-import { type AuditLine, type AuditLogConfig, createAuditLog } from '../../../src/audit/index.ts';
-import { type NflogEvent, NflogPcapParser } from '../../../src/audit/pcap.ts';
-import type { AuditReader, ReaderHandlers, ReaderState } from '../../../src/audit/reader.ts';
+import { type AuditLogConfig, createAuditLog } from '../../../src/audit/index.ts';
+import { NflogPcapParser } from '../../../src/audit/pcap.ts';
 import type { AuditCatalog, AuditTag } from '../../../src/calc/audit-tags.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { untilPasses } from '../../support/eventually.ts';
 import { FakeClock } from '../../support/fake-clock.ts';
-import { pod, up } from './fixtures.ts';
+import { nflogEvent as event, pod, readLines, testReader, up } from './fixtures.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/nflog-le.pcap', import.meta.url));
 const root = await mkdtemp(join(tmpdir(), 'weir-audit-pipeline-'));
@@ -26,43 +25,11 @@ let seq = 0;
 /** The pipeline's clock: its windows' timers run only when the test moves time on. */
 const fakeClock = () => new FakeClock(1_000_000);
 
-/** A reader the test drives: it hands events and states to the pipeline's handlers. */
-function testReader() {
-  let handlers: ReaderHandlers | undefined;
-  let state: ReaderState = 'stopped';
-  const reader = (h: ReaderHandlers): AuditReader => {
-    handlers = h;
-    return {
-      start: () => {
-        state = 'running';
-        h.state?.('starting');
-        h.state?.('running');
-      },
-      stop: async () => {
-        state = 'stopped';
-        h.state?.('stopped');
-      },
-      get state() {
-        return state;
-      },
-      pid: undefined,
-      stats: () => ({ restarts: 0, queueDrops: 0, events: 0, malformed: 0 }),
-    };
-  };
-  return { reader, emit: (batch: NflogEvent[]) => handlers!.events(batch), handlers: () => handlers! };
-}
-
 const catalogOf = (tags: Record<string, AuditTag>): AuditCatalog => ({ lookup: (p) => tags[p] });
 
 function config(over: Partial<AuditLogConfig> = {}): AuditLogConfig {
   return { node: 'node-a', nflogGroup: 77, rate: 1000, file: join(root, `case${seq++}`, 'audit.log'), maxSize: 1 << 20, maxFiles: 2, stdout: false, ...over };
 }
-
-const readLines = async (file: string): Promise<AuditLine[]> =>
-  (await readFile(file, 'utf8').catch(() => ''))
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as AuditLine);
 
 async function metric(registry: Registry, name: string): Promise<Record<string, number>> {
   const m = registry.getSingleMetric(name);
@@ -70,19 +37,6 @@ async function metric(registry: Registry, name: string): Promise<Record<string, 
   const got = await m.get();
   return Object.fromEntries(got.values.map((v) => [Object.values(v.labels).join(',') || '', v.value]));
 }
-
-const event = (over: Partial<NflogEvent> = {}): NflogEvent => ({
-  time: Date.UTC(2026, 10, 24, 6, 44, 19, 890.844),
-  readTime: Date.UTC(2026, 10, 24, 6, 44, 19, 891),
-  prefix: 'weir:AI:allow',
-  family: 4,
-  protocol: 'TCP',
-  srcIp: '10.244.1.2',
-  srcPort: 40001,
-  dstIp: '10.244.2.3',
-  dstPort: 8080,
-  ...over,
-});
 
 const ALLOW: AuditTag = { verdict: 'allow', direction: 'ingress', policy: { namespace: 'shop', name: 'web', rule: 1 } };
 const DENY: AuditTag = {
@@ -95,6 +49,16 @@ const DENY: AuditTag = {
     { namespace: 'shop', name: 'web' },
   ],
 };
+
+/** A pipeline on a test reader and the fake clock; its catalog knows weir:AI:allow unless `tags` says otherwise. */
+function driven(over: { config?: Partial<AuditLogConfig>; tags?: Record<string, AuditTag>; onError?: (e: unknown) => void } = {}) {
+  const clock = fakeClock();
+  const r = testReader();
+  const registry = new Registry();
+  const cfg = config(over.config);
+  const audit = createAuditLog({ config: cfg, catalog: catalogOf(over.tags ?? { 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader, onError: over.onError });
+  return { clock, r, registry, cfg, audit };
+}
 
 test("a real child's pcap stream becomes exactly one line per connection, with the issue's fields in order", async () => {
   // A stand-in for tcpdump, started as tcpdump is (through setpriv), as the test's user.
@@ -131,11 +95,7 @@ test("a real child's pcap stream becomes exactly one line per connection, with t
 });
 
 test("a flow's first connection is written at once; its later ones within the second fold into one line, written when the second is over", async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const cfg = config();
-  const registry = new Registry();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
+  const { clock, r, cfg, registry, audit } = driven();
   await audit.start();
   r.emit([event({ srcPort: 40001 })]);
   // No time passes: the line is out as soon as the writer's turn of the event loop has run.
@@ -170,10 +130,7 @@ test("a flow's first connection is written at once; its later ones within the se
 });
 
 test('a flow that goes on makes its first line at once and then one line a second; after a quiet second its next connection is written at once again', async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const cfg = config();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  const { clock, r, cfg, audit } = driven();
   await audit.start();
   for (let i = 0; i < 25; i++) {
     r.emit([event({ srcPort: 40000 + i })]);
@@ -196,10 +153,7 @@ test('a flow that goes on makes its first line at once and then one line a secon
 });
 
 test('a drop no policy explains: policy null, reason default-deny and the isolating policies; addresses of no pod have empty names', async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const cfg = config();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AD:x': DENY }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  const { r, cfg, audit } = driven({ tags: { 'weir:AD:x': DENY } });
   audit.applyModel([up(pod('shop', 'web-1', ['fd00:10:244:1::2']))]);
   await audit.start();
   r.emit([event({ prefix: 'weir:AD:x', family: 6, protocol: 'UDP', srcIp: 'fd00:10:244:1::2', srcPort: 5000, dstIp: '2001:db8::9', dstPort: 53 })]);
@@ -210,14 +164,7 @@ test('a drop no policy explains: policy null, reason default-deny and the isolat
       version: 1,
       time: '2026-11-24T06:44:19.890Z',
       node: 'node-a',
-      verdict: 'deny',
-      direction: 'egress',
-      policy: null,
-      reason: 'default-deny',
-      isolatedBy: [
-        { namespace: 'shop', name: 'lockdown' },
-        { namespace: 'shop', name: 'web' },
-      ],
+      ...DENY, // the tag's verdict, direction, null policy, reason and isolating policies
       src: { ip: 'fd00:10:244:1::2', port: 5000, namespace: 'shop', pod: 'web-1' },
       dst: { ip: '2001:db8::9', port: 53, namespace: '', pod: '' },
       protocol: 'UDP',
@@ -227,10 +174,7 @@ test('a drop no policy explains: policy null, reason default-deny and the isolat
 });
 
 test('an event of a prefix the catalog does not know is counted and dropped, never written with a guess', async () => {
-  const r = testReader();
-  const cfg = config();
-  const registry = new Registry();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader });
+  const { r, cfg, registry, audit } = driven();
   await audit.start();
   r.emit([event({ prefix: 'weir:AI:gone' }), event({ prefix: 'someone-else' }), event()]);
   await audit.stop();
@@ -243,10 +187,7 @@ test('an event of a prefix the catalog does not know is counted and dropped, nev
 });
 
 test('a connection seen just after its pod was deleted is still named; a reused IP names its new pod', async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const cfg = config();
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry: new Registry(), log: silentLogger(), clock, reader: r.reader });
+  const { clock, r, cfg, audit } = driven();
   const old = pod('shop', 'web-1', ['10.244.2.3']);
   audit.applyModel([up(pod('shop', 'client', ['10.244.1.2'])), up(old)]);
   await audit.start();
@@ -263,9 +204,7 @@ test('a connection seen just after its pod was deleted is still named; a reused 
 });
 
 test("the reader's state and losses become metrics: up, restarts, and lost by where", async () => {
-  const r = testReader();
-  const registry = new Registry();
-  const audit = createAuditLog({ config: config(), catalog: catalogOf({}), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader });
+  const { r, registry, audit } = driven({ tags: {} });
   await audit.start();
   assert.deepEqual(await metric(registry, 'weir_audit_reader_up'), { '': 1 });
   const h = r.handlers();
@@ -286,11 +225,8 @@ test('a file that cannot be written costs lines (counted as lost where=write), n
   const dir = join(root, `case${seq++}`);
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, 'blocked'), 'a file where the directory should be');
-  const r = testReader();
-  const registry = new Registry();
   const errors: unknown[] = [];
-  const cfg = config({ file: join(dir, 'blocked', 'audit.log') });
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock: fakeClock(), reader: r.reader, onError: (e) => errors.push(e) });
+  const { r, registry, audit } = driven({ config: { file: join(dir, 'blocked', 'audit.log') }, onError: (e) => errors.push(e) });
   await audit.start();
   assert.doesNotThrow(() => r.emit([event(), event({ dstPort: 1 })]));
   await audit.stop();
@@ -299,13 +235,9 @@ test('a file that cannot be written costs lines (counted as lost where=write), n
 });
 
 test('more distinct lines than may wait are dropped and counted (where=overflow), bounding memory, however many the cap lets through', async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const registry = new Registry();
   // At most 8 x 10 lines wait; windows of a minute keep every flow's open while the cap's
   // tokens come back, one each 100 ms.
-  const cfg = config({ rate: 10, dedupeWindowMs: 60_000 });
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
+  const { clock, r, cfg, registry, audit } = driven({ config: { rate: 10, dedupeWindowMs: 60_000 } });
   await audit.start();
   r.emit(Array.from({ length: 20 }, (_, i) => event({ dstPort: 1000 + i }))); // the cap's burst
   for (let i = 0; i < 70; i++) {
@@ -321,11 +253,7 @@ test('more distinct lines than may wait are dropped and counted (where=overflow)
 });
 
 test("the node's cap: beyond --audit-rate lines a second (bursts of twice that) a flow's first line is not written, and is counted by its source's namespace; its next event, once tokens are back, is a first line again", async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const registry = new Registry();
-  const cfg = config({ rate: 5 }); // bursts of 10
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
+  const { clock, r, cfg, registry, audit } = driven({ config: { rate: 5 } }); // bursts of 10
   audit.applyModel([up(pod('noisy', 'scanner', ['10.244.1.2'])), up(pod('quiet', 'client', ['10.244.1.3']))]);
   await audit.start();
   r.emit(Array.from({ length: 15 }, (_, i) => event({ dstPort: 1000 + i })));
@@ -347,11 +275,7 @@ test("the node's cap: beyond --audit-rate lines a second (bursts of twice that) 
 });
 
 test('lines spend tokens, not folded events: a flow that goes on costs one token a second, and a folded line the cap refuses counts every event it held', async () => {
-  const clock = fakeClock();
-  const r = testReader();
-  const registry = new Registry();
-  const cfg = config({ rate: 1 }); // bursts of 2
-  const audit = createAuditLog({ config: cfg, catalog: catalogOf({ 'weir:AI:allow': ALLOW }), registry, log: silentLogger(), clock, reader: r.reader });
+  const { clock, r, cfg, registry, audit } = driven({ config: { rate: 1 } }); // bursts of 2
   audit.applyModel([up(pod('shop', 'client', ['10.244.1.2'])), up(pod('bank', 'teller', ['10.244.1.3']))]);
   await audit.start();
   r.emit([event({ dstPort: 1 }), event({ srcIp: '10.244.1.3', dstPort: 2 }), event({ dstPort: 3 })]); // two first lines; the third refused

@@ -9,12 +9,10 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { Registry } from 'prom-client';
 import { AUDIT_LINE_VERSION, createAuditLog } from '../../../src/audit/index.ts';
-import type { NflogEvent } from '../../../src/audit/pcap.ts';
-import type { AuditReader, ReaderHandlers } from '../../../src/audit/reader.ts';
 import type { AuditTag } from '../../../src/calc/audit-tags.ts';
 import { silentLogger } from '../../../src/log.ts';
 import { FakeClock } from '../../support/fake-clock.ts';
-import { pod, up } from './fixtures.ts';
+import { nflogEvent, pod, readLines, testReader, up } from './fixtures.ts';
 
 type Schema = { readonly [k: string]: unknown };
 
@@ -68,19 +66,6 @@ function validate(v: unknown, s: Schema, path = '$', root: Schema = s): string[]
 const dir = await mkdtemp(join(tmpdir(), 'weir-audit-schema-'));
 after(() => rm(dir, { recursive: true, force: true }));
 
-const event = (over: Partial<NflogEvent> = {}): NflogEvent => ({
-  time: Date.UTC(2026, 10, 24, 6, 44, 19, 890),
-  readTime: Date.UTC(2026, 10, 24, 6, 44, 19, 891),
-  prefix: 'np',
-  family: 4,
-  protocol: 'TCP',
-  srcIp: '10.244.1.2',
-  srcPort: 40001,
-  dstIp: '10.244.2.3',
-  dstPort: 8080,
-  ...over,
-});
-
 const TAGS: Record<string, AuditTag> = {
   np: { verdict: 'allow', direction: 'ingress', policy: { namespace: 'shop', name: 'web', rule: 1 } },
   cnp: { verdict: 'deny', direction: 'egress', policy: { kind: 'ClusterNetworkPolicy', name: 'db-only', tier: 'Admin', rule: 0 } },
@@ -91,11 +76,7 @@ const TAGS: Record<string, AuditTag> = {
 
 /** Every kind of line: each tag's first line, written at once, and a folded line; IPv6 and ICMP too. */
 async function writtenLines(): Promise<unknown[]> {
-  let handlers: ReaderHandlers | undefined;
-  const reader = (h: ReaderHandlers): AuditReader => {
-    handlers = h;
-    return { start: () => h.state?.('running'), stop: async () => h.state?.('stopped'), state: 'running', pid: undefined, stats: () => ({ restarts: 0, queueDrops: 0, events: 0, malformed: 0 }) };
-  };
+  const r = testReader();
   const clock = new FakeClock(1_000_000);
   const file = join(dir, 'audit.log');
   const audit = createAuditLog({
@@ -104,18 +85,18 @@ async function writtenLines(): Promise<unknown[]> {
     registry: new Registry(),
     log: silentLogger(),
     clock,
-    reader,
+    reader: r.reader,
   });
   audit.applyModel([up(pod('shop', 'client', ['10.244.1.2', 'fd00:10:244:1::2']))]);
   await audit.start();
-  handlers!.events(Object.keys(TAGS).map((prefix) => event({ prefix })));
-  handlers!.events([event({ srcPort: 40002 }), event({ prefix: 'isolated', family: 6, protocol: 'ICMPv6', srcIp: 'fd00:10:244:1::2', srcPort: null, dstIp: '2001:db8::9', dstPort: null })]);
+  r.emit(Object.keys(TAGS).map((prefix) => nflogEvent({ prefix })));
+  r.emit([
+    nflogEvent({ prefix: 'np', srcPort: 40002 }),
+    nflogEvent({ prefix: 'isolated', family: 6, protocol: 'ICMPv6', srcIp: 'fd00:10:244:1::2', srcPort: null, dstIp: '2001:db8::9', dstPort: null }),
+  ]);
   clock.advance(1000);
   await audit.stop();
-  return (await readFile(file, 'utf8'))
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l));
+  return readLines(file);
 }
 
 test('every kind of line the pipeline writes passes the schema of docs/design/audit.md, and carries its version', async () => {
