@@ -20,8 +20,11 @@ export type ErrorCode =
 /** The last `n` lines of a command's stderr: where its own message usually is. */
 const lastLines = (stderr: string, n: number): string => stderr.trim().split('\n').slice(-n).join('\n');
 
-/** A tool as messages name it: `iptables-restore (IPv6)`; ipset has no family. */
-const toolName = (tool: string, family: 4 | 6 | undefined): string => `${tool}${family ? ` (IPv${family})` : ''}`;
+/** `text`, then the last `n` lines of stderr when there are any. */
+const withTail = (text: string, stderr: string, n: number): string => {
+  const tail = lastLines(stderr, n);
+  return tail ? `${text}: ${tail}` : text;
+};
 
 export interface WeirErrorOptions {
   readonly cause?: unknown;
@@ -59,9 +62,8 @@ export class CommandError extends WeirError {
     stderr: string,
     options?: WeirErrorOptions,
   ) {
-    const tail = lastLines(stderr, 5);
     const what = code === 'WEIR_COMMAND_MISSING' ? 'could not be started (is it installed?)' : code === 'WEIR_COMMAND_TIMEOUT' ? 'did not finish in time and was killed' : `exited with ${exitCode}`;
-    super(code, `${command} ${args.join(' ')} ${what}${tail ? `: ${tail}` : ''}`, options);
+    super(code, withTail(`${command} ${args.join(' ')} ${what}`, stderr, 5), options);
     this.command = command;
     this.args = args;
     this.exitCode = exitCode;
@@ -69,41 +71,43 @@ export class CommandError extends WeirError {
   }
 }
 
-/** iptables-restore or ipset restore rejected a payload; names the failing line. */
-export class RestoreError extends WeirError {
+/** An iptables or ipset tool failed: messages name it with its family (`iptables-restore
+ *  (IPv6)`; ipset has none), and its stderr is kept whole. */
+export abstract class ToolError extends WeirError {
   readonly tool: string;
   readonly family: 4 | 6 | undefined;
+  readonly stderr: string;
+  constructor(code: 'WEIR_RESTORE_FAILED' | 'WEIR_XTABLES_LOCK', tool: string, family: 4 | 6 | undefined, stderr: string, what: string, options?: WeirErrorOptions) {
+    super(code, `${tool}${family ? ` (IPv${family})` : ''} ${what}`, options);
+    this.tool = tool;
+    this.family = family;
+    this.stderr = stderr;
+  }
+}
+
+/** iptables-restore or ipset restore rejected a payload; names the failing line. */
+export class RestoreError extends ToolError {
   readonly line: number | undefined;
   readonly lineText: string | undefined;
-  readonly stderr: string;
   constructor(tool: string, family: 4 | 6 | undefined, stderr: string, payload: string, options?: WeirErrorOptions) {
     const m = /line:?\s*(\d+)/i.exec(stderr);
     const line = m ? Number(m[1]) : undefined;
     const lineText = line !== undefined ? payload.split('\n')[line - 1] : undefined;
     const where = line !== undefined ? ` at payload line ${line}${lineText ? ` (${lineText})` : ''}` : '';
-    super('WEIR_RESTORE_FAILED', `${toolName(tool, family)} rejected the payload${where}: ${stderr.trim()}`, options);
-    this.tool = tool;
-    this.family = family;
+    super('WEIR_RESTORE_FAILED', tool, family, stderr, `rejected the payload${where}: ${stderr.trim()}`, options);
     this.line = line;
     this.lineText = lineText;
-    this.stderr = stderr;
   }
 }
 
 /** Another program kept the xtables lock (legacy backend) through every bounded wait and
  *  retry; nothing was written. */
-export class XtablesLockError extends WeirError {
-  readonly tool: string;
-  readonly family: 4 | 6 | undefined;
+export class XtablesLockError extends ToolError {
   /** Tries made, the first included. */
   readonly attempts: number;
-  readonly stderr: string;
   constructor(tool: string, family: 4 | 6 | undefined, attempts: number, stderr: string, options?: WeirErrorOptions) {
-    super('WEIR_XTABLES_LOCK', `${toolName(tool, family)} could not take the xtables lock in ${attempts} tries: ${lastLines(stderr, 1)}`, options);
-    this.tool = tool;
-    this.family = family;
+    super('WEIR_XTABLES_LOCK', tool, family, stderr, `could not take the xtables lock in ${attempts} tries: ${lastLines(stderr, 1)}`, options);
     this.attempts = attempts;
-    this.stderr = stderr;
   }
 }
 
@@ -171,9 +175,8 @@ export class AuditReaderError extends WeirError {
   readonly signal: string | undefined;
   readonly stderr: string;
   constructor(command: readonly string[], exitCode: number | undefined, signal: string | undefined, stderr: string, options?: WeirErrorOptions) {
-    const tail = lastLines(stderr, 3);
     const how = exitCode !== undefined ? `exited with ${exitCode}` : signal !== undefined ? `was killed by ${signal}` : 'could not be started';
-    super('WEIR_AUDIT_READER', `audit reader: ${command.join(' ')} ${how}${tail ? `: ${tail}` : ''}`, options);
+    super('WEIR_AUDIT_READER', withTail(`audit reader: ${command.join(' ')} ${how}`, stderr, 3), options);
     this.command = command;
     this.exitCode = exitCode;
     this.signal = signal;
