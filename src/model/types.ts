@@ -67,18 +67,23 @@ export interface RawLabelSelector {
   matchExpressions?: unknown;
 }
 
-export interface RawNetworkPolicy {
-  readonly namespace: string;
+/** What a source reads of a policy object, NetworkPolicy or ClusterNetworkPolicy, as untrusted
+ *  input (sources/convert.ts reads both the same way). */
+export interface RawPolicyObject {
   readonly name: string;
   readonly uid: string;
   readonly generation: number;
-  /** The spec exactly as received; validated by compilePolicy. */
+  /** The spec exactly as received; validated by compilePolicy or compileClusterNetworkPolicy. */
   readonly spec: unknown;
   /** Problems a source found outside the spec (metadata, apiVersion), each at its field path
    *  (`metadata.labels.version`, `apiVersion`). Any makes the policy invalid, like a bad spec. */
   readonly errors?: readonly PolicyError[];
   /** Its `weir.dev/*` annotations as written (the others are no concern of Weir's). */
   readonly annotations?: Labels;
+}
+
+export interface RawNetworkPolicy extends RawPolicyObject {
+  readonly namespace: string;
 }
 
 export type ObjectKind = 'Pod' | 'Namespace' | 'Node' | 'NetworkPolicy' | 'ClusterNetworkPolicy';
@@ -218,18 +223,7 @@ export type Enforcement = 'enforce' | 'audit';
 // sigs.k8s.io/network-policy-api v0.3.0; cluster-network-policy.ts validates and compiles it.
 
 /** A ClusterNetworkPolicy as untrusted input: cluster-scoped, so its name is its identity. */
-export interface RawClusterNetworkPolicy {
-  readonly name: string;
-  readonly uid: string;
-  readonly generation: number;
-  /** The spec exactly as received; validated by compileClusterNetworkPolicy. */
-  readonly spec: unknown;
-  /** Problems a source found outside the spec (metadata, apiVersion), each at its field path.
-   *  Any makes the policy invalid, like a bad spec. */
-  readonly errors?: readonly PolicyError[];
-  /** Its `weir.dev/*` annotations as written. */
-  readonly annotations?: Labels;
-}
+export type RawClusterNetworkPolicy = RawPolicyObject;
 
 /** Admin is evaluated before every NetworkPolicy, Baseline after them. */
 export type CnpTier = 'Admin' | 'Baseline';
