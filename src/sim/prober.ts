@@ -4,7 +4,7 @@
 
 import { connect } from 'node:net';
 import { ConfigError, WeirError } from '../errors.ts';
-import { type Family, familyOf } from '../model/types.ts';
+import { FAMILIES, type Family, familyOf } from '../model/types.ts';
 import type { Cluster, Endpoint } from './cluster.ts';
 import { onLines, type ProbeProto, type ProbeRequest, type ProbeResult } from './probe-protocol.ts';
 
@@ -14,7 +14,6 @@ export const DEFAULT_RETRIES = 1;
 /** How long past its own timeout a server may take to answer before we call it broken. */
 const ANSWER_GRACE_MS = 5_000;
 const PROTOS: readonly ProbeProto[] = ['tcp', 'udp'];
-const FAMILIES: readonly Family[] = [4, 6];
 
 export type MatrixCluster = Pick<Cluster, 'pods' | 'external' | 'endpoint' | 'ports'>;
 
