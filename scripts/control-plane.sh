@@ -41,21 +41,17 @@ k8s_version() {
 
 bin_dir() { echo "$cache_root/$(k8s_version)/bin"; }
 
-# A build is reused only if it came from the same module files: go.mod and go.sum for
-# kube-apiserver and kubectl, kube-proxy.mod and kube-proxy.sum for kube-proxy.
-module_stamp() { cat "$module_dir/$1.mod" "$module_dir/$1.sum" | sha256sum | cut -d' ' -f1; }
-control_plane_stamp() { cat "$module_dir/go.mod" "$module_dir/go.sum" | sha256sum | cut -d' ' -f1; }
+# shellcheck source=scripts/lib/build.sh
+. "$repo/scripts/lib/build.sh"
+
+# A build is reused only if it came from the same module files: go.mod and go.sum (module_stamp
+# go) for kube-apiserver and kubectl, kube-proxy.mod and kube-proxy.sum for kube-proxy.
+module_stamp() { stamp_of "$module_dir/$1.mod" "$module_dir/$1.sum"; }
 
 cmd_build() {
   local version
   version=$(k8s_version)
-  mkdir -p "$cache_root/$version"
-  # Test files may start in parallel: one builds, the others wait and then reuse it. The lock
-  # lives in a subshell so that no daemon started later inherits it.
-  (
-    flock 9
-    build_locked "$version"
-  ) 9>"$cache_root/$version/build.lock"
+  locked_build "$cache_root/$version" build_locked "$version"
 }
 
 # True when BIN holds the binaries named after the stamp file and module stamp given.
@@ -90,7 +86,7 @@ go_build() {
 build_locked() {
   local version=$1 bin cp_stamp kp_stamp tmp need_cp=1 need_kp=1 b build_log
   bin=$(bin_dir)
-  cp_stamp=$(control_plane_stamp)
+  cp_stamp=$(module_stamp go)
   kp_stamp=$(module_stamp kube-proxy)
   [ "$(k8s_version kube-proxy.mod)" = "$version" ] ||
     die "$module_dir/kube-proxy.mod does not pin k8s.io/kubernetes $version like go.mod: run hack/controlplane/gen-gomod.sh $version"

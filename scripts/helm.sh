@@ -28,24 +28,20 @@ helm_version() {
   echo "$v"
 }
 
-# A build is reused only if it came from the same go.mod and go.sum.
-module_stamp() { cat "$module_dir/go.mod" "$module_dir/go.sum" | sha256sum | cut -d' ' -f1; }
+# shellcheck source=scripts/lib/build.sh
+. "$repo/scripts/lib/build.sh"
 
 cmd_build() {
   local version
   version=$(helm_version)
-  mkdir -p "$cache_root/$version"
-  # Test files may start in parallel: one builds, the others wait and then reuse it.
-  (
-    flock 9
-    build_locked "$version"
-  ) 9>"$cache_root/$version/build.lock"
+  locked_build "$cache_root/$version" build_locked "$version"
 }
 
 build_locked() {
   local version=$1 bin stamp tmp ldflags started client_go major minor
   bin="$cache_root/$version/bin"
-  stamp=$(module_stamp)
+  # A build is reused only if it came from the same go.mod and go.sum.
+  stamp=$(stamp_of "$module_dir/go.mod" "$module_dir/go.sum")
   if [ -x "$bin/helm" ] && [ "$(cat "$bin/stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$bin/helm"
     return
