@@ -10,6 +10,7 @@ import type { ClusterPolicyStatusInput } from '../../../src/status/cluster-polic
 import type { PassResult, PolicyStatusInput } from '../../../src/status/index.ts';
 import { buildNodeStatus } from '../../../src/status/node-status.ts';
 import { captureLog, FakeApi, FakeClock, isList, Results, settle, until } from '../status/fake-api.ts';
+import { pendingOnNodeB } from '../status/pending-conditions.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const LEASE = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/weir-policy-status';
@@ -124,6 +125,13 @@ describe('policy status aggregator', () => {
     a.start();
     return a;
   };
+  /** node-a started and, once the clock has run its first lease tick, the lease's holder. */
+  const holder = async (results?: Results<PassResult>, random?: () => number) => {
+    const a = start('node-a', results, random);
+    clock.advance(0);
+    await until(() => a.isHolder(), 'node-a holds the lease');
+    return a;
+  };
   const leaseCalls = () => api.requests.filter((r) => r.path.startsWith(LEASES));
   /** When the latest pass started (the clock time of its last status request). */
   let passStarts: number[] = [];
@@ -145,9 +153,7 @@ describe('policy status aggregator', () => {
 
   describe('Lease', () => {
     test('creates a missing Lease, renews it every third of its duration, releases it on stop', async () => {
-      const a = start('node-a');
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder();
       assert.deepEqual(
         leaseCalls().map((r) => `${r.method} ${r.path}`),
         [`GET ${LEASE}`, `POST ${LEASES}`],
@@ -197,9 +203,7 @@ describe('policy status aggregator', () => {
 
     test('a released Lease is taken at the next try', async () => {
       lease(api, null, T0, 3);
-      const a = start('node-a');
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      await holder();
       assert.equal(leaseSpec(api).leaseTransitions, 4);
     });
 
@@ -241,9 +245,7 @@ describe('policy status aggregator', () => {
       nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 1 }]);
       const orphan = api.put(POLSTATUS('shop', 'gone'), { apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'gone', namespace: 'shop' } });
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: [web(2, ['node-a', 'node-b']), bad] });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
@@ -272,17 +274,7 @@ describe('policy status aggregator', () => {
       assert.deepEqual(webObj.metadata.ownerReferences, [{ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', name: 'web', uid: 'u-web' }]);
       assert.deepEqual(webObj.status, {
         observedGeneration: 2,
-        conditions: [
-          { type: 'Accepted', status: 'True', observedGeneration: 2, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'the spec is valid and supported' },
-          {
-            type: 'Enforced',
-            status: 'False',
-            observedGeneration: 2,
-            lastTransitionTime: '2025-06-01T12:00:00Z',
-            reason: 'NodesPending',
-            message: '1 of 2 nodes have not realized generation 2: node-b',
-          },
-        ],
+        conditions: pendingOnNodeB(2),
         nodesDesired: 2,
         nodesRealized: 1,
         realized: '1/2',
@@ -326,9 +318,7 @@ describe('policy status aggregator', () => {
       nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 1 }]);
       nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 1 }]);
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: [web(2, ['node-a', 'node-b'])] });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
@@ -359,9 +349,7 @@ describe('policy status aggregator', () => {
     test('a watch that gets 410 Gone relists, and changes keep arriving', async () => {
       nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 1 }]);
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: [web(2, ['node-a'])] });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
@@ -381,9 +369,7 @@ describe('policy status aggregator', () => {
 
     test('the holder retries a failed list after an equal-jitter backoff drawn from the injected random', async () => {
       api.fail({ method: 'GET', path: /\/nodepolicystatuses$/, status: 500, reason: 'InternalError', times: 1 });
-      const a = start('node-a', undefined, () => 0);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      await holder(undefined, () => 0);
       // With random 0 the retry waits half of the 1 s first step: replicas that fail together
       // spread their retries over the second half of the step instead of retrying in step.
       await until(() => clock.hasTimerAt(T0 + 500), 'the list retry scheduled at +500 ms');
@@ -401,9 +387,7 @@ describe('policy status aggregator', () => {
         many.map((p) => ({ uid: p.uid, generation: 1 })),
       );
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: many });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
@@ -434,9 +418,7 @@ describe('policy status aggregator', () => {
 
     test('a re-created NetworkPolicy (new uid) gets its ownerReference re-applied', async () => {
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: [web(1, [])] });
       await passAt(clock.now());
       await results.next();
@@ -453,9 +435,7 @@ describe('policy status aggregator', () => {
       nodeStatus(api, 'node-a', [{ uid: 'u-web', generation: 1 }]);
       const ra = new Results<PassResult>();
       const rb = new Results<PassResult>();
-      const a = start('node-a', ra);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(ra);
       const b = start('node-b', rb);
       clock.advance(0);
       await until(() => leaseCalls().some((r) => r.authorization === 'Bearer token-node-b'), 'node-b tried the lease');
@@ -491,9 +471,7 @@ describe('policy status aggregator', () => {
 
     test('nothing is written or deleted before the first update', async () => {
       api.put(POLSTATUS('shop', 'old'), { apiVersion: 'weir.dev/v1alpha1', kind: 'NetworkPolicyStatus', metadata: { name: 'old', namespace: 'shop' } });
-      const a = start('node-a');
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      await holder();
       clock.advance(10_000);
       await settle(50);
       assert.equal(statusWrites().length, 0);
@@ -502,9 +480,7 @@ describe('policy status aggregator', () => {
 
     test('403 on the status writes: one warning, the Lease is still held, writes resume when allowed', async () => {
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       const denial = api.fail({ method: 'PATCH', path: /networkpolicystatuses/, status: 403, reason: 'Forbidden' });
       a.update({ policies: [web(1, [])] });
       await passAt(clock.now());
@@ -531,9 +507,7 @@ describe('policy status aggregator', () => {
       ]);
       nodeStatus(api, 'node-b', [{ uid: 'u-web', generation: 1 }]);
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: [web(1, ['node-a', 'node-b'])], clusterPolicies: [guard(2, ['node-a', 'node-b'])] });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');
@@ -547,17 +521,7 @@ describe('policy status aggregator', () => {
       assert.equal(w.query.get('fieldManager'), 'weir-aggregator');
       assert.equal(w.query.get('force'), 'true');
       assert.deepEqual((w.body as { metadata: unknown }).metadata, { name: 'guard', resourceVersion: rv });
-      assert.deepEqual(conditions(), [
-        { type: 'Accepted', status: 'True', observedGeneration: 2, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'the spec is valid and supported' },
-        {
-          type: 'Enforced',
-          status: 'False',
-          observedGeneration: 2,
-          lastTransitionTime: '2025-06-01T12:00:00Z',
-          reason: 'NodesPending',
-          message: '1 of 2 nodes have not realized generation 2: node-b',
-        },
-      ]);
+      assert.deepEqual(conditions(), pendingOnNodeB(2));
       // One digest per node covers both kinds: node-b holds web though it lacks the other.
       assert.equal((api.get(POLSTATUS('shop', 'web'))!.status as { realized: string }).realized, '2/2');
 
@@ -587,9 +551,7 @@ describe('policy status aggregator', () => {
     test('an invalid policy is not Accepted, with its field errors', async () => {
       clusterPolicy(api, 1);
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       const message = 'spec.priority: must be an integer from 0 to 1000, got 2000';
       a.update({ policies: [], clusterPolicies: [{ ...guard(1, []), accepted: { ok: false, message } }] });
       await passAt(clock.now());
@@ -606,9 +568,7 @@ describe('policy status aggregator', () => {
     test('writes only on the version the watch holds, of the same uid and the generation described; a write that meets a newer version (409) waits for its watch event', async () => {
       clusterPolicy(api, 1);
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
 
       // The model is at generation 2, the watch still at 1: conditions about 2 would land on 1.
       a.update({ policies: [], clusterPolicies: [guard(2, [])] });
@@ -659,9 +619,7 @@ describe('policy status aggregator', () => {
     test('a cluster that does not serve ClusterNetworkPolicy (404) still gets its NetworkPolicyStatus', async () => {
       api.fail({ method: 'GET', path: /\/clusternetworkpolicies$/, status: 404, reason: 'NotFound' });
       const results = new Results<PassResult>();
-      const a = start('node-a', results);
-      clock.advance(0);
-      await until(() => a.isHolder(), 'node-a holds the lease');
+      const a = await holder(results);
       a.update({ policies: [web(1, [])] });
       await passAt(clock.now());
       assert.equal(await results.next(), 'ok');

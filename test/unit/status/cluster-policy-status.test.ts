@@ -4,6 +4,7 @@ import { buildClusterPolicyConditions, ownClusterPolicyConditions, sameCondition
 import type { ClusterPolicyStatusInput } from '../../../src/status/cluster-policy-status.ts';
 import type { Realization } from '../../../src/status/policy-status.ts';
 import { createRealizationTracker, digestOf } from '../../../src/status/realization.ts';
+import { pendingOnNodeB } from './pending-conditions.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const cnp = (desiredNodes: string[], generation = 2, accepted = { ok: true, message: '' }): ClusterPolicyStatusInput => ({
@@ -23,17 +24,7 @@ const realize = (p: ClusterPolicyStatusInput): Realization => createRealizationT
 describe('buildClusterPolicyConditions', () => {
   test('Accepted and Enforced, each with the generation it describes, as metav1.Conditions', () => {
     const p = cnp(['node-a', 'node-b']);
-    assert.deepEqual(buildClusterPolicyConditions(p, realize(p), undefined, T0), [
-      { type: 'Accepted', status: 'True', observedGeneration: 2, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'the spec is valid and supported' },
-      {
-        type: 'Enforced',
-        status: 'False',
-        observedGeneration: 2,
-        lastTransitionTime: '2025-06-01T12:00:00Z',
-        reason: 'NodesPending',
-        message: '1 of 2 nodes have not realized generation 2: node-b',
-      },
-    ]);
+    assert.deepEqual(buildClusterPolicyConditions(p, realize(p), undefined, T0), pendingOnNodeB(2));
   });
 
   test('an invalid policy is not Accepted, with every field error; Enforced still says whether its nodes hold it (it fails closed)', () => {
