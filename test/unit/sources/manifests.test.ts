@@ -35,14 +35,20 @@ async function tmpDir(): Promise<string> {
   return d;
 }
 
+/** A started source on `dir`, recording every batch and log line. */
+async function started(dir: string, options: Omit<Parameters<typeof createManifestSource>[0], 'dir' | 'log'>) {
+  const { log, lines } = captureLogger();
+  const batches: SourceBatch[] = [];
+  const source: Source = createManifestSource({ dir, log, ...options });
+  await source.start((b) => batches.push(b));
+  return { lines, batches, source };
+}
+
 /** A started source in a fresh directory, recording every batch and log line. */
 async function harness(files: Record<string, string> = {}) {
   const dir = await tmpDir();
   for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
-  const { log, lines } = captureLogger();
-  const batches: SourceBatch[] = [];
-  const source: Source = createManifestSource({ dir, log, debounceMs: 20 });
-  await source.start((b) => batches.push(b));
+  const { lines, batches, source } = await started(dir, { debounceMs: 20 });
   return {
     dir,
     lines,
@@ -339,10 +345,7 @@ test('a path that is not a directory is a configuration error', async () => {
 
 test('a directory missing at start delivers nothing until it can be read, then the full state', async () => {
   const dir = join(await tmpDir(), 'later');
-  const { log, lines } = captureLogger();
-  const batches: SourceBatch[] = [];
-  const source = createManifestSource({ dir, log, pollMs: 50 });
-  await source.start((b) => batches.push(b));
+  const { lines, batches, source } = await started(dir, { pollMs: 50 });
   try {
     await sleep(300);
     assert.equal(batches.length, 0, 'no batch, synced or not, before a real read');
@@ -366,10 +369,7 @@ test('a manifest that cannot be read at the first pass holds the first batch unt
   await writeFile(join(dir, 'a.yaml'), nsYaml('one'));
   // A symlink to itself: listed, but every stat or read fails with ELOOP.
   await symlink('b.yaml', join(dir, 'b.yaml'));
-  const { log, lines } = captureLogger();
-  const batches: SourceBatch[] = [];
-  const source = createManifestSource({ dir, log, pollMs: 50 });
-  await source.start((b) => batches.push(b));
+  const { lines, batches, source } = await started(dir, { pollMs: 50 });
   try {
     await sleep(300);
     assert.equal(batches.length, 0, 'no batch without b.yaml');
@@ -392,10 +392,7 @@ test('after the first batch, a directory that cannot be listed keeps the last st
   const dir = join(parent, 'm');
   await mkdir(dir);
   await writeFile(join(dir, 'a.yaml'), nsYaml('one'));
-  const { log, lines } = captureLogger();
-  const batches: SourceBatch[] = [];
-  const source = createManifestSource({ dir, log, pollMs: 50, watch: false });
-  await source.start((b) => batches.push(b));
+  const { lines, batches, source } = await started(dir, { pollMs: 50, watch: false });
   try {
     assert.equal(batches.length, 1);
     await rename(dir, join(parent, 'gone'));
@@ -414,9 +411,7 @@ test('after the first batch, a directory that cannot be listed keeps the last st
 test('with fs.watch off, the poll alone delivers changes, deletes and new files', async () => {
   const dir = await tmpDir();
   await writeFile(join(dir, 'a.yaml'), nsYaml('one'));
-  const batches: SourceBatch[] = [];
-  const source = createManifestSource({ dir, log: captureLogger().log, pollMs: 50, watch: false });
-  await source.start((b) => batches.push(b));
+  const { batches, source } = await started(dir, { pollMs: 50, watch: false });
   try {
     await writeFile(join(dir, 'a.yaml'), nsYaml('two'));
     await until(() => batches.length > 1, 5000, 'no batch for the rewrite');
