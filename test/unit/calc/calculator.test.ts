@@ -5,6 +5,7 @@ import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index
 import type { Calculator } from '../../../src/calc/index.ts';
 import { EMPTY, Mirror, NODE, clusterPolicy, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
+import { baselineTeamA, DB_FROM_WEB } from './walk-policies.ts';
 
 const names = makeNames('cali');
 
@@ -16,10 +17,7 @@ const NAMESPACES: Namespace[] = [
 
 const POLICIES: RawNetworkPolicy[] = [
   policy('db', 'deny-all', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] }),
-  policy('db', 'from-web', {
-    podSelector: { matchLabels: { app: 'db' } },
-    ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } }], ports: [{ port: 'sql' }] }],
-  }),
+  DB_FROM_WEB,
   policy('web', 'or-peers', {
     podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['web', 'api'] }] },
     ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'b' } } }, { podSelector: { matchLabels: { role: 'lb' } } }] }],
@@ -63,16 +61,7 @@ const CLUSTER_POLICIES: RawClusterNetworkPolicy[] = [
       { action: 'Accept', to: [{ networks: ['0.0.0.0/0'] }] },
     ],
   }),
-  clusterPolicy('baseline-deny', {
-    tier: 'Baseline',
-    priority: 1,
-    subject: { namespaces: {} },
-    ingress: [
-      { action: 'Accept', from: [{ namespaces: { matchLabels: { team: 'a' } } }] },
-      { action: 'Deny', from: [{ namespaces: {} }] },
-    ],
-    egress: [{ action: 'Deny', to: [{ pods: { namespaceSelector: { matchLabels: { team: 'b' } }, podSelector: {} } }] }],
-  }),
+  baselineTeamA('baseline-deny', { egress: [{ action: 'Deny', to: [{ pods: { namespaceSelector: { matchLabels: { team: 'b' } }, podSelector: {} } }] }] }),
   clusterPolicy('broken', { tier: 'Baseline', priority: 3, subject: { namespaces: {} }, egress: [{ action: 'Deny', to: [{ networks: ['nonsense'] }] }] }),
 ];
 

@@ -19,6 +19,7 @@ import { isPoliced } from '../../../src/model/cluster.ts';
 import { familyOf } from '../../../src/model/types.ts';
 import type { World } from './fixtures.ts';
 import { clusterPolicy, diff, EMPTY, MARKS, NODE, newCalc, pod, policy, rng } from './fixtures.ts';
+import { baselineTeamA, DB_FROM_WEB } from './walk-policies.ts';
 
 const names = makeNames('cali');
 
@@ -40,10 +41,7 @@ const POLICIES: RawNetworkPolicy[] = [
     annotations: { 'weir.dev/audit': 'all' },
   },
   policy('db', 'deny-egress', { podSelector: {}, policyTypes: ['Egress'] }),
-  policy('db', 'from-web', {
-    podSelector: { matchLabels: { app: 'db' } },
-    ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } }], ports: [{ port: 'sql' }] }],
-  }),
+  DB_FROM_WEB,
   policy('db', 'broken', { podSelector: { matchLabels: { app: 'x' } }, ingress: [{ from: [{ ipBlock: { cidr: 'nonsense' } }] }] }),
 ];
 
@@ -58,15 +56,7 @@ const CLUSTER_POLICIES: RawClusterNetworkPolicy[] = [
     ],
     egress: [{ action: 'Accept', to: [{ pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } } }], protocols: [{ tcp: { destinationPort: { number: 5432 } } }] }],
   }),
-  clusterPolicy('baseline', {
-    tier: 'Baseline',
-    priority: 1,
-    subject: { namespaces: {} },
-    ingress: [
-      { action: 'Accept', from: [{ namespaces: { matchLabels: { team: 'a' } } }] },
-      { action: 'Deny', from: [{ namespaces: {} }] },
-    ],
-  }),
+  baselineTeamA('baseline'),
 ];
 
 const NAMESPACES: Namespace[] = [
