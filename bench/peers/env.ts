@@ -20,7 +20,8 @@ import { registerExitCleanup } from '../../src/sim/cleanup.ts';
 import { openProbeClient, type ProbeClient } from '../../src/sim/prober.ts';
 import { bridgeApiServer, type Bridge } from '../../test/integration/bridge.ts';
 import { startControlPlane, type ControlPlane } from '../../test/integration/controlplane.ts';
-import { Api, inParallel, type KubeObject } from './api.ts';
+import { podObject, policyObject } from '../../test/support/kube-objects.ts';
+import { Api, inParallel } from './api.ts';
 import { EnforcerProcess, type EnforcerSpec } from './enforcers.ts';
 
 const CRDS = fileURLToPath(new URL('../../crds/', import.meta.url));
@@ -65,22 +66,8 @@ export function phantomPlace(i: number): { node: string; ip: string; hostIP: str
   return { node: info.name, ip: info.podCIDR.replace(/0\/24$/, String((i % PHANTOM_PODS_PER_NODE) + 2)), hostIP: info.hostIP };
 }
 
-export function podObject(p: PodDef): KubeObject {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name: p.name, namespace: p.namespace, labels: p.labels },
-    spec: {
-      nodeName: p.node,
-      hostNetwork: p.hostNetwork ?? false,
-      containers: [{ name: 'server', image: 'registry.invalid/weir-bench', ports: p.ports ?? [] }],
-    },
-  };
-}
-
-export function policyObject(namespace: string, name: string, spec: unknown): KubeObject {
-  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace, name }, spec };
-}
+// The Pod and NetworkPolicy objects live in test/support with the API-server tiers'; the peer modules take them from here.
+export { podObject, policyObject };
 
 export class BenchEnv {
   readonly cp: ControlPlane;

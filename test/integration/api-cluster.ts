@@ -11,11 +11,13 @@ import { type Cluster, createCluster } from '../../src/sim/cluster.ts';
 import type { Cell, Matrix } from '../../src/sim/prober.ts';
 import { baseNamespaces, basePods, NODES, type PodDef } from '../conformance/harness.ts';
 import { expectConverged } from '../support/eventually.ts';
+import { podObject } from '../support/kube-objects.ts';
 import type { LoggedProcess } from '../support/logged-process.ts';
 import { type Bridge, bridgeApiServer } from './bridge.ts';
 import { type ControlPlane, startControlPlane } from './controlplane.ts';
 
 export type { Cell };
+export { podObject, policyObject } from '../support/kube-objects.ts';
 // biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects from kubectl's JSON, read field by field
 export type Obj = Record<string, any>;
 
@@ -153,21 +155,4 @@ export abstract class ApiCluster {
     const status = { phase, podIP: ips[0], podIPs: ips.map((ip) => ({ ip })), conditions: [{ type: 'Ready', status: phase === 'Running' ? 'True' : 'False' }] };
     await this.kubectl(['patch', 'pod', name, '-n', namespace, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status })]);
   }
-}
-
-export function podObject(p: PodDef): unknown {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name: p.name, namespace: p.namespace, labels: p.labels },
-    spec: {
-      nodeName: p.node,
-      hostNetwork: p.hostNetwork ?? false,
-      containers: [{ name: 'server', image: 'registry.invalid/weir-sim-server', ports: p.ports }],
-    },
-  };
-}
-
-export function policyObject(namespace: string, name: string, spec: unknown): unknown {
-  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace, name }, spec };
 }
