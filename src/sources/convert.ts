@@ -13,7 +13,7 @@ import { AUDIT_ANNOTATION, CUT_EXISTING_ANNOTATION, weirAnnotations } from '../m
 import { PROTOCOLS } from '../model/types.ts';
 import { describeValue, exact } from '../model/selector.ts';
 import { type Interner, NO_INTERNING } from './intern.ts';
-import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawClusterNetworkPolicy, RawNetworkPolicy } from '../model/types.ts';
+import type { ContainerPort, Labels, Namespace, Node, Pod, PolicyError, Protocol, RawClusterNetworkPolicy, RawNetworkPolicy, RawPolicyObject } from '../model/types.ts';
 
 /** Receives problems that do not stop the conversion (an invalid IP that is dropped). */
 export type ConvertWarning = (message: string) => void;
@@ -294,11 +294,8 @@ export function readNetworkPolicy(obj: unknown, unreadableName: string, sourceEr
   const uid = identified ? meta.uid : `${meta.namespace}/${name}`;
   // The spec goes through as received, even beside errors: compilePolicy reports precise
   // paths and still reads podSelector and policyTypes, so the policy isolates exactly what it
-  // would have. A whole object that is no mapping has its error at "(object)" (never from a
-  // manifest: parse.ts skips what is no mapping; an API object always is one).
-  const errors = r.problems.map((p) => (p.path === '' ? { ...p, path: '(object)' } : p));
-  const annotations = Object.keys(meta.annotations).length > 0 ? { annotations: meta.annotations } : {};
-  const policy: RawNetworkPolicy = { namespace: meta.namespace, name, uid, generation, spec: root.spec, ...annotations, ...(errors.length > 0 ? { errors } : {}) };
+  // would have.
+  const policy: RawNetworkPolicy = { namespace: meta.namespace, name, uid, generation, spec: root.spec, ...annotationsAndErrors(r, meta) };
   return { policy, anyNamespace: !meta.namespaceReadable };
 }
 
@@ -331,9 +328,15 @@ export function readClusterNetworkPolicy(obj: unknown, unreadableName: string, s
   const generation = readGeneration(r, md);
   const name = meta.nameReadable ? meta.name : unreadableName;
   const uid = meta.nameReadable ? meta.uid : name;
+  return { name, uid, generation, spec: root.spec, ...annotationsAndErrors(r, meta) };
+}
+
+/** A policy's `annotations` and `errors`, each only when there is one. A whole object that is
+ *  no mapping has its error at "(object)" (never from a manifest: parse.ts skips what is no
+ *  mapping; an API object always is one). */
+function annotationsAndErrors(r: Reader, meta: Meta): Pick<RawPolicyObject, 'annotations' | 'errors'> {
   const errors = r.problems.map((p) => (p.path === '' ? { ...p, path: '(object)' } : p));
-  const annotations = Object.keys(meta.annotations).length > 0 ? { annotations: meta.annotations } : {};
-  return { name, uid, generation, spec: root.spec, ...annotations, ...(errors.length > 0 ? { errors } : {}) };
+  return { ...(Object.keys(meta.annotations).length > 0 ? { annotations: meta.annotations } : {}), ...(errors.length > 0 ? { errors } : {}) };
 }
 
 /** For the kube source: a policy without a readable name throws WEIR_MANIFEST_OBJECT; any other
