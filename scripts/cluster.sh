@@ -74,7 +74,8 @@ cp_bin() {
 
 # --- builds ---------------------------------------------------------------------------------
 
-stamp_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
+# shellcheck source=scripts/lib/build.sh
+. "$repo/scripts/lib/build.sh"
 
 # go_build WHAT MODULE_DIR MODFILE LOG GO_ARGS...: `go GO_ARGS` in MODULE_DIR with MODFILE, the
 # release's version stamps and no cgo unless cgo=1; WHAT names it in the progress lines.
@@ -223,15 +224,16 @@ ensure_packages() {
 cmd_build() {
   ensure_packages
   mkdir -p "$(bin)"
-  (
-    flock 9
-    "$repo/scripts/control-plane.sh" build >/dev/null
-    build_go_tools
-    build_images
-    "$repo/scripts/helm.sh" build >/dev/null
-    "$repo/scripts/image.sh" build >/dev/null
-  ) 9>"$cache_root/build.lock"
+  locked_build "$cache_root" build_all
   cp_bin_dir=$("$repo/scripts/control-plane.sh" build)
+}
+
+build_all() {
+  "$repo/scripts/control-plane.sh" build >/dev/null
+  build_go_tools
+  build_images
+  "$repo/scripts/helm.sh" build >/dev/null
+  "$repo/scripts/image.sh" build >/dev/null
 }
 
 # --- processes ----------------------------------------------------------------------------

@@ -151,12 +151,10 @@ build_app() {
 }
 
 cmd_build() {
-  mkdir -p "$cache_root"
-  # Test files may build at the same time: one builds, the others wait and reuse it.
-  (
-    flock 9
-    build_locked
-  ) 9>"$cache_root/build.lock"
+  # Sourced here, not at the top: the Dockerfile copies this script alone to run check-node.
+  # shellcheck source=scripts/lib/build.sh
+  . "$repo/scripts/lib/build.sh"
+  locked_build "$cache_root" build_locked
 }
 
 build_locked() {

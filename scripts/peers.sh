@@ -24,16 +24,16 @@ recipe=1
 log() { echo "peers: $*" >&2; }
 die() { log "$*"; exit 1; }
 
-stamp() { { sha256sum <"$tarball" | cut -d' ' -f1; echo "recipe $recipe"; } | sha256sum | cut -d' ' -f1; }
+# shellcheck source=scripts/lib/build.sh
+. "$repo/scripts/lib/build.sh"
+
+# The stamp of the tarball's stamp and the recipe.
+stamp() { { stamp_of "$tarball"; echo "recipe $recipe"; } | stamp_of; }
 
 cmd_build() {
   [ -r "$tarball" ] || die "kube-router source not found at $tarball (set WEIR_PEERS_SRC)"
-  mkdir -p "$cache_root/kube-router-$version"
   # Two benchmarks may start at once: one builds, the other waits and reuses it.
-  (
-    flock 9
-    build_locked
-  ) 9>"$cache_root/kube-router-$version/build.lock"
+  locked_build "$cache_root/kube-router-$version" build_locked
 }
 
 build_locked() {

@@ -1,7 +1,8 @@
-# Sourced by scripts/control-plane.sh and scripts/helm.sh: a build cached in ~/.cache/weir is
-# reused while the stamp of its inputs is the same, and made by one process at a time.
+# Sourced by the scripts that build into ~/.cache/weir (control-plane.sh, helm.sh, cluster.sh,
+# image.sh, peers.sh): a build is reused while the stamp of its inputs is the same, and made by
+# one process at a time.
 
-# The stamp of the files given, in that order.
+# The stamp of the files given, in that order; of stdin when none is given.
 stamp_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
 # locked_build DIR CMD...: CMD with DIR/build.lock held (DIR made first). Test files may start
