@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import { buildPolicyStatus, parsePolicyStatus, policyConditionSpecs } from '../../../src/status/policy-status.ts';
 import type { PolicyStatusInput, Realization } from '../../../src/status/policy-status.ts';
 import { createRealizationTracker, digestOf } from '../../../src/status/realization.ts';
+import { pendingOnNodeB } from './pending-conditions.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');
 const policy = (desiredNodes: string[], generation = 3, accepted = { ok: true, message: '' }): PolicyStatusInput => ({
@@ -88,17 +89,7 @@ describe('buildPolicyStatus', () => {
       JSON.stringify(status),
       JSON.stringify({
         observedGeneration: 3,
-        conditions: [
-          { type: 'Accepted', status: 'True', observedGeneration: 3, lastTransitionTime: '2025-06-01T12:00:00Z', reason: 'Valid', message: 'the spec is valid and supported' },
-          {
-            type: 'Enforced',
-            status: 'False',
-            observedGeneration: 3,
-            lastTransitionTime: '2025-06-01T12:00:00Z',
-            reason: 'NodesPending',
-            message: '1 of 2 nodes have not realized generation 3: node-b',
-          },
-        ],
+        conditions: pendingOnNodeB(3),
         nodesDesired: 2,
         nodesRealized: 1,
         realized: '1/2',
