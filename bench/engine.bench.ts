@@ -2,15 +2,19 @@
 //   cold compile, payload sizes, incremental compute per kind of change, and the time to
 //   apply each, all inside a network namespace this script creates (and always deletes).
 // Size: WEIR_BENCH_SCALE=0.1 runs a tenth of the default 100k pods / 10k ns / 20k policies.
+// Then, in calc alone, ClusterNetworkPolicies: one node with 110 local pods and 1,000 Admin
+// policies (the first batch, and one policy's change); WEIR_BENCH_ONLY=cnp runs that part
+// alone (no network namespace, no root), WEIR_BENCH_CNP_CHANGES sets its changes (50).
 
 import { spawn } from 'node:child_process';
+import { loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Calculator, makeNames } from '../src/calc/index.ts';
 import { NODE_FLAGS } from '../src/cli/node-flags.ts';
 import type { Dirty } from '../src/calc/index.ts';
 import { createDataplane, processRunner, recordingRunner } from '../src/dataplane/index.ts';
 import { silentLogger } from '../src/log.ts';
-import type { ModelEvent } from '../src/model/types.ts';
+import type { ModelEvent, RawClusterNetworkPolicy } from '../src/model/types.ts';
 import { createNs, deleteNs, uniquePrefix } from '../src/sim/netns.ts';
 import { percentile } from './stats.ts';
 import { initialEvents, makeNamespace, makePod, makePolicy, NODE, type SyntheticSize } from './synthetic.ts';
@@ -155,6 +159,79 @@ async function main(): Promise<void> {
   console.log(`render of the full payloads: ${fmt(renderMs)} ms`);
 
   console.log('targets: incremental compute < 2 ms, one-pod change applied < 50 ms, cold start < 3000 ms, RSS < 400 MB');
+  clusterPolicyBench();
+}
+
+const CNP_CHANGES = Number(process.env.WEIR_BENCH_CNP_CHANGES ?? 50);
+
+/**
+ * ClusterNetworkPolicies in calc alone: one node's 110 pods (of 1,100 in 20 namespaces) and
+ * 1,000 Admin policies that select them all, or that select no pod at all. Times the first
+ * batch (everything at once, as a cold start) and one policy's change: its priority, or the
+ * port of its ingress rule.
+ */
+function clusterPolicyBench(): void {
+  const POLICIES = 1000;
+  const cluster: SyntheticSize = { pods: 1100, namespaces: 20, policies: 0, localPods: 110 };
+  const base: ModelEvent[] = [];
+  for (let i = 0; i < cluster.namespaces; i++) base.push({ kind: 'Namespace', op: 'upsert', object: makeNamespace(i) });
+  for (let i = 0; i < cluster.pods; i++) base.push({ kind: 'Pod', op: 'upsert', object: makePod(i, cluster) });
+  const load = loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+  console.log(
+    `\nClusterNetworkPolicies, calc alone: ${cluster.pods} pods (${cluster.localPods} on ${NODE}), ${POLICIES} Admin policies; ${CNP_CHANGES} changes of each kind after ${WARMUP} not counted, p50 / p99 in ms; load average ${load}`,
+  );
+  for (const subjects of ['every pod', 'no pod'] as const) {
+    const priority = Array.from({ length: POLICIES }, (_, j) => j % 1000);
+    const port = Array.from({ length: POLICIES }, (_, j) => 8000 + (j % 50));
+    const generation = Array.from({ length: POLICIES }, () => 1);
+    const cnp = (j: number): ModelEvent => ({ kind: 'ClusterNetworkPolicy', op: 'upsert', object: benchClusterPolicy(j, subjects === 'every pod', priority[j], port[j], generation[j]) });
+    const calc = new Calculator({ nodeName: NODE, names, families: [4, 6], marks });
+    const events = [...base, ...Array.from({ length: POLICIES }, (_, j) => cnp(j))];
+    const t0 = performance.now();
+    calc.applyEvents(events);
+    const first = ms(t0);
+    const enforced = calc.enforcedClusterPolicyReports().length;
+    console.log(`  subjects select ${subjects}: first batch ${fmt(first)} ms (local pods ${calc.localPodCount}, policies whose subject holds one ${enforced})`);
+    const kinds: [string, (j: number, i: number) => void][] = [
+      ['priority change', (j, i) => (priority[j] = (priority[j] + 1 + (i % 7)) % 1000)],
+      ['rule change (a port)', (j, i) => (port[j] = 9000 + i)],
+    ];
+    for (const [kind, change] of kinds) {
+      const times: number[] = [];
+      let last = '';
+      for (let i = 0; i < WARMUP + CNP_CHANGES; i++) {
+        const j = (i * 37) % POLICIES;
+        change(j, i);
+        generation[j]++;
+        const t = performance.now();
+        const dirty = calc.applyEvents([cnp(j)]);
+        if (i < WARMUP) continue;
+        times.push(ms(t));
+        last = describeDirty(dirty);
+      }
+      console.log(`    one policy's ${kind}: p50 ${fmt(percentile(times, 50))}, p99 ${fmt(percentile(times, 99))}  (sets/members/chains dirtied, last: ${last})`);
+    }
+  }
+}
+
+/** Admin policy j: Accept from one team's namespaces on one port, Deny to one /16, subject
+ *  every pod or no pod (a label no pod has). */
+function benchClusterPolicy(j: number, everyPod: boolean, priority: number, port: number, generation: number): RawClusterNetworkPolicy {
+  const subject = everyPod ? { namespaces: {} } : { pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: 'no-such-app' } } } };
+  return {
+    name: `cnp-${j}`,
+    uid: `cnp-uid-${j}`,
+    generation,
+    spec: {
+      tier: 'Admin',
+      priority,
+      subject,
+      ingress: [{ name: 'team', action: 'Accept', from: [{ namespaces: { matchLabels: { team: `t${j % 20}` } } }], protocols: [{ tcp: { destinationPort: { number: port } } }] }],
+      egress: [{ name: 'net', action: 'Deny', to: [{ networks: [`10.${100 + (j % 100)}.0.0/16`] }] }],
+    },
+  };
 }
 
 /** Everything calc holds, marked dirty: the cold apply writes it all. */
@@ -235,7 +312,7 @@ async function inOwnNamespace(): Promise<void> {
   }
 }
 
-(process.env.WEIR_BENCH_NETNS ? main() : inOwnNamespace()).catch((err: unknown) => {
+(process.env.WEIR_BENCH_ONLY === 'cnp' ? Promise.resolve().then(clusterPolicyBench) : process.env.WEIR_BENCH_NETNS ? main() : inOwnNamespace()).catch((err: unknown) => {
   console.error(err);
   process.exit(1);
 });
