@@ -55,7 +55,6 @@ export class Calculator {
   readonly #touchedPolicies = new Set<string>();
   /** How many of the cluster's policies are invalid. */
   #invalidPolicies = 0;
-  #clusterPoliciesChanged = false;
 
   constructor(cfg: CalcConfig) {
     this.#cfg = cfg;
@@ -106,8 +105,8 @@ export class Calculator {
   /** Applies a batch of events; returns exactly the sets, members and chains they changed. */
   applyEvents(events: Iterable<CalcEvent>): Dirty {
     for (const e of events) this.#apply(e);
-    if (this.#clusterPoliciesChanged) this.#workloads.refreshAll();
-    this.#clusterPoliciesChanged = false;
+    const tierChanges = this.#clusterPolicies.takeChanges();
+    if (tierChanges) this.#workloads.clusterPoliciesChanged(tierChanges);
     for (const key of this.#touchedPolicies) this.#policies.sync(key, this.#workloads.refsOf(key) > 0 ? this.#cluster.policies.get(key) : undefined);
     this.#touchedPolicies.clear();
     this.#workloads.releaseDeferred();
@@ -261,9 +260,9 @@ export class Calculator {
         } else if (this.#clusterPolicies.delete(e.name)) {
           this.#cut.setClusterPolicy(e.name, undefined);
           this.#clusterPolicyChanges.push({ name: e.name, policy: null });
-        } else return;
-        // Every local workload may change: refreshed once, when the batch's events are in.
-        this.#clusterPoliciesChanged = true;
+        }
+        // The workloads it may select or have selected are refreshed once, when the batch's
+        // events are in (applyEvents).
         return;
       }
     }

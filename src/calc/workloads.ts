@@ -18,7 +18,7 @@ import type { PolicyChains } from './policy-chains.ts';
 import type { AllowAction, Direction, MarkBits, SetSpec } from './rules.ts';
 import { mergeable, workloadChainRules } from './rules.ts';
 import { mergedRules } from './merge.ts';
-import type { ClusterPolicies, TierSelection } from './cluster-policies.ts';
+import type { ClusterPolicies, TierChanges, TierSelection } from './cluster-policies.ts';
 import type { CutCandidate } from './cut-opt-in.ts';
 import type { Tier, TierAudit, TierStep } from './tier-rules.ts';
 import { tierChainRules, tierSteps } from './tier-rules.ts';
@@ -70,8 +70,10 @@ interface Workload {
   /** The same for audit-only policies: they never isolate. */
   readonly auditIngress: readonly CompiledPolicy[];
   readonly auditEgress: readonly CompiledPolicy[];
-  /** The ClusterNetworkPolicies selecting the pod, by tier. */
+  /** The ClusterNetworkPolicies selecting the pod, by tier (held: see ClusterPolicies.release). */
   readonly tiers: TierSelection;
+  /** The count of ClusterNetworkPolicy changes its tiers reflect (ClusterPolicies.version). */
+  readonly tiersAt: number;
   /** NFLOG prefixes of its chains' audit rules. */
   readonly tags: readonly string[];
   /** Sets its chains use directly (merged peers), one reference each. */
@@ -86,8 +88,6 @@ export class WorkloadChains {
   readonly #byNs = new Map<string, Set<string>>();
   /** Local workloads selected by each policy key (in any direction it isolates or audits). */
   readonly #policyRefs = new Map<string, number>();
-  /** Local workloads in the subject of each ClusterNetworkPolicy, by name. */
-  readonly #clusterPolicyRefs = new Map<string, number>();
   /** Tier chain rules by the (shared) policy list they were built from: see #tierRules. */
   readonly #tierBuilt = new WeakMap<readonly CompiledClusterNetworkPolicy[], Map<string, { rules: readonly Rule[]; specs: readonly SetSpec[]; prefixes: readonly string[] }>>();
   /** Set references to drop at the end of the batch (see releaseDeferred). */
@@ -121,7 +121,7 @@ export class WorkloadChains {
 
   /** Names of the ClusterNetworkPolicies whose subject holds a local workload, in no order. */
   clusterPolicyNames(): Iterable<string> {
-    return this.#clusterPolicyRefs.keys();
+    return this.#d.clusterPolicies.heldNames();
   }
 
   /** Every local workload: its pod and the policies selecting it. */
@@ -141,9 +141,16 @@ export class WorkloadChains {
     };
   }
 
-  /** Recomputes the chains of every workload (the cluster's ClusterNetworkPolicies changed). */
-  refreshAll(): void {
-    for (const [uid, w] of [...this.#workloads]) this.refresh(uid, w.pod);
+  /** Brings every workload's tier lists up to date with the batch's ClusterNetworkPolicy
+   *  changes, and rewrites the chains of those whose lists changed: the pods the old or new
+   *  version of a changed policy holds. A workload costs a subject match per changed policy. */
+  clusterPoliciesChanged(changes: TierChanges): void {
+    for (const [uid, w] of [...this.#workloads]) {
+      // Refreshed in this batch after the last change: its lists already reflect them all.
+      if (w.tiersAt === changes.version) continue;
+      const tiers = changes.reselect(w.tiers, w.pod);
+      if (tiers) this.#install(uid, w, { ...w, tiers, tiersAt: changes.version, tags: [], sets: [] });
+    }
   }
 
   /** Recomputes the chains of every workload of a namespace (its policies or audit level changed). */
@@ -156,18 +163,23 @@ export class WorkloadChains {
 
   /** Recomputes which policies select a pod and rewrites its chains (none if it is not local). */
   refresh(uid: string, pod: Pod | undefined): void {
-    const old = this.#workloads.get(uid);
-    const tags: string[] = [];
-    const sets: ActiveSet[] = [];
-    const next: Workload | undefined = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tiers: this.#d.clusterPolicies.selecting(pod), tags, sets } : undefined;
-    const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress].map((p) => p.key) : []);
-    const before = keys(old);
-    const after = keys(next);
-    for (const k of after) if (!before.has(k)) this.#refPolicy(k, +1);
-    for (const k of before) if (!after.has(k)) this.#refPolicy(k, -1);
-    const names = (w: Workload | undefined) => (w ? [...w.tiers.admin, ...w.tiers.baseline].map((p) => p.name) : []);
-    for (const n of names(next)) count(this.#clusterPolicyRefs, n, +1);
-    for (const n of names(old)) count(this.#clusterPolicyRefs, n, -1);
+    const cp = this.#d.clusterPolicies;
+    const next = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tiers: cp.selecting(pod), tiersAt: cp.version, tags: [], sets: [] } : undefined;
+    this.#install(uid, this.#workloads.get(uid), next);
+  }
+
+  /** Replaces a workload (`next`, with empty tags and sets to fill; undefined: none) and
+   *  rewrites its chains. */
+  #install(uid: string, old: Workload | undefined, next: (Workload & { tags: string[]; sets: ActiveSet[] }) | undefined): void {
+    if (!old || !next || old.ingress !== next.ingress || old.egress !== next.egress || old.auditIngress !== next.auditIngress || old.auditEgress !== next.auditEgress) {
+      const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress].map((p) => p.key) : []);
+      const before = keys(old);
+      const after = keys(next);
+      for (const k of after) if (!before.has(k)) this.#refPolicy(k, +1);
+      for (const k of before) if (!after.has(k)) this.#refPolicy(k, -1);
+    }
+    // After next took its lists, so a list both hold is never forgotten in between.
+    if (old) this.#d.clusterPolicies.release(old.tiers);
 
     if (old && (!next || old.pod.namespace !== next.pod.namespace)) this.#byNs.get(old.pod.namespace)?.delete(uid);
     if (next) {
@@ -179,7 +191,7 @@ export class WorkloadChains {
     // A pod's addresses are in its dispatch bucket even when pods briefly share one.
     const who = (next ?? old)?.pod;
     if (who) this.#d.dispatch.moveWorkload(uid, `${who.namespace}/${who.name}/${uid}`, old?.pod.ips ?? [], next?.pod.ips ?? []);
-    this.#writeChains(uid, next, tags, sets);
+    this.#writeChains(uid, next, next?.tags ?? [], next?.sets ?? []);
     this.#d.audit?.tags.release(old?.tags ?? []);
     // Released at the end of the batch: a set this workload stops using may be taken up by a
     // policy chain in the same batch (its audit level changed), and is then never rebuilt.
