@@ -78,7 +78,22 @@ interface Workload {
   readonly tags: readonly string[];
   /** Sets its chains use directly (merged peers), one reference each. */
   readonly sets: readonly ActiveSet[];
+  /** The tier chain builds its chains use, one use each. */
+  readonly builds: readonly TierBuild[];
 }
+
+/** A tier chain's rules for one list of policies, direction and family, built once for every
+ *  pod holding that list: it holds one reference on its sets and tags while any pod uses it. */
+interface TierBuild {
+  readonly list: readonly CompiledClusterNetworkPolicy[];
+  readonly key: string;
+  readonly rules: readonly Rule[];
+  readonly sets: readonly ActiveSet[];
+  readonly prefixes: readonly string[];
+  users: number;
+}
+
+type Fresh = Workload & { tags: string[]; sets: ActiveSet[]; builds: TierBuild[] };
 
 type WorkloadAudit = NonNullable<Parameters<typeof workloadChainRules>[0]['audit']>;
 
@@ -88,8 +103,11 @@ export class WorkloadChains {
   readonly #byNs = new Map<string, Set<string>>();
   /** Local workloads selected by each policy key (in any direction it isolates or audits). */
   readonly #policyRefs = new Map<string, number>();
-  /** Tier chain rules by the (shared) policy list they were built from: see #tierRules. */
-  readonly #tierBuilt = new WeakMap<readonly CompiledClusterNetworkPolicy[], Map<string, { rules: readonly Rule[]; specs: readonly SetSpec[]; prefixes: readonly string[] }>>();
+  /** Tier chain builds in use, by the (shared) policy list they were built from: see #tierRules. */
+  readonly #tierBuilt = new WeakMap<readonly CompiledClusterNetworkPolicy[], Map<string, TierBuild>>();
+  /** Tier rules found equal to the rules a chain holds, by the rules it holds: the pods
+   *  sharing a list compare its new rules once, not each (see #setTierChain). */
+  readonly #equalRules = new WeakMap<readonly Rule[], WeakMap<readonly Rule[], boolean>>();
   /** Set references to drop at the end of the batch (see releaseDeferred). */
   #releaseLater: ActiveSet[] = [];
 
@@ -149,7 +167,7 @@ export class WorkloadChains {
       // Refreshed in this batch after the last change: its lists already reflect them all.
       if (w.tiersAt === changes.version) continue;
       const tiers = changes.reselect(w.tiers, w.pod);
-      if (tiers) this.#install(uid, w, { ...w, tiers, tiersAt: changes.version, tags: [], sets: [] });
+      if (tiers) this.#install(uid, w, { ...w, tiers, tiersAt: changes.version, tags: [], sets: [], builds: [] });
     }
   }
 
@@ -164,13 +182,13 @@ export class WorkloadChains {
   /** Recomputes which policies select a pod and rewrites its chains (none if it is not local). */
   refresh(uid: string, pod: Pod | undefined): void {
     const cp = this.#d.clusterPolicies;
-    const next = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tiers: cp.selecting(pod), tiersAt: cp.version, tags: [], sets: [] } : undefined;
+    const next = pod && this.isLocal(pod) ? { pod, ...this.#select(pod), tiers: cp.selecting(pod), tiersAt: cp.version, tags: [], sets: [], builds: [] } : undefined;
     this.#install(uid, this.#workloads.get(uid), next);
   }
 
-  /** Replaces a workload (`next`, with empty tags and sets to fill; undefined: none) and
-   *  rewrites its chains. */
-  #install(uid: string, old: Workload | undefined, next: (Workload & { tags: string[]; sets: ActiveSet[] }) | undefined): void {
+  /** Replaces a workload (`next`, with empty tags, sets and builds to fill; undefined: none)
+   *  and rewrites its chains. */
+  #install(uid: string, old: Workload | undefined, next: Fresh | undefined): void {
     if (!old || !next || old.ingress !== next.ingress || old.egress !== next.egress || old.auditIngress !== next.auditIngress || old.auditEgress !== next.auditEgress) {
       const keys = (w: Workload | undefined) => new Set(w ? [...w.ingress, ...w.egress, ...w.auditIngress, ...w.auditEgress].map((p) => p.key) : []);
       const before = keys(old);
@@ -191,8 +209,9 @@ export class WorkloadChains {
     // A pod's addresses are in its dispatch bucket even when pods briefly share one.
     const who = (next ?? old)?.pod;
     if (who) this.#d.dispatch.moveWorkload(uid, `${who.namespace}/${who.name}/${uid}`, old?.pod.ips ?? [], next?.pod.ips ?? []);
-    this.#writeChains(uid, next, next?.tags ?? [], next?.sets ?? []);
+    this.#writeChains(uid, next, next ?? { tags: [], sets: [], builds: [] });
     this.#d.audit?.tags.release(old?.tags ?? []);
+    for (const b of old?.builds ?? []) if (--b.users === 0) this.#dropBuild(b);
     // Released at the end of the batch: a set this workload stops using may be taken up by a
     // policy chain in the same batch (its audit level changed), and is then never rebuilt.
     this.#releaseLater.push(...(old?.sets ?? []));
@@ -216,8 +235,9 @@ export class WorkloadChains {
   }
 
   /** Its chains per family; `w` undefined (or no address of a family): none. The NFLOG
-   *  prefixes and sets the chains use go into `tags` and `sets`. */
-  #writeChains(uid: string, w: Workload | undefined, tags: string[], sets: ActiveSet[]): void {
+   *  prefixes, sets and tier builds the chains use go into `uses`. */
+  #writeChains(uid: string, w: Workload | undefined, uses: Pick<Fresh, 'tags' | 'sets' | 'builds'>): void {
+    const { tags, sets } = uses;
     const { names, chains } = this.#d;
     const tw = names.toWorkload(uid);
     const fw = names.fromWorkload(uid);
@@ -234,9 +254,9 @@ export class WorkloadChains {
         const name = names.tierChain(tier, dir, uid);
         const consulted = w && ip !== undefined && (tier === 'admin' || w[dir].length === 0);
         const policies = consulted ? w.tiers[tier] : [];
-        const rules = policies.length > 0 ? this.#tierRules(tier, dir, f, policies, sets, tags) : [];
+        const rules = policies.length > 0 ? this.#tierRules(tier, dir, f, policies, uses.builds) : [];
         if (rules.length === 0) chains.delete(f, name);
-        else chains.set(f, name, rules);
+        else this.#setTierChain(f, name, rules);
         return rules.length > 0 ? name : null;
       };
       const tiers = {
@@ -293,30 +313,51 @@ export class WorkloadChains {
     return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
   }
 
-  /** A tier chain's rules for a list of policies, built once per list (pods that share a list
-   *  share its rules): each pod still takes its own references on the sets and tags. */
-  #tierRules(tier: Tier, dir: Direction, f: Family, policies: readonly CompiledClusterNetworkPolicy[], sets: ActiveSet[], tags: string[]): readonly Rule[] {
-    let built = this.#tierBuilt.get(policies);
-    if (!built) this.#tierBuilt.set(policies, (built = new Map()));
+  /** A tier chain's rules for a list of policies, built once per list, direction and family
+   *  (pods that share a list share its rules and its references on sets and tags). */
+  #tierRules(tier: Tier, dir: Direction, f: Family, policies: readonly CompiledClusterNetworkPolicy[], builds: TierBuild[]): readonly Rule[] {
+    let byKey = this.#tierBuilt.get(policies);
+    if (!byKey) this.#tierBuilt.set(policies, (byKey = new Map()));
     const key = `${tier} ${dir} ${f}`;
-    const hit = built.get(key);
-    if (hit) {
-      for (const spec of hit.specs) sets.push(this.#d.sets.acquire(spec));
-      this.#d.audit?.tags.own(hit.prefixes, tags);
-      return hit.rules;
+    let build = byKey.get(key);
+    if (!build) {
+      const sets: ActiveSet[] = [];
+      const prefixes: string[] = [];
+      const useSet = (spec: SetSpec) => {
+        const set = this.#d.sets.acquire(spec);
+        sets.push(set);
+        return set.name;
+      };
+      const rules = tierChainRules(tier, tierSteps(policies, dir, f), f, this.#d.names.tierAccept, useSet, this.#tierAudit(dir, prefixes));
+      build = { list: policies, key, rules, sets, prefixes, users: 0 };
+      byKey.set(key, build);
     }
-    const specs: SetSpec[] = [];
-    const prefixes: string[] = [];
-    const useSet = (spec: SetSpec) => {
-      const set = this.#d.sets.acquire(spec);
-      sets.push(set);
-      specs.push(spec);
-      return set.name;
-    };
-    const rules = tierChainRules(tier, tierSteps(policies, dir, f), f, this.#d.names.tierAccept, useSet, this.#tierAudit(dir, prefixes));
-    tags.push(...prefixes);
-    built.set(key, { rules, specs, prefixes });
-    return rules;
+    build.users++;
+    builds.push(build);
+    return build.rules;
+  }
+
+  /** Writes a tier chain. Its rules are shared by the pods holding a list, and so is what their
+   *  chains held before: equal rules are found equal once, and the chains keep what they hold. */
+  #setTierChain(f: Family, name: string, rules: readonly Rule[]): void {
+    const held = this.#d.chains.byFamily[f].get(name);
+    if (held === rules) return;
+    if (held) {
+      let known = this.#equalRules.get(held);
+      if (!known) this.#equalRules.set(held, (known = new WeakMap()));
+      let equal = known.get(rules);
+      if (equal === undefined) known.set(rules, (equal = held.length === rules.length && JSON.stringify(held) === JSON.stringify(rules)));
+      if (equal) return;
+    }
+    this.#d.chains.set(f, name, rules);
+  }
+
+  /** No pod uses a build any more: its references go (the sets' at the end of the batch, as a
+   *  workload's), and a pod that takes up its list again builds anew. */
+  #dropBuild(b: TierBuild): void {
+    this.#tierBuilt.get(b.list)?.delete(b.key);
+    this.#releaseLater.push(...b.sets);
+    this.#d.audit?.tags.release(b.prefixes);
   }
 
   /** A ClusterNetworkPolicy rule logs what it denies at level deny, and what it accepts too at

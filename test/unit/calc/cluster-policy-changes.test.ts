@@ -1,13 +1,14 @@
 // What a ClusterNetworkPolicy change costs calc: the chains of the pods its old or new version
 // holds are rewritten, no other's, and each local pod is matched against the changed
-// policies' subjects only, not against every policy's; every step still equals a cold compile.
+// policies' subjects only, not against every policy's; every step still equals a cold compile
+// (the chains and sets, the audit tags, and the policies reported as holding a local pod).
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { Names } from '../../../src/calc/index.ts';
 import type { Namespace, Pod, RawClusterNetworkPolicy } from '../../../src/model/types.ts';
-import { AUDIT, EMPTY, MARKS, NODE, clusterPolicy, diff, newCalc, pod, rng, snapshot, world } from './fixtures.ts';
+import { AUDIT, EMPTY, MARKS, NODE, clusterPolicy, diff, newCalc, pod, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
 const NAMESPACES: Namespace[] = [
@@ -58,10 +59,14 @@ function countingCalc(): { calc: Calculator; written: Set<string>; matches: () =
   return { calc, written, matches: () => n };
 }
 
-function cold(w: World): string {
+function coldCalc(w: World): Calculator {
   const c = newCalc();
   c.applyEvents(diff(EMPTY, w));
-  return snapshot(c.desired);
+  return c;
+}
+
+function cold(w: World): string {
+  return snapshot(coldCalc(w).desired);
 }
 
 describe('a ClusterNetworkPolicy change', () => {
@@ -139,7 +144,8 @@ const ACTIONS = ['Accept', 'Deny', 'Pass'];
 
 function randomPolicy(r: () => number, name: string, generation: number): RawClusterNetworkPolicy {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)];
-  return clusterPolicy(
+  const audit = pick([undefined, undefined, 'deny', 'all']);
+  const p = clusterPolicy(
     name,
     {
       tier: pick(['Admin', 'Admin', 'Baseline']),
@@ -150,6 +156,18 @@ function randomPolicy(r: () => number, name: string, generation: number): RawClu
     },
     generation,
   );
+  return audit ? { ...p, annotations: { 'weir.dev/audit': audit } } : p;
+}
+
+/** Every NFLOG prefix the desired chains hold, with the tag the catalog reads it back as. */
+function auditTags(c: Calculator): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const f of [4, 6] as const) {
+    for (const rules of c.desired.chains[f].values()) {
+      for (const r of rules) if (r.action.kind === 'nflog') out[r.action.prefix] = c.auditCatalog.lookup(r.action.prefix) ?? 'missing';
+    }
+  }
+  return out;
 }
 
 describe('ClusterNetworkPolicy changes over random walks', () => {
@@ -188,7 +206,15 @@ describe('ClusterNetworkPolicy changes over random walks', () => {
         }
         c.applyEvents(diff(w, next));
         w = next;
-        assert.equal(snapshot(c.desired), cold(w), `seed ${seed} step ${i}: incremental differs from cold`);
+        const want = coldCalc(w);
+        assert.equal(snapshot(c.desired), snapshot(want.desired), `seed ${seed} step ${i}: incremental differs from cold`);
+        assert.deepEqual(auditTags(c), auditTags(want), `seed ${seed} step ${i}: audit tags differ from cold`);
+        assert.deepEqual([...c.desired.sets.keys()].sort(), referencedSets(c.desired), `seed ${seed} step ${i}: desired sets are not the sets rules reference`);
+        assert.deepEqual(
+          c.enforcedClusterPolicyReports().map((p) => p.name),
+          want.enforcedClusterPolicyReports().map((p) => p.name),
+          `seed ${seed} step ${i}: the policies whose subject holds a local pod differ from cold`,
+        );
       }
     });
   }
