@@ -161,9 +161,17 @@ export class Calculator {
   /** Addresses of the local pods whose connections their new rules deny are cut after a write
    *  (cut-opt-in.ts): every local pod's with `all`. */
   cutTargets(all: boolean): string[] {
-    if (!all && !this.#cut.any()) return [];
+    if (all) return this.localPodAddresses();
+    if (!this.#cut.any()) return [];
     const out: string[] = [];
-    for (const w of this.#workloads.workloads()) if (all || this.#cut.covers(w)) out.push(...w.pod.ips);
+    for (const w of this.#workloads.workloads()) if (this.#cut.covers(w)) out.push(...w.pod.ips);
+    return out;
+  }
+
+  /** Addresses of every pod of this node that calc polices (its workloads), both families. */
+  localPodAddresses(): string[] {
+    const out: string[] = [];
+    for (const w of this.#workloads.workloads()) out.push(...w.pod.ips);
     return out;
   }
 

@@ -75,7 +75,7 @@ function dispatchOfDrop(w: Walk): string | undefined {
 /** A judge by a Calculator's chains as they are now, for the agent's cut: its local pods and
  *  their bridge ports as calc holds them. */
 export function judgeByCalc(calc: Calculator, names: Pick<Names, 'fromWorkloadDispatch' | 'toWorkloadDispatch'>, podBridge?: string): (flow: FlowPacket, ends: JudgedEnds) => boolean {
-  const localPods = new Set(calc.cutTargets(true));
+  const localPods = new Set(calc.localPodAddresses());
   const ctx: FlowJudgeContext = {
     desired: calc.desired,
     fromWorkloadDispatch: names.fromWorkloadDispatch,
