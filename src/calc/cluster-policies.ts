@@ -145,15 +145,11 @@ export class ClusterPolicies {
       let next = byHolds.get(holds);
       if (next) return next;
       const added = now.filter((p, i) => p.tier === tier && holds[i] === '1');
-      next =
-        !touched.has(list) && added.length === 0
-          ? list
-          : this.#intern(
-              mergeOrdered(
-                list.filter((p) => !names.has(p.name)),
-                added,
-              ),
-            );
+      next = list;
+      if (touched.has(list) || added.length > 0) {
+        const kept = list.filter((p) => !names.has(p.name));
+        next = this.#intern(mergeOrdered(kept, added));
+      }
       byHolds.set(holds, next);
       return next;
     };
