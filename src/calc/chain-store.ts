@@ -29,5 +29,5 @@ export class ChainStore {
 }
 
 function sameRules(a: readonly Rule[], b: readonly Rule[]): boolean {
-  return a.length === b.length && JSON.stringify(a) === JSON.stringify(b);
+  return a === b || (a.length === b.length && JSON.stringify(a) === JSON.stringify(b));
 }
