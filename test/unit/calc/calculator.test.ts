@@ -2,8 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { Namespace, Pod, RawClusterNetworkPolicy, RawNetworkPolicy } from '../../../src/model/types.ts';
 import { MAX_CHAIN_NAME, MAX_SET_NAME, makeNames } from '../../../src/calc/index.ts';
-import type { Calculator } from '../../../src/calc/index.ts';
-import { EMPTY, Mirror, NODE, clusterPolicy, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
+import { auditTags, cold, coldCalc, EMPTY, Mirror, NODE, clusterPolicy, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 import { baselineTeamA, DB_FROM_WEB } from './walk-policies.ts';
 
@@ -165,27 +164,6 @@ function randomWorlds(seed: number, steps: number): World[] {
 
 function somePodOf(pods: ReadonlyMap<string, Pod>): Pod | undefined {
   return pods.size > 0 ? [...pods.values()][0] : undefined;
-}
-
-function coldCalc(w: World): Calculator {
-  const c = newCalc();
-  c.applyEvents(diff(EMPTY, w));
-  return c;
-}
-
-function cold(w: World): string {
-  return snapshot(coldCalc(w).desired);
-}
-
-/** Every NFLOG prefix the desired chains hold, with the tag the catalog reads it back as. */
-function auditTags(c: Calculator): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const f of [4, 6] as const) {
-    for (const rules of c.desired.chains[f].values()) {
-      for (const r of rules) if (r.action.kind === 'nflog') out[r.action.prefix] = c.auditCatalog.lookup(r.action.prefix) ?? 'missing';
-    }
-  }
-  return out;
 }
 
 describe('incremental calc', () => {

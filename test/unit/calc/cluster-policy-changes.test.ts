@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { Names } from '../../../src/calc/index.ts';
 import type { Namespace, Pod, RawClusterNetworkPolicy } from '../../../src/model/types.ts';
-import { AUDIT, EMPTY, MARKS, NODE, clusterPolicy, diff, newCalc, pod, referencedSets, rng, snapshot, world } from './fixtures.ts';
+import { AUDIT, auditTags, cold, coldCalc, EMPTY, MARKS, NODE, clusterPolicy, diff, newCalc, pod, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
 const NAMESPACES: Namespace[] = [
@@ -57,16 +57,6 @@ function countingCalc(): { calc: Calculator; written: Set<string>; matches: () =
     return match(peer, p);
   };
   return { calc, written, matches: () => n };
-}
-
-function coldCalc(w: World): Calculator {
-  const c = newCalc();
-  c.applyEvents(diff(EMPTY, w));
-  return c;
-}
-
-function cold(w: World): string {
-  return snapshot(coldCalc(w).desired);
 }
 
 describe('a ClusterNetworkPolicy change', () => {
@@ -157,17 +147,6 @@ function randomPolicy(r: () => number, name: string, generation: number): RawClu
     generation,
   );
   return audit ? { ...p, annotations: { 'weir.dev/audit': audit } } : p;
-}
-
-/** Every NFLOG prefix the desired chains hold, with the tag the catalog reads it back as. */
-function auditTags(c: Calculator): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const f of [4, 6] as const) {
-    for (const rules of c.desired.chains[f].values()) {
-      for (const r of rules) if (r.action.kind === 'nflog') out[r.action.prefix] = c.auditCatalog.lookup(r.action.prefix) ?? 'missing';
-    }
-  }
-  return out;
 }
 
 describe('ClusterNetworkPolicy changes over random walks', () => {

@@ -90,6 +90,29 @@ export function snapshot(d: DesiredDataplane): string {
   return [...sets, ...chains].join('\n');
 }
 
+/** A calc that got the whole state in one batch, as an agent's first compute. */
+export function coldCalc(w: World): Calculator {
+  const c = newCalc();
+  c.applyEvents(diff(EMPTY, w));
+  return c;
+}
+
+/** The snapshot of a cold compile, what each incremental step is held equal to. */
+export function cold(w: World): string {
+  return snapshot(coldCalc(w).desired);
+}
+
+/** Every NFLOG prefix the desired chains hold, with the tag the catalog reads it back as. */
+export function auditTags(c: Calculator): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const f of [4, 6] as const) {
+    for (const rules of c.desired.chains[f].values()) {
+      for (const r of rules) if (r.action.kind === 'nflog') out[r.action.prefix] = c.auditCatalog.lookup(r.action.prefix) ?? 'missing';
+    }
+  }
+  return out;
+}
+
 /** Names of the sets some rule of the desired chains matches on, sorted: the only sets the
  *  kernel should hold. */
 export function referencedSets(d: DesiredDataplane): string[] {
