@@ -224,8 +224,10 @@ export class Calculator {
         const name = e.op === 'upsert' ? e.object.name : e.name;
         const old = e.op === 'upsert' ? this.#cluster.upsertNamespace(e.object) : this.#cluster.deleteNamespace(name);
         this.#sets.namespaceLabelsChanged(name, old, this.#cluster.namespaceLabels(name));
-        // Its pods may enter or leave the subjects of ClusterNetworkPolicies.
-        if (this.#clusterPolicies.size > 0) this.#workloads.refreshNamespace(name);
+        // Its pods may enter or leave the subjects of the ClusterNetworkPolicies whose namespace
+        // selector reads a label that changed: only those are matched against them.
+        const moved = this.#clusterPolicies.namespaceChanged(old, this.#cluster.namespaceLabels(name));
+        if (moved) this.#workloads.namespaceLabelsChanged(name, moved);
         this.#onNamespaceAudit(name, e.op === 'upsert' ? namespaceAuditLevel(e.object.audit) : null);
         this.#cut.setNamespace(name, e.op === 'upsert' ? e.object.cutExisting : undefined);
         return;

@@ -1,10 +1,11 @@
 // The cluster's ClusterNetworkPolicies, and which of them apply to a pod, in evaluation order:
-// found by a walk over every policy when a pod or its namespace changes, and updated from
-// what changed when policies change, so a policy's change costs what it touches.
+// found by a walk over every policy when a pod changes, and updated from what changed when
+// policies or a namespace's labels change, so such a change costs what it touches.
 
 import type { ClusterState } from '../model/cluster.ts';
 import { compareClusterNetworkPolicies } from '../model/cluster-network-policy.ts';
-import type { CnpTier, CompiledClusterNetworkPolicy, Pod } from '../model/types.ts';
+import { selectorMatches } from '../model/selector.ts';
+import type { CnpTier, CompiledClusterNetworkPolicy, Labels, Pod } from '../model/types.ts';
 
 type PolicyList = readonly CompiledClusterNetworkPolicy[];
 
@@ -14,13 +15,17 @@ export interface TierSelection {
   readonly baseline: PolicyList;
 }
 
-/** The policies changed since the last take, and how to bring a selection up to date. */
-export interface TierChanges {
-  /** The count of changes a selection made now reflects (see ClusterPolicies.version). */
-  readonly version: number;
+/** How to bring a selection up to date with some policies whose membership may have changed. */
+export interface TierReselect {
   /** A pod's selection with the changes applied, taken (see ClusterPolicies.release);
    *  undefined when they change neither of its lists. */
   reselect(current: TierSelection, pod: Pod): TierSelection | undefined;
+}
+
+/** The policies changed since the last take, and how to bring a selection up to date. */
+export interface TierChanges extends TierReselect {
+  /** The count of changes a selection made now reflects (see ClusterPolicies.version). */
+  readonly version: number;
 }
 
 const NONE: TierSelection = { admin: [], baseline: [] };
@@ -133,6 +138,29 @@ export class ClusterPolicies {
     if (this.#changed.size === 0) return undefined;
     const names = new Set(this.#changed);
     this.#changed.clear();
+    return { version: this.#version, ...this.#reselecting(names) };
+  }
+
+  /**
+   * A namespace's labels changed (its pods' did not): its pods enter or leave only the subjects
+   * whose namespace selector matches one of the labels and not the other, found with two
+   * selector matches per policy. Reselects just those (undefined: none moves); a selection keeps
+   * the version it reflects, since other changes of the batch may still be to take.
+   */
+  namespaceChanged(before: Labels, after: Labels): TierReselect | undefined {
+    const names = new Set<string>();
+    for (const [name, p] of this.#byName) {
+      const sel = p.subject.namespaceSelector;
+      // A subject naming its namespace, or none, holds the same pods whatever its labels.
+      if (p.subject.namespace !== null || sel === null) continue;
+      if (selectorMatches(sel, before) !== selectorMatches(sel, after)) names.add(name);
+    }
+    return names.size === 0 ? undefined : this.#reselecting(names);
+  }
+
+  /** Drops the named policies from a selection and adds the current versions whose subject
+   *  holds the pod. */
+  #reselecting(names: ReadonlySet<string>): TierReselect {
     const now = [...names].flatMap((n) => this.#byName.get(n) ?? []).sort(compareClusterNetworkPolicies);
     // The held lists naming a changed policy: any other list keeps what it holds.
     const touched = new Set<PolicyList>();
@@ -154,7 +182,6 @@ export class ClusterPolicies {
       return next;
     };
     return {
-      version: this.#version,
       reselect: (current, pod) => {
         if (pod.hostNetwork) return undefined;
         let holds = '';

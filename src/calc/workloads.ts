@@ -18,7 +18,7 @@ import type { PolicyChains } from './policy-chains.ts';
 import type { AllowAction, Direction, MarkBits, SetSpec } from './rules.ts';
 import { mergeable, workloadChainRules } from './rules.ts';
 import { mergedRules } from './merge.ts';
-import type { ClusterPolicies, TierChanges, TierSelection } from './cluster-policies.ts';
+import type { ClusterPolicies, TierChanges, TierReselect, TierSelection } from './cluster-policies.ts';
 import type { CutCandidate } from './cut-opt-in.ts';
 import type { Tier, TierAudit, TierStep } from './tier-rules.ts';
 import { tierChainRules, tierSteps } from './tier-rules.ts';
@@ -168,6 +168,17 @@ export class WorkloadChains {
       if (w.tiersAt === changes.version) continue;
       const tiers = changes.reselect(w.tiers, w.pod);
       if (tiers) this.#install(uid, w, { ...w, tiers, tiersAt: changes.version, tags: [], sets: [], builds: [] });
+    }
+  }
+
+  /** Applies to the workloads of a namespace the ClusterNetworkPolicies its label change moves
+   *  (ClusterPolicies.namespaceChanged), and rewrites the chains of those whose lists changed.
+   *  Their tiersAt stays: the batch's policy changes are still to apply. */
+  namespaceLabelsChanged(ns: string, changes: TierReselect): void {
+    for (const uid of [...(this.#byNs.get(ns) ?? [])]) {
+      const w = this.#workloads.get(uid);
+      const tiers = w && changes.reselect(w.tiers, w.pod);
+      if (w && tiers) this.#install(uid, w, { ...w, tiers, tags: [], sets: [], builds: [] });
     }
   }
 

@@ -1,6 +1,7 @@
 // What a ClusterNetworkPolicy change costs calc: the chains of the pods its old or new version
 // holds are rewritten, no other's, and each local pod is matched against the changed
-// policies' subjects only, not against every policy's; every step still equals a cold compile
+// policies' subjects only, not against every policy's (and on a namespace's label change, its
+// pods against the subjects it enters or leaves only); every step still equals a cold compile
 // (the chains and sets, the audit tags, and the policies reported as holding a local pod).
 
 import assert from 'node:assert/strict';
@@ -58,6 +59,47 @@ function countingCalc(): { calc: Calculator; written: Set<string>; matches: () =
   };
   return { calc, written, matches: () => n };
 }
+
+describe('a namespace label change while ClusterNetworkPolicies exist', () => {
+  test('matches the local pods of that namespace against only the policies whose subject it enters or leaves', () => {
+    const { calc, matches, written } = countingCalc();
+    const nobody = Array.from({ length: BYSTANDERS }, (_, i) => cnp(`bystander-${i}`, i, NOBODY));
+    const everyPod = Array.from({ length: BYSTANDERS }, (_, i) => cnp(`all-${i}`, BYSTANDERS + i, { namespaces: {} }));
+    const focus = [
+      cnp('team-a', 100, podsOf('a')),
+      cnp('team-c', 101, podsOf('c')),
+      cnp('webs-of-a', 102, { pods: { namespaceSelector: { matchLabels: { team: 'a' } }, podSelector: { matchLabels: { app: 'web' } } } }),
+      cnp('named-a', 103, { namespaces: { matchLabels: { 'kubernetes.io/metadata.name': 'a' } } }),
+    ];
+    const withA = (a: Namespace | undefined): World => {
+      const w = worldWith([...nobody, ...everyPod, ...focus]);
+      const namespaces = new Map(w.namespaces);
+      if (a) namespaces.set('a', a);
+      else namespaces.delete('a');
+      return { ...w, namespaces };
+    };
+    let prev = withA(NAMESPACES[0]);
+    calc.applyEvents(diff(EMPTY, prev));
+    const localInA = PODS.filter((p) => p.nodeName === NODE && p.namespace === 'a');
+    const inA = localInA.map((p) => p.uid).sort();
+    const step = (a: Namespace | undefined, flipped: number, what: string): string[] => {
+      const w = withA(a);
+      const n = matches();
+      written.clear();
+      calc.applyEvents(diff(prev, w));
+      prev = w;
+      const made = matches() - n;
+      assert.ok(made <= localInA.length * flipped, `${what}: ${made} subject matches for ${localInA.length} local pods and ${flipped} policies it flips`);
+      assert.equal(snapshot(calc.desired), cold(w), `${what}: incremental differs from cold`);
+      return [...written].sort();
+    };
+    assert.deepEqual(step({ name: 'a', labels: { team: 'a', extra: 'x' } }, 0, 'a label no subject reads'), [], 'a label no subject reads');
+    assert.deepEqual(step({ name: 'a', labels: { team: 'c', extra: 'x' } }, 3, 'a move from team a to team c'), inA, 'a move from team a to team c');
+    assert.deepEqual(step(undefined, 1, 'the namespace deleted'), inA, 'the namespace deleted');
+    assert.deepEqual(step({ name: 'a', labels: {} }, 0, 'the namespace created without labels'), [], 'the namespace created without labels');
+    assert.deepEqual(step(NAMESPACES[0], 2, 'its team label back'), inA, 'its team label back');
+  });
+});
 
 describe('a ClusterNetworkPolicy change', () => {
   const bystanders = Array.from({ length: BYSTANDERS }, (_, i) => cnp(`bystander-${i}`, i, NOBODY));
@@ -129,6 +171,7 @@ const SUBJECTS: unknown[] = [
   NOBODY,
   { pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: 'web' } } } },
   { pods: { namespaceSelector: { matchLabels: { team: 'b' } }, podSelector: { matchLabels: { app: 'db' } } } },
+  { namespaces: { matchExpressions: [{ key: 'team', operator: 'DoesNotExist' }] } },
 ];
 const ACTIONS = ['Accept', 'Deny', 'Pass'];
 
@@ -151,7 +194,7 @@ function randomPolicy(r: () => number, name: string, generation: number): RawClu
 
 describe('ClusterNetworkPolicy changes over random walks', () => {
   for (const seed of [11, 12, 13, 14, 15, 16, 17, 18, 19, 20]) {
-    test(`every step of walk ${seed} (policies, pod labels, namespace labels, in batches of one or more) equals a cold compile`, () => {
+    test(`every step of walk ${seed} (policies, pod labels, namespace labels and deletions, in batches of one or more) equals a cold compile`, () => {
       const r = rng(seed);
       const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)];
       let w: World = worldWith([]);
@@ -172,7 +215,9 @@ describe('ClusterNetworkPolicy changes over random walks', () => {
             next.pods.set(p.uid, { ...p, labels: { app: pick(['web', 'db', 'none']) } });
           } else if (choice < 0.85) {
             const n = pick(NAMESPACES);
-            next.namespaces.set(n.name, { name: n.name, labels: { team: pick(['a', 'b', 'c']) } });
+            // Deleted too: its pods' namespace labels fall back to its name alone.
+            if (next.namespaces.has(n.name) && r() < 0.25) next.namespaces.delete(n.name);
+            else next.namespaces.set(n.name, { name: n.name, labels: { team: pick(['a', 'b', 'c']) } });
           } else if (choice < 0.93) {
             const n = 20 + Math.floor(r() * 6);
             const p = pod(pick(['a', 'b']), `new-${n}`, { labels: { app: pick(['web', 'db']) }, ip4: n, nodeName: pick([NODE, 'node-b']) });
