@@ -3,8 +3,9 @@
 //   apply each, all inside a network namespace this script creates (and always deletes).
 // Size: WEIR_BENCH_SCALE=0.1 runs a tenth of the default 100k pods / 10k ns / 20k policies.
 // Then, in calc alone, ClusterNetworkPolicies: one node with 110 local pods and 1,000 Admin
-// policies (the first batch, and one policy's change); WEIR_BENCH_ONLY=cnp runs that part
-// alone (no network namespace, no root), WEIR_BENCH_CNP_CHANGES sets its changes (50).
+// policies (the first batch, one policy's change, and a namespace's label change under them);
+// WEIR_BENCH_ONLY=cnp runs that part alone (no network namespace, no root),
+// WEIR_BENCH_CNP_CHANGES sets its changes (50).
 
 import { spawn } from 'node:child_process';
 import { loadavg } from 'node:os';
@@ -213,6 +214,45 @@ function clusterPolicyBench(): void {
       }
       console.log(`    one policy's ${kind}: p50 ${fmt(percentile(times, 50))}, p99 ${fmt(percentile(times, 99))}  (sets/members/chains dirtied, last: ${last})`);
     }
+  }
+  namespaceLabelBench(POLICIES);
+}
+
+/**
+ * A namespace's label change under ClusterNetworkPolicies: 1,100 pods in one namespace, 110 of
+ * them local, and policies that select every pod, but one that selects the namespaces labelled
+ * flip=yes. Times a label no subject reads, and the flip label that moves that one policy.
+ */
+function namespaceLabelBench(policies: number): void {
+  const cluster: SyntheticSize = { pods: 1100, namespaces: 1, policies: 0, localPods: 110 };
+  const ns = (i: number, flip: boolean) => makeNamespace(0, { note: `n${i}`, flip: flip ? 'yes' : 'no' });
+  const calc = new Calculator({ nodeName: NODE, names, families: [4, 6], marks });
+  const events: ModelEvent[] = [{ kind: 'Namespace', op: 'upsert', object: ns(0, false) }];
+  for (let i = 0; i < cluster.pods; i++) events.push({ kind: 'Pod', op: 'upsert', object: makePod(i, cluster) });
+  for (let j = 0; j < policies; j++) {
+    const p = benchClusterPolicy(j, true, j, 8000 + (j % 50), 1);
+    const spec = p.spec as Record<string, unknown>;
+    events.push({ kind: 'ClusterNetworkPolicy', op: 'upsert', object: j === 0 ? { ...p, spec: { ...spec, subject: { namespaces: { matchLabels: { flip: 'yes' } } } } } : p });
+  }
+  calc.applyEvents(events);
+  console.log(`  one namespace holding ${calc.localPodCount} local pods, ${policies} policies (all but one select every pod)`);
+  let flip = false;
+  const kinds: [string, () => void][] = [
+    ['label change that moves no policy', () => {}],
+    ['label change that moves one policy', () => (flip = !flip)],
+  ];
+  for (const [kind, change] of kinds) {
+    const times: number[] = [];
+    let last = '';
+    for (let i = 0; i < WARMUP + CNP_CHANGES; i++) {
+      change();
+      const t = performance.now();
+      const dirty = calc.applyEvents([{ kind: 'Namespace', op: 'upsert', object: ns(i + 1, flip) }]);
+      if (i < WARMUP) continue;
+      times.push(ms(t));
+      last = describeDirty(dirty);
+    }
+    console.log(`    its namespace's ${kind}: p50 ${fmt(percentile(times, 50))}, p99 ${fmt(percentile(times, 99))}  (sets/members/chains dirtied, last: ${last})`);
   }
 }
 
