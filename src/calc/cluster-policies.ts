@@ -111,6 +111,11 @@ export class ClusterPolicies {
     return { admin: this.#take(this.#intern(admin)), baseline: this.#take(this.#intern(baseline)) };
   }
 
+  /** One more hold on a selection held already (a workload rebuilt with the same lists). */
+  hold(s: TierSelection): TierSelection {
+    return { admin: this.#take(s.admin), baseline: this.#take(s.baseline) };
+  }
+
   /** Gives up a selection selecting or reselect returned: a list no pod holds is forgotten. */
   release(s: TierSelection): void {
     for (const list of [s.admin, s.baseline]) {

@@ -182,11 +182,13 @@ export class WorkloadChains {
     }
   }
 
-  /** Recomputes the chains of every workload of a namespace (its policies or audit level changed). */
+  /** Recomputes the chains of every workload of a namespace (its policies or audit level
+   *  changed). Neither changes which ClusterNetworkPolicies hold a pod: its lists are kept, and
+   *  any change of them in this batch still comes at its end (tiersAt is kept too). */
   refreshNamespace(ns: string): void {
     for (const uid of [...(this.#byNs.get(ns) ?? [])]) {
       const w = this.#workloads.get(uid);
-      if (w) this.refresh(uid, w.pod);
+      if (w) this.#install(uid, w, { ...w, ...this.#select(w.pod), tiers: this.#d.clusterPolicies.hold(w.tiers), tags: [], sets: [], builds: [] });
     }
   }
 

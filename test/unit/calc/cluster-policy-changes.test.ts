@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import { Calculator, makeNames } from '../../../src/calc/index.ts';
 import type { Names } from '../../../src/calc/index.ts';
 import type { Namespace, Pod, RawClusterNetworkPolicy } from '../../../src/model/types.ts';
-import { AUDIT, auditTags, cold, coldCalc, EMPTY, MARKS, NODE, clusterPolicy, diff, newCalc, pod, referencedSets, rng, snapshot, world } from './fixtures.ts';
+import { AUDIT, auditTags, cold, coldCalc, EMPTY, MARKS, NODE, clusterPolicy, diff, newCalc, pod, policy, referencedSets, rng, snapshot, world } from './fixtures.ts';
 import type { World } from './fixtures.ts';
 
 const NAMESPACES: Namespace[] = [
@@ -98,6 +98,28 @@ describe('a namespace label change while ClusterNetworkPolicies exist', () => {
     assert.deepEqual(step(undefined, 1, 'the namespace deleted'), inA, 'the namespace deleted');
     assert.deepEqual(step({ name: 'a', labels: {} }, 0, 'the namespace created without labels'), [], 'the namespace created without labels');
     assert.deepEqual(step(NAMESPACES[0], 2, 'its team label back'), inA, 'its team label back');
+  });
+});
+
+describe('a NetworkPolicy change while ClusterNetworkPolicies exist', () => {
+  test('matches no pod against any ClusterNetworkPolicy subject: it cannot change which of them hold a pod', () => {
+    const { calc, matches } = countingCalc();
+    const everyPod = Array.from({ length: BYSTANDERS }, (_, i) => cnp(`all-${i}`, i, { namespaces: {} }));
+    let prev = worldWith(everyPod);
+    calc.applyEvents(diff(EMPTY, prev));
+    const step = (policies: World['policies'], what: string) => {
+      const w = { ...prev, policies };
+      const n = matches();
+      calc.applyEvents(diff(prev, w));
+      prev = w;
+      assert.equal(matches() - n, 0, `${what}: subject matches`);
+      assert.equal(snapshot(calc.desired), cold(w), `${what}: incremental differs from cold`);
+    };
+    const webOnly = policy('a', 'web-only', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ port: 80 }] }] });
+    step(new Map([['a/web-only', webOnly]]), 'a policy created');
+    const webOnly2 = policy('a', 'web-only', { podSelector: { matchLabels: { app: 'web' } }, ingress: [{ ports: [{ port: 443 }] }] }, 2);
+    step(new Map([['a/web-only', webOnly2]]), 'its port changed');
+    step(new Map(), 'the policy deleted');
   });
 });
 
