@@ -221,7 +221,8 @@ function clusterPolicyBench(): void {
 /**
  * A namespace's label change under ClusterNetworkPolicies: 1,100 pods in one namespace, 110 of
  * them local, and policies that select every pod, but one that selects the namespaces labelled
- * flip=yes. Times a label no subject reads, and the flip label that moves that one policy.
+ * flip=yes. Times a label no subject reads, the flip label that moves that one policy, and a
+ * change of a NetworkPolicy of that namespace that selects every pod.
  */
 function namespaceLabelBench(policies: number): void {
   const cluster: SyntheticSize = { pods: 1100, namespaces: 1, policies: 0, localPods: 110 };
@@ -237,22 +238,36 @@ function namespaceLabelBench(policies: number): void {
   calc.applyEvents(events);
   console.log(`  one namespace holding ${calc.localPodCount} local pods, ${policies} policies (all but one select every pod)`);
   let flip = false;
-  const kinds: [string, () => void][] = [
-    ['label change that moves no policy', () => {}],
-    ['label change that moves one policy', () => (flip = !flip)],
+  const relabel = (i: number): ModelEvent => ({ kind: 'Namespace', op: 'upsert', object: ns(i + 1, flip) });
+  // A NetworkPolicy of that namespace selecting every pod, its port changed each time.
+  const networkPolicy = (i: number): ModelEvent => ({
+    kind: 'NetworkPolicy',
+    op: 'upsert',
+    object: { namespace: 'ns-0', name: 'bench-np', uid: 'bench-np-uid', generation: i + 1, spec: { podSelector: {}, ingress: [{ ports: [{ port: 9000 + i }] }] } },
+  });
+  const kinds: [string, (i: number) => ModelEvent][] = [
+    ["the namespace's label change that moves no policy", relabel],
+    [
+      "the namespace's label change that moves one policy",
+      (i) => {
+        flip = !flip;
+        return relabel(i);
+      },
+    ],
+    ['a change of a NetworkPolicy of the namespace (a port)', networkPolicy],
   ];
   for (const [kind, change] of kinds) {
     const times: number[] = [];
     let last = '';
     for (let i = 0; i < WARMUP + CNP_CHANGES; i++) {
-      change();
+      const event = change(i);
       const t = performance.now();
-      const dirty = calc.applyEvents([{ kind: 'Namespace', op: 'upsert', object: ns(i + 1, flip) }]);
+      const dirty = calc.applyEvents([event]);
       if (i < WARMUP) continue;
       times.push(ms(t));
       last = describeDirty(dirty);
     }
-    console.log(`    its namespace's ${kind}: p50 ${fmt(percentile(times, 50))}, p99 ${fmt(percentile(times, 99))}  (sets/members/chains dirtied, last: ${last})`);
+    console.log(`    ${kind}: p50 ${fmt(percentile(times, 50))}, p99 ${fmt(percentile(times, 99))}  (sets/members/chains dirtied, last: ${last})`);
   }
 }
 
