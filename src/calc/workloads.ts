@@ -6,7 +6,7 @@ import type { ClusterState } from '../model/cluster.ts';
 import { isPoliced } from '../model/cluster.ts';
 import { compareStrings } from '../model/order.ts';
 import { selectorMatches } from '../model/selector.ts';
-import type { CompiledClusterNetworkPolicy, CompiledPolicy, Family, Pod } from '../model/types.ts';
+import type { CompiledPolicy, Family, Pod } from '../model/types.ts';
 import { familyOf } from '../model/types.ts';
 import type { AuditTag, AuditVerdict } from './audit-tags.ts';
 import type { AuditLevels } from './audit-levels.ts';
@@ -20,8 +20,8 @@ import { mergeable, workloadChainRules } from './rules.ts';
 import { mergedRules } from './merge.ts';
 import type { ClusterPolicies, TierChanges, TierReselect, TierSelection } from './cluster-policies.ts';
 import type { CutCandidate } from './cut-opt-in.ts';
-import type { Tier, TierAudit, TierStep } from './tier-rules.ts';
-import { tierChainRules, tierSteps } from './tier-rules.ts';
+import { type TierBuild, TierBuilds } from './tier-builds.ts';
+import type { Tier } from './tier-rules.ts';
 import type { ActiveSet, SetRegistry } from './set-registry.ts';
 import type { AuditWriting } from './tag-catalog.ts';
 
@@ -82,17 +82,6 @@ interface Workload {
   readonly builds: readonly TierBuild[];
 }
 
-/** A tier chain's rules for one list of policies, direction and family, built once for every
- *  pod holding that list: it holds one reference on its sets and tags while any pod uses it. */
-interface TierBuild {
-  readonly list: readonly CompiledClusterNetworkPolicy[];
-  readonly key: string;
-  readonly rules: readonly Rule[];
-  readonly sets: readonly ActiveSet[];
-  readonly prefixes: readonly string[];
-  users: number;
-}
-
 type Fresh = Workload & { tags: string[]; sets: ActiveSet[]; builds: TierBuild[] };
 
 type WorkloadAudit = NonNullable<Parameters<typeof workloadChainRules>[0]['audit']>;
@@ -103,16 +92,13 @@ export class WorkloadChains {
   readonly #byNs = new Map<string, Set<string>>();
   /** Local workloads selected by each policy key (in any direction it isolates or audits). */
   readonly #policyRefs = new Map<string, number>();
-  /** Tier chain builds in use, by the (shared) policy list they were built from: see #tierRules. */
-  readonly #tierBuilt = new WeakMap<readonly CompiledClusterNetworkPolicy[], Map<string, TierBuild>>();
-  /** Tier rules found equal to the rules a chain holds, by the rules it holds: the pods
-   *  sharing a list compare its new rules once, not each (see #setTierChain). */
-  readonly #equalRules = new WeakMap<readonly Rule[], WeakMap<readonly Rule[], boolean>>();
   /** Set references to drop at the end of the batch (see releaseDeferred). */
   #releaseLater: ActiveSet[] = [];
+  readonly #tiers: TierBuilds;
 
   constructor(deps: WorkloadChainsDeps) {
     this.#d = deps;
+    this.#tiers = new TierBuilds(deps);
   }
 
   get size(): number {
@@ -224,7 +210,7 @@ export class WorkloadChains {
     if (who) this.#d.dispatch.moveWorkload(uid, `${who.namespace}/${who.name}/${uid}`, old?.pod.ips ?? [], next?.pod.ips ?? []);
     this.#writeChains(uid, next, next ?? { tags: [], sets: [], builds: [] });
     this.#d.audit?.tags.release(old?.tags ?? []);
-    for (const b of old?.builds ?? []) if (--b.users === 0) this.#dropBuild(b);
+    for (const b of old?.builds ?? []) this.#releaseLater.push(...this.#tiers.drop(b));
     // Released at the end of the batch: a set this workload stops using may be taken up by a
     // policy chain in the same batch (its audit level changed), and is then never rebuilt.
     this.#releaseLater.push(...(old?.sets ?? []));
@@ -267,9 +253,9 @@ export class WorkloadChains {
         const name = names.tierChain(tier, dir, uid);
         const consulted = w && ip !== undefined && (tier === 'admin' || w[dir].length === 0);
         const policies = consulted ? w.tiers[tier] : [];
-        const rules = policies.length > 0 ? this.#tierRules(tier, dir, f, policies, uses.builds) : [];
+        const rules = policies.length > 0 ? this.#tiers.use(tier, dir, f, policies, uses.builds) : [];
         if (rules.length === 0) chains.delete(f, name);
-        else this.#setTierChain(f, name, rules);
+        else this.#tiers.setChain(f, name, rules);
         return rules.length > 0 ? name : null;
       };
       const tiers = {
@@ -324,70 +310,6 @@ export class WorkloadChains {
       useSet,
     );
     return [...first, ...(merged.length > 0 ? [merged] : []), ...remainder];
-  }
-
-  /** A tier chain's rules for a list of policies, built once per list, direction and family
-   *  (pods that share a list share its rules and its references on sets and tags). */
-  #tierRules(tier: Tier, dir: Direction, f: Family, policies: readonly CompiledClusterNetworkPolicy[], builds: TierBuild[]): readonly Rule[] {
-    let byKey = this.#tierBuilt.get(policies);
-    if (!byKey) this.#tierBuilt.set(policies, (byKey = new Map()));
-    const key = `${tier} ${dir} ${f}`;
-    let build = byKey.get(key);
-    if (!build) {
-      const sets: ActiveSet[] = [];
-      const prefixes: string[] = [];
-      const useSet = (spec: SetSpec) => {
-        const set = this.#d.sets.acquire(spec);
-        sets.push(set);
-        return set.name;
-      };
-      const rules = tierChainRules(tier, tierSteps(policies, dir, f), f, this.#d.names.tierAccept, useSet, this.#tierAudit(dir, prefixes));
-      build = { list: policies, key, rules, sets, prefixes, users: 0 };
-      byKey.set(key, build);
-    }
-    build.users++;
-    builds.push(build);
-    return build.rules;
-  }
-
-  /** Writes a tier chain. Its rules are shared by the pods holding a list, and so is what their
-   *  chains held before: equal rules are found equal once, and the chains keep what they hold. */
-  #setTierChain(f: Family, name: string, rules: readonly Rule[]): void {
-    const held = this.#d.chains.byFamily[f].get(name);
-    if (held === rules) return;
-    if (held) {
-      let known = this.#equalRules.get(held);
-      if (!known) this.#equalRules.set(held, (known = new WeakMap()));
-      let equal = known.get(rules);
-      if (equal === undefined) known.set(rules, (equal = held.length === rules.length && JSON.stringify(held) === JSON.stringify(rules)));
-      if (equal) return;
-    }
-    this.#d.chains.set(f, name, rules);
-  }
-
-  /** No pod uses a build any more: its references go (the sets' at the end of the batch, as a
-   *  workload's), and a pod that takes up its list again builds anew. */
-  #dropBuild(b: TierBuild): void {
-    this.#tierBuilt.get(b.list)?.delete(b.key);
-    this.#releaseLater.push(...b.sets);
-    this.#d.audit?.tags.release(b.prefixes);
-  }
-
-  /** A ClusterNetworkPolicy rule logs what it denies at level deny, and what it accepts too at
-   *  level all; Pass decides nothing and is never logged. */
-  #tierAudit(dir: Direction, tags: string[]): TierAudit | undefined {
-    const audit = this.#d.audit;
-    if (!audit) return undefined;
-    const levels = this.#d.levels;
-    const logOf = ({ action, policy: p, rule }: TierStep) => {
-      const level = levels.ofCluster(p);
-      if (action === 'Pass' || level === 'off' || (action === 'Accept' && level !== 'all')) return undefined;
-      const verdict = action === 'Accept' ? 'allow' : 'deny';
-      const code = `${p.tier === 'Admin' ? 'T' : 'B'}${action === 'Accept' ? 'A' : 'D'}${dir === 'ingress' ? 'I' : 'E'}`;
-      const tag: AuditTag = { verdict, direction: dir, policy: { kind: 'ClusterNetworkPolicy', name: p.name, tier: p.tier, rule } };
-      return audit.tags.log(code, `${p.name}\n${dir}\n${rule}`, tag, tags);
-    };
-    return { ...audit.rules, logOf };
   }
 
   /** The default drop is logged when an isolating policy is audited; what audit-only policies
