@@ -195,6 +195,25 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
     })),
   },
   {
+    name: "a namespace relabel moves its pods into and out of an Admin Deny's subject live; a NetworkPolicy change there keeps the Deny",
+    steps: (() => {
+      const guardFromAlpha = cnp('guarded-from-alpha', {
+        tier: 'Admin',
+        priority: 10,
+        subject: { namespaces: { matchLabels: { guard: 'on' } } },
+        ingress: [{ action: 'Deny', from: [{ namespaces: ALPHA }] }],
+      });
+      const guarded = allow({ ingress: { [B1]: not(fromNs('alpha')), [B2]: not(fromNs('alpha')) } });
+      const steps: Step[] = [
+        { what: 'no namespace guarded', policies: [guardFromAlpha], expect: always },
+        { what: 'beta guarded', namespaceLabels: { beta: { team: 'b', guard: 'on' } }, expect: guarded },
+        { what: 'a NetworkPolicy of beta allows everything', policies: [guardFromAlpha, np('beta', 'allow-all', { podSelector: {}, ingress: [{}] })], expect: guarded },
+        { what: 'beta unguarded', namespaceLabels: { beta: { team: 'b' } }, expect: always },
+      ];
+      return steps;
+    })(),
+  },
+  {
     // destinationNamedPort is in the experimental channel only (the standard v1beta1 CRD prunes
     // it); Weir reads it from manifests and the experimental CRD, so it is proved here.
     name: 'a named port Deny drops the port of that name on each pod that declares it, whatever its number or protocol; pods without the name are not matched',
