@@ -108,7 +108,7 @@ export class ClusterPolicies {
       if (!this.#cluster.peerMatchesPod(p.subject, pod)) continue;
       (p.tier === 'Admin' ? admin : baseline).push(p);
     }
-    return { admin: this.#take(this.#intern(admin)), baseline: this.#take(this.#intern(baseline)) };
+    return { admin: this.#take(admin), baseline: this.#take(baseline) };
   }
 
   /** One more hold on a selection held already (a workload rebuilt with the same lists). */
