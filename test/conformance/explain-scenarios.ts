@@ -214,6 +214,23 @@ export const CLUSTER_NETWORK_POLICY_SCENARIOS: readonly Scenario[] = [
     })(),
   },
   {
+    name: "a pod relabel moves it into and out of an Admin Deny's subject live",
+    steps: (() => {
+      const guardFromAlpha = cnp('guarded-pods-from-alpha', {
+        tier: 'Admin',
+        priority: 10,
+        subject: { pods: { namespaceSelector: {}, podSelector: { matchLabels: { guard: 'on' } } } },
+        ingress: [{ action: 'Deny', from: [{ namespaces: ALPHA }] }],
+      });
+      const steps: Step[] = [
+        { what: 'no pod guarded', policies: [guardFromAlpha], expect: always },
+        { what: 'b1 guarded', podLabels: { [B1]: { app: 'web', guard: 'on' } }, expect: allow({ ingress: { [B1]: not(fromNs('alpha')) } }) },
+        { what: 'b1 unguarded', podLabels: { [B1]: { app: 'web' } }, expect: always },
+      ];
+      return steps;
+    })(),
+  },
+  {
     // destinationNamedPort is in the experimental channel only (the standard v1beta1 CRD prunes
     // it); Weir reads it from manifests and the experimental CRD, so it is proved here.
     name: 'a named port Deny drops the port of that name on each pod that declares it, whatever its number or protocol; pods without the name are not matched',
